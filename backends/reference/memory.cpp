@@ -1,0 +1,140 @@
+// Memory ops on the host: fill, copy (with dtype casts and broadcasting), the counter-based random
+// fills and concat. Each is one strided walk over the output in scalar C++; the compiler may
+// vectorise the innermost dimension when its strides are 1.
+#include <cmath>
+#include <numbers>
+#include <type_traits>
+#include "backends/reference/half.h"
+#include "backends/reference/loops.h"
+#include "backends/reference/reference_backend.h"
+#include "engine/rng.h"
+
+namespace duet {
+using namespace ref;
+
+namespace {
+
+// Calls f(T{}) for every storage dtype; f16 and bf16 arrive as their bit-pattern tag types.
+template <class F>
+void dispatch_any(DType t, F&& f) {
+  switch (t) {
+    case DType::f32: f(float{}); return;
+    case DType::f64: f(double{}); return;
+    case DType::f16: f(Half{}); return;
+    case DType::bf16: f(BFloat16{}); return;
+    case DType::i64: f(int64_t{}); return;
+    case DType::i32: f(int32_t{}); return;
+    case DType::u8: f(uint8_t{}); return;
+  }
+  throw Error(fmt::format("reference backend: unknown dtype code {}", static_cast<int>(t)));
+}
+
+// Typed pointer to element [0, ..., 0]; the 16-bit float types have no dtype_of<>, so they go
+// through raw_data() (the caller has already dispatched on the dtype).
+template <class T>
+T* ptr(const Tensor& t) {
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return static_cast<T*>(t.raw_data());
+  else return t.data<T>();
+}
+
+// Arithmetic happens in the "wide" type: the 16-bit floats widen to float, everything else is
+// used as stored.
+inline float widen(Half v) { return f16_to_float(v.bits); }
+inline float widen(BFloat16 v) { return bf16_to_float(v.bits); }
+template <class T>
+T widen(T v) { return v; }
+
+// Converts a wide value to the storage type To. Floating values bound for a narrow integer type
+// go through int64 first, as c10 does, because a direct float -> uint8 cast of a negative value
+// is undefined behaviour in C++ (through int64 it wraps, like PyTorch).
+template <class To, class W>
+To narrow(W v) {
+  if constexpr (std::is_same_v<To, Half>) return Half{float_to_f16(static_cast<float>(v))};
+  else if constexpr (std::is_same_v<To, BFloat16>) return BFloat16{float_to_bf16(static_cast<float>(v))};
+  else if constexpr (std::is_floating_point_v<W> && (std::is_same_v<To, uint8_t> || std::is_same_v<To, int32_t>))
+    return static_cast<To>(static_cast<int64_t>(v));
+  else return static_cast<To>(v);
+}
+
+template <class To, class From>
+To convert(From v) { return narrow<To>(widen(v)); }
+
+}  // namespace
+
+void ReferenceBackend::fill(const Tensor& out, double value) {
+  dispatch_any(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T v = narrow<T>(value);
+    T* o = ptr<T>(out);
+    for_each_offset<1>(out.shape(), {out.strides()}, [&](int64_t i) { o[i] = v; });
+  });
+}
+
+void ReferenceBackend::copy(const Tensor& src, const Tensor& dst) {
+  DUET_CHECK(src.device().type == DeviceType::cpu && dst.device().type == DeviceType::cpu,
+             "copy between {} and {} needs the cuda backend; the reference backend only reaches host memory",
+             src.device().str(), dst.device().str());
+  DUET_CHECK(src.dim() == dst.dim(), "copy on backend 'reference': src has shape {} but dst has shape {}",
+             shape_str(src.shape()), shape_str(dst.shape()));
+  dispatch_any(dst.dtype(), [&](auto dst_tag) {
+    using D = decltype(dst_tag);
+    dispatch_any(src.dtype(), [&](auto src_tag) {
+      using S = decltype(src_tag);
+      D* d = ptr<D>(dst);
+      const S* s = ptr<S>(src);
+      for_each_offset<2>(dst.shape(), {dst.strides(), src.strides()},
+                         [&](int64_t od, int64_t os) { d[od] = convert<D>(s[os]); });
+    });
+  });
+}
+
+// out[i] = lo + (hi - lo) * u_i, u_i = uniform01(seed, offset + i), i in row-major order.
+void ReferenceBackend::uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) {
+  dispatch_float(out.dtype(), "uniform", [&](auto tag) {
+    using T = decltype(tag);
+    T* o = out.data<T>();
+    const T lo_t = static_cast<T>(lo), hi_t = static_cast<T>(hi);
+    const int64_t n = out.numel();
+    for (int64_t i = 0; i < n; ++i) {
+      T v = static_cast<T>(lo + (hi - lo) * uniform01(seed, offset + static_cast<uint64_t>(i)));
+      // u < 1 always, but rounding to T (f32 especially) can land exactly on hi; keep [lo, hi).
+      if (lo_t < hi_t && !(v < hi_t)) v = std::nextafter(hi_t, lo_t);
+      o[i] = v;
+    }
+  });
+}
+
+// Box-Muller with two counters per element: u1 = uniform01(seed, offset + 2i), u2 at 2i + 1. Only
+// the cosine branch is used, so element i depends on nothing but its own two counters. 1 - u1 is
+// in (0, 1], so the log is finite.
+void ReferenceBackend::normal(const Tensor& out, double mean, double stddev, uint64_t seed, uint64_t offset) {
+  dispatch_float(out.dtype(), "normal", [&](auto tag) {
+    using T = decltype(tag);
+    T* o = out.data<T>();
+    const int64_t n = out.numel();
+    for (int64_t i = 0; i < n; ++i) {
+      const uint64_t c = offset + 2 * static_cast<uint64_t>(i);
+      const double u1 = uniform01(seed, c), u2 = uniform01(seed, c + 1);
+      const double z = std::sqrt(-2.0 * std::log(1.0 - u1)) * std::cos(2.0 * std::numbers::pi * u2);
+      o[i] = static_cast<T>(mean + stddev * z);
+    }
+  });
+}
+
+// Each input lands in the slab of out that starts at the running position along dim. Pure data
+// movement, so every dtype is accepted.
+void ReferenceBackend::concat(const std::vector<Tensor>& inputs, int64_t dim, const Tensor& out) {
+  dispatch_any(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* o = ptr<T>(out);
+    int64_t start = 0;
+    for (const Tensor& in : inputs) {
+      const T* x = ptr<T>(in);
+      T* slab = o + start * out.stride(dim);
+      for_each_offset<2>(in.shape(), {out.strides(), in.strides()}, [&](int64_t oo, int64_t ox) { slab[oo] = x[ox]; });
+      start += in.size(dim);
+    }
+  });
+}
+
+}  // namespace duet

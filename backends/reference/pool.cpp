@@ -1,0 +1,193 @@
+// 2-D pooling on the host: max, average and adaptive average, forward and backward. Each output
+// element is computed from its window by direct loops, indexing through strides so NCHW and
+// channels-last share the code. Backward passes zero dx and scatter into it, since windows overlap.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include "backends/reference/loops.h"
+#include "backends/reference/reference_backend.h"
+
+namespace duet {
+using namespace ref;
+
+namespace {
+
+// Calls f(n, c, oh, ow) for every element of a 4-D output.
+template <class F>
+void for_each_output(const View4& v, F f) {
+  for (int64_t n = 0; n < v.N; ++n)
+    for (int64_t c = 0; c < v.C; ++c)
+      for (int64_t oh = 0; oh < v.H; ++oh)
+        for (int64_t ow = 0; ow < v.W; ++ow) f(n, c, oh, ow);
+}
+
+template <class T>
+void zero(const Tensor& t) {
+  const View4 V(t);
+  T* p = t.data<T>();
+  for_each_output(V, [&](int64_t n, int64_t c, int64_t h, int64_t w) { p[V.at(n, c, h, w)] = T(0); });
+}
+
+// The input rows [h0, h1) and columns [w0, w1) that one output's window covers, padding removed.
+struct Window {
+  int64_t h0, h1, w0, w1;
+};
+
+Window clipped_window(const Pool2dParams& p, int64_t oh, int64_t ow, int64_t H, int64_t W) {
+  const int64_t hs = oh * p.stride_h - p.pad_h, ws = ow * p.stride_w - p.pad_w;
+  return {std::max<int64_t>(hs, 0), std::min(hs + p.kernel_h, H), std::max<int64_t>(ws, 0), std::min(ws + p.kernel_w, W)};
+}
+
+// Padding acts as -infinity: only real input elements can win. A NaN wins over everything, as
+// in PyTorch.
+template <class T>
+void max_pool2d_kernel(const Tensor& x, const Tensor& y, const Pool2dParams& p) {
+  const View4 X(x), Y(y);
+  const T* px = x.data<T>();
+  T* py = y.data<T>();
+  for_each_output(Y, [&](int64_t n, int64_t c, int64_t oh, int64_t ow) {
+    const Window win = clipped_window(p, oh, ow, X.H, X.W);
+    T best = -std::numeric_limits<T>::infinity();
+    for (int64_t h = win.h0; h < win.h1; ++h)
+      for (int64_t w = win.w0; w < win.w1; ++w) {
+        const T v = px[X.at(n, c, h, w)];
+        if (v > best || std::isnan(v)) best = v;
+      }
+    py[Y.at(n, c, oh, ow)] = best;
+  });
+}
+
+// The gradient of each output goes to the first window position (row-major) holding the maximum,
+// found again by comparing x with the forward output instead of storing indices.
+template <class T>
+void max_pool2d_backward_kernel(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx,
+                                const Pool2dParams& p) {
+  const View4 X(x), Y(y), DY(dy), DX(dx);
+  const T* px = x.data<T>();
+  const T* py = y.data<T>();
+  const T* pdy = dy.data<T>();
+  T* pdx = dx.data<T>();
+  zero<T>(dx);
+  for_each_output(Y, [&](int64_t n, int64_t c, int64_t oh, int64_t ow) {
+    const Window win = clipped_window(p, oh, ow, X.H, X.W);
+    const T target = py[Y.at(n, c, oh, ow)];
+    for (int64_t h = win.h0; h < win.h1; ++h)
+      for (int64_t w = win.w0; w < win.w1; ++w) {
+        const T v = px[X.at(n, c, h, w)];
+        if (v == target || (std::isnan(v) && std::isnan(target))) {
+          pdx[DX.at(n, c, h, w)] += pdy[DY.at(n, c, oh, ow)];
+          return;
+        }
+      }
+  });
+}
+
+// PyTorch's divisor: with count_include_pad the window is counted up to the padded border (with
+// ceil_mode a window may hang past it, and that overhang is not counted); otherwise only real
+// input elements count.
+int64_t avg_divisor(const Pool2dParams& p, int64_t oh, int64_t ow, int64_t H, int64_t W, const Window& win) {
+  if (!p.count_include_pad) return (win.h1 - win.h0) * (win.w1 - win.w0);
+  const int64_t hs = oh * p.stride_h - p.pad_h, ws = ow * p.stride_w - p.pad_w;
+  const int64_t he = std::min(hs + p.kernel_h, H + p.pad_h), we = std::min(ws + p.kernel_w, W + p.pad_w);
+  return (he - hs) * (we - ws);
+}
+
+template <class T>
+void avg_pool2d_kernel(const Tensor& x, const Tensor& y, const Pool2dParams& p) {
+  const View4 X(x), Y(y);
+  const T* px = x.data<T>();
+  T* py = y.data<T>();
+  for_each_output(Y, [&](int64_t n, int64_t c, int64_t oh, int64_t ow) {
+    const Window win = clipped_window(p, oh, ow, X.H, X.W);
+    if (win.h0 >= win.h1 || win.w0 >= win.w1) {  // a window entirely in padding averages to 0
+      py[Y.at(n, c, oh, ow)] = T(0);
+      return;
+    }
+    double sum = 0.0;
+    for (int64_t h = win.h0; h < win.h1; ++h)
+      for (int64_t w = win.w0; w < win.w1; ++w) sum += px[X.at(n, c, h, w)];
+    py[Y.at(n, c, oh, ow)] = static_cast<T>(sum / double(avg_divisor(p, oh, ow, X.H, X.W, win)));
+  });
+}
+
+template <class T>
+void avg_pool2d_backward_kernel(const Tensor& dy, const Tensor& dx, const Pool2dParams& p) {
+  const View4 DY(dy), DX(dx);
+  const T* pdy = dy.data<T>();
+  T* pdx = dx.data<T>();
+  zero<T>(dx);
+  for_each_output(DY, [&](int64_t n, int64_t c, int64_t oh, int64_t ow) {
+    const Window win = clipped_window(p, oh, ow, DX.H, DX.W);
+    if (win.h0 >= win.h1 || win.w0 >= win.w1) return;
+    const T g = static_cast<T>(double(pdy[DY.at(n, c, oh, ow)]) / double(avg_divisor(p, oh, ow, DX.H, DX.W, win)));
+    for (int64_t h = win.h0; h < win.h1; ++h)
+      for (int64_t w = win.w0; w < win.w1; ++w) pdx[DX.at(n, c, h, w)] += g;
+  });
+}
+
+// PyTorch's adaptive bins: output o of O over an input of size I covers [floor(o*I/O), ceil((o+1)*I/O)),
+// so bins tile the input and neighbouring bins may share one element.
+int64_t bin_start(int64_t o, int64_t I, int64_t O) { return (o * I) / O; }
+int64_t bin_end(int64_t o, int64_t I, int64_t O) { return ((o + 1) * I + O - 1) / O; }
+
+template <class T>
+void adaptive_avg_pool2d_kernel(const Tensor& x, const Tensor& y) {
+  const View4 X(x), Y(y);
+  const T* px = x.data<T>();
+  T* py = y.data<T>();
+  for_each_output(Y, [&](int64_t n, int64_t c, int64_t oh, int64_t ow) {
+    const int64_t h0 = bin_start(oh, X.H, Y.H), h1 = bin_end(oh, X.H, Y.H);
+    const int64_t w0 = bin_start(ow, X.W, Y.W), w1 = bin_end(ow, X.W, Y.W);
+    double sum = 0.0;
+    for (int64_t h = h0; h < h1; ++h)
+      for (int64_t w = w0; w < w1; ++w) sum += px[X.at(n, c, h, w)];
+    py[Y.at(n, c, oh, ow)] = static_cast<T>(sum / double((h1 - h0) * (w1 - w0)));
+  });
+}
+
+template <class T>
+void adaptive_avg_pool2d_backward_kernel(const Tensor& dy, const Tensor& dx) {
+  const View4 DY(dy), DX(dx);
+  const T* pdy = dy.data<T>();
+  T* pdx = dx.data<T>();
+  zero<T>(dx);
+  for_each_output(DY, [&](int64_t n, int64_t c, int64_t oh, int64_t ow) {
+    const int64_t h0 = bin_start(oh, DX.H, DY.H), h1 = bin_end(oh, DX.H, DY.H);
+    const int64_t w0 = bin_start(ow, DX.W, DY.W), w1 = bin_end(ow, DX.W, DY.W);
+    const T g = static_cast<T>(double(pdy[DY.at(n, c, oh, ow)]) / double((h1 - h0) * (w1 - w0)));
+    for (int64_t h = h0; h < h1; ++h)
+      for (int64_t w = w0; w < w1; ++w) pdx[DX.at(n, c, h, w)] += g;
+  });
+}
+
+}  // namespace
+
+void ReferenceBackend::max_pool2d(const Tensor& x, const Tensor& y, const Pool2dParams& p) {
+  dispatch_float(x.dtype(), "max_pool2d", [&](auto tag) { max_pool2d_kernel<decltype(tag)>(x, y, p); });
+}
+
+void ReferenceBackend::max_pool2d_backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx,
+                                           const Pool2dParams& p) {
+  dispatch_float(x.dtype(), "max_pool2d_backward",
+                 [&](auto tag) { max_pool2d_backward_kernel<decltype(tag)>(x, y, dy, dx, p); });
+}
+
+void ReferenceBackend::avg_pool2d(const Tensor& x, const Tensor& y, const Pool2dParams& p) {
+  dispatch_float(x.dtype(), "avg_pool2d", [&](auto tag) { avg_pool2d_kernel<decltype(tag)>(x, y, p); });
+}
+
+void ReferenceBackend::avg_pool2d_backward(const Tensor& dy, const Tensor& dx, const Pool2dParams& p) {
+  dispatch_float(dy.dtype(), "avg_pool2d_backward",
+                 [&](auto tag) { avg_pool2d_backward_kernel<decltype(tag)>(dy, dx, p); });
+}
+
+void ReferenceBackend::adaptive_avg_pool2d(const Tensor& x, const Tensor& y) {
+  dispatch_float(x.dtype(), "adaptive_avg_pool2d", [&](auto tag) { adaptive_avg_pool2d_kernel<decltype(tag)>(x, y); });
+}
+
+void ReferenceBackend::adaptive_avg_pool2d_backward(const Tensor& dy, const Tensor& dx) {
+  dispatch_float(dy.dtype(), "adaptive_avg_pool2d_backward",
+                 [&](auto tag) { adaptive_avg_pool2d_backward_kernel<decltype(tag)>(dy, dx); });
+}
+
+}  // namespace duet

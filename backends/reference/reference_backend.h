@@ -1,0 +1,20 @@
+// The reference backend: every op of engine/ops.def as plain scalar loops over strided tensors.
+// It is the readable definition of each op and the oracle the optimised backends are tested
+// against, so clarity wins over speed everywhere (but index math stays out of inner loops).
+#pragma once
+#include "engine/backend.h"
+
+namespace duet {
+
+class ReferenceBackend final : public BackendImpl {
+public:
+  Backend kind() const override { return Backend::reference; }
+  bool implements(OpId) const override { return true; }
+
+  // One override per line of ops.def; the bodies live in the .cpp file named for the op family.
+#define DUET_OP(name, params) void name params override;
+#include "engine/ops.def"
+#undef DUET_OP
+};
+
+}  // namespace duet

@@ -1,0 +1,48 @@
+// A backend is a table of kernels: one virtual method per line of engine/ops.def. The default of
+// each throws "<op> is not implemented on backend '<name>'", so a new backend starts as a
+// compiling checklist and a missing kernel is a clear run-time error, never a crash.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+#include "engine/op_params.h"
+#include "engine/tensor.h"
+
+namespace duet {
+
+enum class OpId : uint16_t {
+#define DUET_OP(name, params) name,
+#include "engine/ops.def"
+#undef DUET_OP
+  count
+};
+constexpr int kNumOps = static_cast<int>(OpId::count);
+const char* op_name(OpId op);
+
+class BackendImpl {
+public:
+  virtual ~BackendImpl() = default;
+  virtual Backend kind() const = 0;
+  const char* name() const { return backend_name(kind()); }
+  // Whether the backend has a kernel for op with these inputs; the front-end may route to
+  // `reference` otherwise (never silently: the profiler records which backend ran).
+  virtual bool implements(OpId op) const = 0;
+  // Blocks until all queued work is done (no-op on synchronous backends).
+  virtual void synchronize() {}
+
+#define DUET_OP(name, params) virtual void name params;
+#include "engine/ops.def"
+#undef DUET_OP
+
+protected:
+  [[noreturn]] void not_implemented(OpId op) const;
+};
+
+// The backend object for a kind; throws duet::Error when it was not built in.
+BackendImpl& backend(Backend b);
+bool backend_available(Backend b);
+std::string available_backends_str();
+// The allocator of a device (cpu: 64-byte aligned host memory; cuda: the caching allocator).
+Allocator& device_allocator(Device d);
+
+}  // namespace duet

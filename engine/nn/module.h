@@ -1,0 +1,74 @@
+// nn::Module: a tree of named parameters, buffers and sub-modules, as in PyTorch. Names are
+// dotted paths ("layer1.0.conv1.weight") exactly as torchvision spells them, so weight files
+// exported from torchvision map one to one. Calling a module pushes its name onto the profiler's
+// scope, so every op it runs is attributed to its layer ("layer1.0.conv1").
+#pragma once
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+#include "engine/tensor.h"
+
+namespace duet::nn {
+
+class Module {
+public:
+  virtual ~Module() = default;
+  Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // The computation. Every duet model maps one tensor to one tensor.
+  virtual Tensor forward(const Tensor& x) = 0;
+  // forward() inside a profiler scope named after this module's attribute name.
+  Tensor operator()(const Tensor& x);
+
+  // Recursive, in registration order, with dotted names.
+  std::vector<std::pair<std::string, Tensor>> named_parameters() const;
+  std::vector<std::pair<std::string, Tensor>> named_buffers() const;
+  std::vector<Tensor> parameters() const;  // all parameters, frozen ones included
+  std::vector<std::pair<std::string, Module*>> named_modules() const;  // this one first, as ""
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
+  int64_t num_parameters() const;
+
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  // Moves parameters and buffers in place (handles held elsewhere see the move).
+  void to(Device d);
+  void to(DType t);
+  // Gradients of all parameters dropped (PyTorch's zero_grad(set_to_none=True)).
+  void zero_grad();
+  // requires_grad on every parameter (freezing a backbone for transfer learning).
+  void requires_grad_(bool on);
+
+  // A short type name for printing ("Conv2d", "BasicBlock").
+  virtual std::string type_name() const { return "Module"; }
+  // Constructor arguments for printing ("3, 64, kernel_size=(3, 3)").
+  virtual std::string extra_repr() const { return ""; }
+  std::string str(int indent = 0) const;  // PyTorch-style module tree
+  const std::string& name() const { return name_; }
+
+protected:
+  // Registers a parameter (a leaf that requires grad, counted as parameter memory).
+  Tensor register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
+  Tensor register_buffer(const std::string& name, Tensor t);
+  template <class M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    m->name_ = name;
+    children_.emplace_back(name, m);
+    return m;
+  }
+
+private:
+  void collect(const std::string& prefix, bool buffers, std::vector<std::pair<std::string, Tensor>>& out) const;
+  std::vector<std::pair<std::string, Tensor>> params_, buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+  std::string name_;
+};
+
+using ModulePtr = std::shared_ptr<Module>;
+
+}  // namespace duet::nn

@@ -1,0 +1,35 @@
+#include "engine/op_params.h"
+
+namespace duet {
+
+const char* unary_name(UnaryOp op) {
+  static const char* n[] = {"neg", "exp", "log", "sqrt", "rsqrt", "abs", "tanh", "square"};
+  return n[static_cast<int>(op)];
+}
+const char* binary_name(BinaryOp op) {
+  static const char* n[] = {"add", "sub", "mul", "div", "maximum", "minimum", "eq", "gt", "lt"};
+  return n[static_cast<int>(op)];
+}
+const char* scalar_op_name(ScalarOp op) {
+  static const char* n[] = {"add_scalar", "mul_scalar", "pow_scalar", "rsub_scalar", "rdiv_scalar", "maximum_scalar", "minimum_scalar"};
+  return n[static_cast<int>(op)];
+}
+const char* activation_name(Activation a) {
+  static const char* n[] = {"relu", "relu6", "gelu", "gelu_tanh", "sigmoid", "silu", "hardswish"};
+  return n[static_cast<int>(a)];
+}
+const char* reduce_name(ReduceOp op) {
+  static const char* n[] = {"sum", "mean", "amax", "amin"};
+  return n[static_cast<int>(op)];
+}
+
+int64_t pool_out_size(int64_t in, int64_t k, int64_t s, int64_t p, bool ceil_mode) {
+  const int64_t span = in + 2 * p - k;
+  if (span < 0) return 0;
+  int64_t out = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+  // PyTorch's rule: with ceil_mode the last window must start inside the input or left padding.
+  if (ceil_mode && (out - 1) * s >= in + p) --out;
+  return out;
+}
+
+}  // namespace duet

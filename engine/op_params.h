@@ -1,0 +1,61 @@
+// Attributes of the primitive ops: small value types shared by front-ends, backends and the
+// profiler's cost formulas.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace duet {
+
+enum class UnaryOp : uint8_t { neg, exp, log, sqrt, rsqrt, abs, tanh, square };
+// Elementwise binary ops with broadcasting. eq/gt/lt give 1 or 0 in the input dtype.
+enum class BinaryOp : uint8_t { add, sub, mul, div, maximum, minimum, eq, gt, lt };
+// Tensor-scalar ops: out = x op s, or s op x for rsub/rdiv.
+enum class ScalarOp : uint8_t { add, mul, pow, rsub, rdiv, maximum, minimum };
+enum class Activation : uint8_t { relu, relu6, gelu_erf, gelu_tanh, sigmoid, silu, hardswish };
+enum class ReduceOp : uint8_t { sum, mean, max, min };
+
+const char* unary_name(UnaryOp op);
+const char* binary_name(BinaryOp op);
+const char* scalar_op_name(ScalarOp op);
+const char* activation_name(Activation a);
+const char* reduce_name(ReduceOp op);
+
+struct Conv2dParams {
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;
+  int64_t dilation_h = 1, dilation_w = 1;
+  int64_t groups = 1;
+};
+
+struct Pool2dParams {
+  int64_t kernel_h = 2, kernel_w = 2;
+  int64_t stride_h = 2, stride_w = 2;
+  int64_t pad_h = 0, pad_w = 0;
+  bool count_include_pad = true;  // average pooling only (PyTorch's default is true)
+  bool ceil_mode = false;
+};
+
+struct BatchNormParams {
+  bool training = true;
+  double momentum = 0.1;  // running = (1 - momentum) * running + momentum * batch (PyTorch's rule)
+  double eps = 1e-5;
+};
+
+struct SgdParams {
+  double lr = 0.01, momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
+  bool nesterov = false;
+};
+
+struct AdamParams {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+  bool decoupled = false;  // true: AdamW (decay applied to the weight, not folded into the grad)
+  int64_t step = 1;        // 1-based step, for bias correction
+};
+
+// Output size of a conv/pool window along one spatial dim; <= 0 means the window does not fit.
+inline int64_t conv_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
+  return (in + 2 * p - d * (k - 1) - 1) / s + 1;
+}
+int64_t pool_out_size(int64_t in, int64_t k, int64_t s, int64_t p, bool ceil_mode);
+
+}  // namespace duet

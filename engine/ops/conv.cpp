@@ -1,0 +1,82 @@
+// Front-end of conv2d. The output keeps the input's memory format (NCHW or channels-last), as
+// PyTorch does, so a network fed channels-last activations stays channels-last end to end. One
+// backward node computes only the gradients someone needs (PyTorch's output mask).
+#include "engine/ops/frontend.h"
+
+namespace duet {
+
+using namespace detail;
+
+Tensor conv2d(const Tensor& x_in, const Tensor& w, const Tensor& bias, const Conv2dParams& p) {
+  check_float("conv2d", "input", x_in);
+  check_dim("conv2d", "input", x_in, 4);
+  check_same("conv2d", "weight", w, "input", x_in);
+  check_dim("conv2d", "weight", w, 4);
+  DUET_CHECK(p.groups >= 1 && p.stride_h >= 1 && p.stride_w >= 1 && p.dilation_h >= 1 && p.dilation_w >= 1 &&
+                 p.pad_h >= 0 && p.pad_w >= 0,
+             "conv2d: invalid attributes stride=({}, {}) padding=({}, {}) dilation=({}, {}) groups={}: expected "
+             "stride, dilation, groups >= 1 and padding >= 0",
+             p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w, p.groups);
+  const int64_t N = x_in.size(0), C = x_in.size(1), H = x_in.size(2), W = x_in.size(3);
+  const int64_t O = w.size(0), KH = w.size(2), KW = w.size(3);
+  DUET_CHECK(C == w.size(1) * p.groups,
+             "conv2d: input has {} channels but weight {} with groups={} expects {} (weight dim 1 times groups)", C,
+             shape_str(w.shape()), p.groups, w.size(1) * p.groups);
+  DUET_CHECK(O % p.groups == 0, "conv2d: weight has {} output channels, not divisible by groups={}", O, p.groups);
+  if (bias.defined()) {
+    check_same("conv2d", "bias", bias, "input", x_in);
+    check_shape("conv2d", "bias", bias, {O});
+  }
+  const int64_t OH = conv_out_size(H, KH, p.stride_h, p.pad_h, p.dilation_h);
+  const int64_t OW = conv_out_size(W, KW, p.stride_w, p.pad_w, p.dilation_w);
+  DUET_CHECK(OH > 0 && OW > 0,
+             "conv2d: a {}x{} kernel (dilation {}x{}, padding {}x{}) does not fit the {}x{} input {}: output would be "
+             "{}x{}",
+             KH, KW, p.dilation_h, p.dilation_w, p.pad_h, p.pad_w, H, W, shape_str(x_in.shape()), OH, OW);
+
+  const MemoryFormat f = format_of(x_in);
+  const Tensor x = in_format(x_in.detach(), f);
+  const Tensor wk = w.is_dense() ? w.detach() : w.detach().contiguous();
+  Tensor y = Tensor::empty({N, O, OH, OW}, TensorOptions(x.dtype()).with_device(x.device()), f);
+  BackendImpl& be = backend_of(x);
+  const size_t elem = dtype_size(x.dtype());
+  {
+    profiler::OpScope scope("conv2d", be.kind(), {&x, &w},
+                            [&] { return cost::conv2d(x.shape(), w.shape(), y.shape(), elem, bias.defined()); });
+    be.conv2d(x, wk, bias, y, p);
+  }
+  if (should_record({&x_in, &w, &bias})) {
+    const bool need_x = x_in.requires_grad(), need_w = w.requires_grad();
+    const bool need_b = bias.defined() && bias.requires_grad();
+    const Shape xs = x.shape(), ys = y.shape();
+    // Keep x only if the weight gradient needs it: inference-style inputs are not held.
+    const Tensor xd = need_w ? x : Tensor();
+    const Tensor wd = need_x ? wk : Tensor();
+    const DType dt = x.dtype();
+    const Device dev = x.device();
+    record("conv2d", {&x_in, &w, &bias}, {&y}, [=](const std::vector<Tensor>& gs) {
+      const Tensor dy = in_format(gs[0], f);
+      BackendImpl& b = backend_of(dy);
+      Tensor dx, dw, db;
+      if (need_x) {
+        dx = Tensor::empty(xs, TensorOptions(dt).with_device(dev), f);
+        profiler::OpScope scope("conv2d.backward_data", b.kind(), {&dy, &wd},
+                                [&] { return cost::conv2d(xs, wd.shape(), ys, elem, false); });
+        b.conv2d_backward_data(dy, wd, dx, p);
+      }
+      if (need_w) {
+        dw = Tensor::empty(wk.shape(), TensorOptions(dt).with_device(dev));
+        if (need_b) db = Tensor::empty({ys[1]}, TensorOptions(dt).with_device(dev));
+        profiler::OpScope scope("conv2d.backward_weight", b.kind(), {&xd, &dy},
+                                [&] { return cost::conv2d(xs, dw.shape(), ys, elem, need_b); });
+        b.conv2d_backward_weight(xd, dy, dw, db, p);
+      } else if (need_b) {
+        db = sum(dy, {0, 2, 3});  // bias-only gradient (frozen weight)
+      }
+      return std::vector<Tensor>{dx, dw, db};
+    });
+  }
+  return y;
+}
+
+}  // namespace duet

@@ -1,0 +1,221 @@
+// Front-ends of the elementwise ops: binary with broadcasting, tensor-scalar, unary math and
+// activations. Their gradients are written with the same ops (as tinygrad does), except the
+// activations, whose backward is one fused kernel per activation.
+#include "engine/ops/frontend.h"
+
+namespace duet {
+
+using namespace detail;
+
+namespace {
+Tensor zeros_scalar_like(const Tensor& x) { return Tensor::zeros({}, TensorOptions(x.dtype()).with_device(x.device())); }
+
+// 1 where a wins, 1/2 on ties (PyTorch splits the gradient of max/min evenly on ties).
+Tensor win_mask(const Tensor& a, const Tensor& b, bool greater) {
+  return add(greater ? gt(a, b) : lt(a, b), mul(eq(a, b), 0.5));
+}
+}  // namespace
+
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+  const char* name = binary_name(op);
+  check_float(name, "a", a);
+  check_same(name, "b", b, "a", a);
+  const Shape s = broadcast_shapes(name, a.shape(), b.shape());
+  Tensor out = a.shape() == s ? empty_like_layout(a, s)
+             : b.shape() == s ? empty_like_layout(b, s)
+                              : Tensor::empty(s, TensorOptions(a.dtype()).with_device(a.device()));
+  const Tensor ae = a.shape() == s ? a : expand_nograd(a, s);
+  const Tensor bx = b.shape() == s ? b : expand_nograd(b, s);
+  BackendImpl& be = backend_of(a);
+  {
+    profiler::OpScope scope(name, be.kind(), {&a, &b}, [&] { return cost::elementwise({&a, &b}, {&out}, 1); });
+    be.binary(op, ae, bx, out);
+  }
+  const bool differentiable = op != BinaryOp::eq && op != BinaryOp::gt && op != BinaryOp::lt;
+  if (differentiable && should_record({&a, &b})) {
+    const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+    const Shape sa = a.shape(), sb = b.shape();
+    const Tensor ad = a.detach(), bd = b.detach(), od = out.detach();
+    record(name, {&a, &b}, {&out}, [=](const std::vector<Tensor>& gs) {
+      const Tensor& g = gs[0];
+      Tensor ga, gb;
+      switch (op) {
+        case BinaryOp::add:
+          if (need_a) ga = g;
+          if (need_b) gb = g;
+          break;
+        case BinaryOp::sub:
+          if (need_a) ga = g;
+          if (need_b) gb = neg(g);
+          break;
+        case BinaryOp::mul:
+          if (need_a) ga = mul(g, bd);
+          if (need_b) gb = mul(g, ad);
+          break;
+        case BinaryOp::div:
+          if (need_a) ga = div(g, bd);
+          if (need_b) gb = neg(div(mul(g, od), bd));  // d(a/b)/db = -(a/b)/b
+          break;
+        case BinaryOp::maximum:
+        case BinaryOp::minimum: {
+          const bool greater = op == BinaryOp::maximum;
+          if (need_a) ga = mul(g, win_mask(ad, bd, greater));
+          if (need_b) gb = mul(g, win_mask(bd, ad, greater));
+          break;
+        }
+        default: break;
+      }
+      return std::vector<Tensor>{ga.defined() ? sum_to(ga, sa) : ga, gb.defined() ? sum_to(gb, sb) : gb};
+    });
+  }
+  return out;
+}
+
+Tensor add(const Tensor& a, const Tensor& b) { return binary(BinaryOp::add, a, b); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary(BinaryOp::sub, a, b); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary(BinaryOp::mul, a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary(BinaryOp::div, a, b); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::maximum, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::minimum, a, b); }
+Tensor eq(const Tensor& a, const Tensor& b) { return binary(BinaryOp::eq, a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return binary(BinaryOp::gt, a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return binary(BinaryOp::lt, a, b); }
+
+Tensor scalar_op(ScalarOp op, const Tensor& x_in, double s) {
+  const char* name = scalar_op_name(op);
+  check_float(name, "x", x_in);
+  const Tensor x = dense(x_in);
+  Tensor out = empty_like_layout(x, x.shape());
+  BackendImpl& be = backend_of(x);
+  {
+    profiler::OpScope scope(name, be.kind(), {&x}, [&] { return cost::elementwise({&x}, {&out}, 1); });
+    be.scalar_op(op, x, s, out);
+  }
+  if (should_record({&x_in})) {
+    const Tensor xd = x.detach(), od = out.detach();
+    record(name, {&x_in}, {&out}, [=](const std::vector<Tensor>& gs) {
+      const Tensor& g = gs[0];
+      Tensor gx;
+      switch (op) {
+        case ScalarOp::add: gx = g; break;
+        case ScalarOp::mul: gx = mul(g, s); break;
+        case ScalarOp::pow: gx = mul(g, mul(pow(xd, s - 1.0), s)); break;
+        case ScalarOp::rsub: gx = neg(g); break;
+        case ScalarOp::rdiv: gx = neg(div(mul(g, od), xd)); break;  // d(s/x)/dx = -(s/x)/x
+        case ScalarOp::maximum:
+        case ScalarOp::minimum: {
+          const Tensor sv = Tensor::full({}, s, TensorOptions(xd.dtype()).with_device(xd.device()));
+          gx = mul(g, win_mask(xd, sv, op == ScalarOp::maximum));
+          break;
+        }
+      }
+      return std::vector<Tensor>{gx};
+    });
+  }
+  return out;
+}
+
+Tensor add(const Tensor& x, double s) { return scalar_op(ScalarOp::add, x, s); }
+Tensor mul(const Tensor& x, double s) { return scalar_op(ScalarOp::mul, x, s); }
+Tensor pow(const Tensor& x, double s) { return scalar_op(ScalarOp::pow, x, s); }
+Tensor rsub(const Tensor& x, double s) { return scalar_op(ScalarOp::rsub, x, s); }
+Tensor rdiv(const Tensor& x, double s) { return scalar_op(ScalarOp::rdiv, x, s); }
+Tensor clamp_min(const Tensor& x, double s) { return scalar_op(ScalarOp::maximum, x, s); }
+Tensor clamp_max(const Tensor& x, double s) { return scalar_op(ScalarOp::minimum, x, s); }
+
+Tensor unary(UnaryOp op, const Tensor& x_in) {
+  const char* name = unary_name(op);
+  check_float(name, "x", x_in);
+  const Tensor x = dense(x_in);
+  Tensor out = empty_like_layout(x, x.shape());
+  BackendImpl& be = backend_of(x);
+  {
+    profiler::OpScope scope(name, be.kind(), {&x}, [&] { return cost::elementwise({&x}, {&out}, 1); });
+    be.unary(op, x, out);
+  }
+  if (should_record({&x_in})) {
+    const Tensor xd = x.detach(), od = out.detach();
+    record(name, {&x_in}, {&out}, [=](const std::vector<Tensor>& gs) {
+      const Tensor& g = gs[0];
+      Tensor gx;
+      switch (op) {
+        case UnaryOp::neg: gx = neg(g); break;
+        case UnaryOp::exp: gx = mul(g, od); break;
+        case UnaryOp::log: gx = div(g, xd); break;
+        case UnaryOp::sqrt: gx = div(mul(g, 0.5), od); break;
+        case UnaryOp::rsqrt: gx = mul(mul(g, pow(od, 3.0)), -0.5); break;
+        case UnaryOp::abs: {
+          const Tensor z = zeros_scalar_like(xd);
+          gx = mul(g, sub(gt(xd, z), lt(xd, z)));
+          break;
+        }
+        case UnaryOp::tanh: gx = mul(g, rsub(square(od), 1.0)); break;
+        case UnaryOp::square: gx = mul(g, mul(xd, 2.0)); break;
+      }
+      return std::vector<Tensor>{gx};
+    });
+  }
+  return out;
+}
+
+Tensor neg(const Tensor& x) { return unary(UnaryOp::neg, x); }
+Tensor exp(const Tensor& x) { return unary(UnaryOp::exp, x); }
+Tensor log(const Tensor& x) { return unary(UnaryOp::log, x); }
+Tensor sqrt(const Tensor& x) { return unary(UnaryOp::sqrt, x); }
+Tensor rsqrt(const Tensor& x) { return unary(UnaryOp::rsqrt, x); }
+Tensor abs(const Tensor& x) { return unary(UnaryOp::abs, x); }
+Tensor tanh(const Tensor& x) { return unary(UnaryOp::tanh, x); }
+Tensor square(const Tensor& x) { return unary(UnaryOp::square, x); }
+
+namespace {
+const char* activation_backward_name(Activation a) {
+  static const char* n[] = {"relu.backward", "relu6.backward", "gelu.backward", "gelu_tanh.backward",
+                            "sigmoid.backward", "silu.backward", "hardswish.backward"};
+  return n[static_cast<int>(a)];
+}
+double activation_flops(Activation a) {
+  switch (a) {
+    case Activation::relu: case Activation::relu6: return 1;
+    case Activation::hardswish: return 4;
+    default: return 8;  // transcendental: counted as a handful of FLOPs
+  }
+}
+}  // namespace
+
+Tensor activation(Activation act, const Tensor& x_in) {
+  const char* name = activation_name(act);
+  check_float(name, "x", x_in);
+  const Tensor x = dense(x_in);
+  Tensor out = empty_like_layout(x, x.shape());
+  BackendImpl& be = backend_of(x);
+  {
+    profiler::OpScope scope(name, be.kind(), {&x}, [&] { return cost::elementwise({&x}, {&out}, activation_flops(act)); });
+    be.activation(act, x, out);
+  }
+  if (should_record({&x_in})) {
+    const Tensor xd = x.detach();
+    record(name, {&x_in}, {&out}, [=](const std::vector<Tensor>& gs) {
+      const Tensor dy = same_layout(gs[0], xd);
+      Tensor dx = empty_like_layout(xd, xd.shape());
+      BackendImpl& b = backend_of(xd);
+      {
+        profiler::OpScope scope(activation_backward_name(act), b.kind(), {&xd, &dy},
+                                [&] { return cost::elementwise({&xd, &dy}, {&dx}, activation_flops(act) + 1); });
+        b.activation_backward(act, xd, dy, dx);
+      }
+      return std::vector<Tensor>{dx};
+    });
+  }
+  return out;
+}
+
+Tensor relu(const Tensor& x) { return activation(Activation::relu, x); }
+Tensor relu6(const Tensor& x) { return activation(Activation::relu6, x); }
+Tensor gelu(const Tensor& x, bool tanh_approximation) {
+  return activation(tanh_approximation ? Activation::gelu_tanh : Activation::gelu_erf, x);
+}
+Tensor sigmoid(const Tensor& x) { return activation(Activation::sigmoid, x); }
+Tensor silu(const Tensor& x) { return activation(Activation::silu, x); }
+Tensor hardswish(const Tensor& x) { return activation(Activation::hardswish, x); }
+
+}  // namespace duet

@@ -1,0 +1,98 @@
+#include "engine/ops/frontend.h"
+#include <algorithm>
+#include <numeric>
+
+namespace duet::detail {
+
+void check_defined(const char* op, const char* arg, const Tensor& t) {
+  DUET_CHECK(t.defined(), "{}: argument '{}' is an undefined tensor", op, arg);
+}
+
+void check_float(const char* op, const char* arg, const Tensor& t) {
+  check_defined(op, arg, t);
+  DUET_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64,
+             "{}: argument '{}' has dtype {}, expected f32 or f64", op, arg, dtype_name(t.dtype()));
+}
+
+void check_dtype(const char* op, const char* arg, const Tensor& t, DType expected) {
+  check_defined(op, arg, t);
+  DUET_CHECK(t.dtype() == expected, "{}: argument '{}' has dtype {}, expected {}", op, arg, dtype_name(t.dtype()),
+             dtype_name(expected));
+}
+
+void check_same(const char* op, const char* arg, const Tensor& t, const char* ref_arg, const Tensor& ref) {
+  check_defined(op, arg, t);
+  DUET_CHECK(t.device() == ref.device(), "{}: argument '{}' is on {}, but '{}' is on {}: expected all on one device",
+             op, arg, t.device().str(), ref_arg, ref.device().str());
+  DUET_CHECK(t.dtype() == ref.dtype(), "{}: argument '{}' has dtype {}, but '{}' has dtype {}: expected the same dtype",
+             op, arg, dtype_name(t.dtype()), ref_arg, dtype_name(ref.dtype()));
+}
+
+void check_dim(const char* op, const char* arg, const Tensor& t, int64_t ndim) {
+  check_defined(op, arg, t);
+  DUET_CHECK(t.dim() == ndim, "{}: argument '{}' has shape {} ({} dims), expected {} dims", op, arg,
+             shape_str(t.shape()), t.dim(), ndim);
+}
+
+void check_shape(const char* op, const char* arg, const Tensor& t, const Shape& expected) {
+  check_defined(op, arg, t);
+  DUET_CHECK(t.shape() == expected, "{}: argument '{}' has shape {}, expected {}", op, arg, shape_str(t.shape()),
+             shape_str(expected));
+}
+
+Tensor empty_like_layout(const Tensor& t, const Shape& shape) {
+  const TensorOptions o = TensorOptions(t.dtype()).with_device(t.device());
+  if (shape != t.shape() || !t.is_dense() || t.is_contiguous()) return Tensor::empty(shape, o);
+  if (t.is_contiguous(MemoryFormat::channels_last)) return Tensor::empty(shape, o, MemoryFormat::channels_last);
+  // Any other dense permutation: allocate contiguous in t's stride order, then permute back.
+  std::vector<int64_t> order(static_cast<size_t>(t.dim()));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return t.stride(a) > t.stride(b); });
+  Shape permuted(order.size());
+  for (size_t i = 0; i < order.size(); ++i) permuted[i] = shape[order[i]];
+  Tensor base = Tensor::empty(permuted, o);
+  std::vector<int64_t> inverse(order.size());
+  for (size_t i = 0; i < order.size(); ++i) inverse[order[i]] = static_cast<int64_t>(i);
+  return base.permute(inverse);
+}
+
+Tensor dense(const Tensor& t) { return t.is_dense() ? t : t.contiguous(); }
+
+Tensor same_layout(const Tensor& t, const Tensor& ref) {
+  if (t.strides() == ref.strides()) return t;
+  Tensor out = empty_like_layout(ref, ref.shape());
+  if (out.strides() != ref.strides()) out = Tensor::empty(ref.shape(), TensorOptions(ref.dtype()).with_device(ref.device()));
+  out.copy_(t.detach());
+  return out;
+}
+
+Tensor in_format(const Tensor& t, MemoryFormat f) { return t.is_contiguous(f) ? t : t.contiguous(f); }
+
+MemoryFormat format_of(const Tensor& x) {
+  return x.dim() == 4 && !x.is_contiguous() && x.is_contiguous(MemoryFormat::channels_last)
+             ? MemoryFormat::channels_last
+             : MemoryFormat::contiguous;
+}
+
+Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b) {
+  const size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    const int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    DUET_CHECK(da == db || da == 1 || db == 1,
+               "{}: shapes {} and {} cannot be broadcast together (dim {} is {} vs {}; expected equal or 1)", op,
+               shape_str(a), shape_str(b), i, da, db);
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+Tensor expand_nograd(const Tensor& t, const Shape& shape) {
+  NoGradGuard no_grad;
+  return t.expand(shape);
+}
+
+std::string dims_str(const std::vector<int64_t>& d) { return shape_str(d); }
+
+}  // namespace duet::detail

@@ -1,0 +1,132 @@
+// Front-ends of matmul and linear. Operands reach the kernel as 3-D row-major [B, rows, cols]
+// blocks plus a transpose flag, so q @ k^T in attention needs no copy: the transposed view of a
+// contiguous tensor is passed as the tensor itself with trans = true (what BLAS calls 'T').
+#include "engine/ops/frontend.h"
+
+namespace duet {
+
+using namespace detail;
+
+namespace {
+struct Operand {
+  Tensor t;  // contiguous 3-D
+  bool trans;
+};
+
+// A 3-D tensor as a contiguous block, transposed or not, copying only when neither works.
+Operand as_operand(const Tensor& t3) {
+  if (t3.is_contiguous()) return {t3, false};
+  const Tensor tt = t3.transpose(1, 2);
+  if (tt.is_contiguous()) return {tt, true};
+  return {t3.contiguous(), false};
+}
+
+// out[B, M, N] = a[Ba, M, K] @ b[Bb, K, N] (Ba, Bb equal or 1), dispatched as `name`.
+Tensor bmm(const Tensor& a, const Tensor& b, const char* name) {
+  NoGradGuard no_grad;  // callers record their own node
+  const Operand oa = as_operand(a), ob = as_operand(b);
+  const int64_t B = std::max(a.size(0), b.size(0)), M = a.size(1), K = a.size(2), N = b.size(2);
+  Tensor out = Tensor::empty({B, M, N}, TensorOptions(a.dtype()).with_device(a.device()));
+  BackendImpl& be = backend_of(a);
+  profiler::OpScope scope(name, be.kind(), {&a, &b}, [&] { return cost::matmul(B, M, N, K, dtype_size(a.dtype())); });
+  be.matmul(oa.t, ob.t, out, oa.trans, ob.trans);
+  return out;
+}
+
+Tensor as3d(const Tensor& t, int64_t batch) {
+  if (t.dim() == 3) return t;
+  if (t.dim() == 2) return t.unsqueeze(0);
+  return t.reshape({batch, t.size(-2), t.size(-1)});
+}
+
+Tensor matmul_impl(const Tensor& a, const Tensor& b, const char* name) {
+  check_float(name, "a", a);
+  check_same(name, "b", b, "a", a);
+  DUET_CHECK(a.dim() >= 2 && b.dim() >= 2, "{}: operands need at least 2 dims, got shapes {} and {}", name,
+             shape_str(a.shape()), shape_str(b.shape()));
+  DUET_CHECK(a.size(-1) == b.size(-2), "{}: inner dims differ: a is {} and b is {} (expected a[..., K] @ b[..., K, N])",
+             name, shape_str(a.shape()), shape_str(b.shape()));
+  const Shape ba(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
+  const Shape batch = broadcast_shapes(name, ba, bb);
+  const int64_t M = a.size(-2), N = b.size(-1);
+  Shape out_shape = batch;
+  out_shape.push_back(M);
+  out_shape.push_back(N);
+  Tensor out;
+  if (b.dim() == 2 && a.dim() > 2 && a.is_contiguous()) {
+    // [..., M, K] @ [K, N]: one big GEMM over all rows (how linear layers on tokens run).
+    out = bmm(a.reshape({1, -1, a.size(-1)}), b.unsqueeze(0), name).view(out_shape);
+  } else {
+    const int64_t B = numel_of(batch);
+    auto full = [&](const Tensor& t, const Shape& tb) {
+      if (numel_of(tb) == 1) return as3d(t.reshape({1, t.size(-2), t.size(-1)}), 1);
+      Shape s = batch;
+      s.push_back(t.size(-2));
+      s.push_back(t.size(-1));
+      return as3d(tb == batch ? t : expand_nograd(t, s), B);
+    };
+    NoGradGuard no_grad;
+    out = bmm(full(a, ba), full(b, bb), name).view(out_shape);
+  }
+  return out;
+}
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  Tensor out = matmul_impl(a, b, "matmul");
+  if (should_record({&a, &b})) {
+    const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+    const Tensor ad = a.detach(), bd = b.detach();
+    const Shape sa = a.shape(), sb = b.shape();
+    record("matmul", {&a, &b}, {&out}, [=](const std::vector<Tensor>& gs) {
+      const Tensor& g = gs[0];
+      Tensor ga, gb;
+      if (need_a) ga = sum_to(matmul_impl(g, bd.transpose(-1, -2), "matmul.backward_a"), sa);
+      if (need_b) gb = sum_to(matmul_impl(ad.transpose(-1, -2), g, "matmul.backward_b"), sb);
+      return std::vector<Tensor>{ga, gb};
+    });
+  }
+  return out;
+}
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  check_float("linear", "x", x);
+  check_same("linear", "weight", w, "x", x);
+  check_dim("linear", "weight", w, 2);
+  DUET_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1),
+             "linear: input has shape {} but weight is {}: expected the input's last dim to be {}", shape_str(x.shape()),
+             shape_str(w.shape()), w.size(1));
+  if (bias.defined()) {
+    check_same("linear", "bias", bias, "x", x);
+    check_shape("linear", "bias", bias, {w.size(0)});
+  }
+  const int64_t in = w.size(1), outf = w.size(0);
+  Shape out_shape = x.shape();
+  out_shape.back() = outf;
+  const Tensor x2 = x.detach().reshape({-1, in}).contiguous();
+  const Tensor w2 = w.is_contiguous() ? w : w.detach().contiguous();
+  Tensor y = Tensor::empty({x2.size(0), outf}, TensorOptions(x.dtype()).with_device(x.device()));
+  BackendImpl& be = backend_of(x);
+  {
+    profiler::OpScope scope("linear", be.kind(), {&x2, &w, &bias},
+                            [&] { return cost::matmul(1, x2.size(0), outf, in, dtype_size(x.dtype()), bias.defined()); });
+    be.linear(x2, w2, bias, y);
+  }
+  y = y.view(out_shape);
+  if (should_record({&x, &w, &bias})) {
+    const bool need_x = x.requires_grad(), need_w = w.requires_grad(), need_b = bias.defined() && bias.requires_grad();
+    const Tensor wd = w2.detach();
+    const Shape xs = x.shape();
+    record("linear", {&x, &w, &bias}, {&y}, [=](const std::vector<Tensor>& gs) {
+      const Tensor g2 = gs[0].reshape({-1, outf});
+      Tensor gx, gw, gb;
+      if (need_x) gx = bmm(g2.unsqueeze(0), wd.unsqueeze(0), "linear.backward_data").view(xs);
+      if (need_w) gw = bmm(g2.transpose(0, 1).unsqueeze(0), x2.unsqueeze(0), "linear.backward_weight").view({outf, in});
+      if (need_b) gb = sum(g2, {0});
+      return std::vector<Tensor>{gx, gw, gb};
+    });
+  }
+  return y;
+}
+
+}  // namespace duet

@@ -1,0 +1,123 @@
+// Front-ends of batch norm and layer norm. Training-mode batch norm has its own backward kernel
+// (the statistics depend on every element of the batch); eval-mode batch norm is an affine map
+// per channel, whose gradient is written with elementwise ops.
+#include "engine/ops/frontend.h"
+
+namespace duet {
+
+using namespace detail;
+
+Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                  const Tensor& running_var, const BatchNormParams& p) {
+  check_float("batch_norm", "input", x_in);
+  DUET_CHECK(x_in.dim() == 4 || x_in.dim() == 2, "batch_norm: input has shape {}, expected [N, C, H, W] or [N, C]",
+             shape_str(x_in.shape()));
+  const int64_t C = x_in.size(1);
+  check_same("batch_norm", "weight", gamma, "input", x_in);
+  check_shape("batch_norm", "weight", gamma, {C});
+  check_same("batch_norm", "bias", beta, "input", x_in);
+  check_shape("batch_norm", "bias", beta, {C});
+  DUET_CHECK(p.eps > 0, "batch_norm: eps must be positive, got {}", p.eps);
+  const TensorOptions opts = TensorOptions(x_in.dtype()).with_device(x_in.device());
+  Tensor rm = running_mean, rv = running_var;
+  if (!p.training) {
+    DUET_CHECK(rm.defined() && rv.defined(), "batch_norm: eval mode needs running_mean and running_var");
+  }
+  if (rm.defined() || rv.defined()) {
+    check_same("batch_norm", "running_mean", rm, "input", x_in);
+    check_shape("batch_norm", "running_mean", rm, {C});
+    check_same("batch_norm", "running_var", rv, "input", x_in);
+    check_shape("batch_norm", "running_var", rv, {C});
+  } else {  // training without running statistics: scratch buffers the kernel may update
+    rm = Tensor::zeros({C}, opts);
+    rv = Tensor::ones({C}, opts);
+  }
+  if (p.training) {
+    const int64_t per_channel = x_in.numel() / std::max<int64_t>(C, 1);
+    DUET_CHECK(per_channel > 1, "batch_norm: training needs more than one value per channel, got input shape {}",
+               shape_str(x_in.shape()));
+  }
+  const MemoryFormat f = format_of(x_in);
+  const Tensor x = in_format(x_in.detach(), f);
+  Tensor y = x.dim() == 4 ? Tensor::empty(x.shape(), opts, f) : Tensor::empty(x.shape(), opts);
+  Tensor save_mean = Tensor::empty({C}, opts), save_invstd = Tensor::empty({C}, opts);
+  BackendImpl& be = backend_of(x);
+  const size_t elem = dtype_size(x.dtype());
+  {
+    profiler::OpScope scope("batch_norm", be.kind(), {&x}, [&] { return cost::batch_norm(x.shape(), elem, p.training); });
+    be.batch_norm(x, gamma.detach(), beta.detach(), rm, rv, y, save_mean, save_invstd, p);
+  }
+  if (should_record({&x_in, &gamma, &beta})) {
+    const bool need_x = x_in.requires_grad(), need_g = gamma.requires_grad(), need_b = beta.requires_grad();
+    const Tensor gd = gamma.detach();
+    const bool training = p.training;
+    record("batch_norm", {&x_in, &gamma, &beta}, {&y}, [=](const std::vector<Tensor>& gs) {
+      Tensor dx, dgamma, dbeta;
+      if (training) {
+        const Tensor dy = in_format(gs[0], x.dim() == 4 ? f : MemoryFormat::contiguous);
+        if (need_x) dx = Tensor::empty_like(x);
+        if (need_g) dgamma = Tensor::empty({C}, opts);
+        if (need_b) dbeta = Tensor::empty({C}, opts);
+        BackendImpl& b = backend_of(dy);
+        profiler::OpScope scope("batch_norm.backward", b.kind(), {&dy, &x}, [&] { return cost::batch_norm_backward(x.shape(), elem); });
+        b.batch_norm_backward(dy, x, gd, save_mean, save_invstd, dx, dgamma, dbeta);
+      } else {
+        // y = (x - mean) * invstd * gamma + beta with constant statistics.
+        const Shape cs = x.dim() == 4 ? Shape{1, C, 1, 1} : Shape{1, C};
+        const Tensor invstd = save_invstd.view(cs), mu = save_mean.view(cs);
+        const Tensor& g = gs[0];
+        std::vector<int64_t> red = x.dim() == 4 ? std::vector<int64_t>{0, 2, 3} : std::vector<int64_t>{0};
+        if (need_x) dx = mul(g, mul(invstd, gd.view(cs)));
+        if (need_g) dgamma = sum(mul(g, mul(sub(x, mu), invstd)), red);
+        if (need_b) dbeta = sum(g, red);
+      }
+      return std::vector<Tensor>{dx, dgamma, dbeta};
+    });
+  }
+  return y;
+}
+
+Tensor layer_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, double eps) {
+  check_float("layer_norm", "input", x_in);
+  DUET_CHECK(x_in.dim() >= 1, "layer_norm: input must have at least one dim");
+  DUET_CHECK(eps > 0, "layer_norm: eps must be positive, got {}", eps);
+  const int64_t D = x_in.size(-1);
+  if (gamma.defined()) {
+    check_same("layer_norm", "weight", gamma, "input", x_in);
+    check_shape("layer_norm", "weight", gamma, {D});
+  }
+  if (beta.defined()) {
+    check_same("layer_norm", "bias", beta, "input", x_in);
+    check_shape("layer_norm", "bias", beta, {D});
+  }
+  const TensorOptions opts = TensorOptions(x_in.dtype()).with_device(x_in.device());
+  const Tensor x = x_in.detach().contiguous();
+  const int64_t rows = x.numel() / std::max<int64_t>(D, 1);
+  Tensor y = Tensor::empty(x.shape(), opts);
+  Tensor mean = Tensor::empty({rows}, opts), rstd = Tensor::empty({rows}, opts);
+  BackendImpl& be = backend_of(x);
+  const size_t elem = dtype_size(x.dtype());
+  const Tensor gd = gamma.defined() ? gamma.detach() : Tensor(), bd = beta.defined() ? beta.detach() : Tensor();
+  {
+    profiler::OpScope scope("layer_norm", be.kind(), {&x}, [&] { return cost::layer_norm(x.shape(), elem); });
+    be.layer_norm(x, gd, bd, y, mean, rstd, eps);
+  }
+  if (should_record({&x_in, &gamma, &beta})) {
+    const bool need_x = x_in.requires_grad();
+    const bool need_g = gamma.defined() && gamma.requires_grad(), need_b = beta.defined() && beta.requires_grad();
+    record("layer_norm", {&x_in, &gamma, &beta}, {&y}, [=](const std::vector<Tensor>& gs) {
+      const Tensor dy = gs[0].contiguous();
+      Tensor dx, dgamma, dbeta;
+      if (need_x) dx = Tensor::empty(x.shape(), opts);
+      if (need_g) dgamma = Tensor::empty({D}, opts);
+      if (need_b) dbeta = Tensor::empty({D}, opts);
+      BackendImpl& b = backend_of(dy);
+      profiler::OpScope scope("layer_norm.backward", b.kind(), {&dy, &x}, [&] { return cost::layer_norm_backward(x.shape(), elem); });
+      b.layer_norm_backward(dy, x, gd, mean, rstd, dx, dgamma, dbeta);
+      return std::vector<Tensor>{dx, dgamma, dbeta};
+    });
+  }
+  return y;
+}
+
+}  // namespace duet

@@ -1,0 +1,47 @@
+// Front-ends of the fused optimizer updates: one kernel pass per parameter, in place, outside
+// autograd, timed under the optimizer phase.
+#include "engine/ops/frontend.h"
+
+namespace duet {
+
+using namespace detail;
+
+namespace {
+void check_state(const char* op, const char* arg, const Tensor& t, const Tensor& param) {
+  check_same(op, arg, t, "param", param);
+  DUET_CHECK(t.shape() == param.shape() && t.is_contiguous(), "{}: '{}' has shape {} (contiguous: {}), expected a contiguous {}", op,
+             arg, shape_str(t.shape()), t.is_contiguous(), shape_str(param.shape()));
+}
+}  // namespace
+
+void sgd_step_(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const SgdParams& p, bool first_step) {
+  check_float("sgd_step", "param", param);
+  DUET_CHECK(param.is_contiguous(), "sgd_step: param must be contiguous");
+  check_state("sgd_step", "grad", grad, param);
+  if (p.momentum != 0.0) check_state("sgd_step", "momentum_buffer", momentum_buf, param);
+  BackendImpl& be = backend_of(param);
+  profiler::PhaseGuard phase(Phase::optimizer);
+  profiler::OpScope scope("sgd_step", be.kind(), {&param}, [&] {
+    return cost::elementwise({&param, &grad, &momentum_buf}, {&param, &momentum_buf}, 5);
+  });
+  be.sgd_step(param, grad, momentum_buf, p, first_step);
+}
+
+void adam_step_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                const AdamParams& p) {
+  const char* name = p.decoupled ? "adamw_step" : "adam_step";
+  check_float(name, "param", param);
+  DUET_CHECK(param.is_contiguous(), "{}: param must be contiguous", name);
+  check_state(name, "grad", grad, param);
+  check_state(name, "exp_avg", exp_avg, param);
+  check_state(name, "exp_avg_sq", exp_avg_sq, param);
+  DUET_CHECK(p.step >= 1, "{}: step must be >= 1 (bias correction), got {}", name, p.step);
+  BackendImpl& be = backend_of(param);
+  profiler::PhaseGuard phase(Phase::optimizer);
+  profiler::OpScope scope(name, be.kind(), {&param}, [&] {
+    return cost::elementwise({&param, &grad, &exp_avg, &exp_avg_sq}, {&param, &exp_avg, &exp_avg_sq}, 12);
+  });
+  be.adam_step(param, grad, exp_avg, exp_avg_sq, p);
+}
+
+}  // namespace duet

@@ -1,0 +1,84 @@
+// Front-ends of cat, split and chunk. Split and chunk are views (no kernel); cat copies every
+// input into one contiguous output, and its gradient is a set of views of the output gradient.
+#include "engine/ops/frontend.h"
+
+namespace duet {
+
+using namespace detail;
+
+Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
+  DUET_CHECK(!xs.empty(), "cat: expected at least one tensor, got none");
+  const Tensor& first = xs[0];
+  check_defined("cat", "tensors[0]", first);
+  dim = wrap_dim(dim, first.dim(), "cat");
+  Shape out_shape = first.shape();
+  out_shape[dim] = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const std::string arg = fmt::format("tensors[{}]", i);
+    check_same("cat", arg.c_str(), xs[i], "tensors[0]", first);
+    DUET_CHECK(xs[i].dim() == first.dim(), "cat: {} has {} dims, tensors[0] has {}: expected the same rank", arg,
+               xs[i].dim(), first.dim());
+    for (int64_t d = 0; d < first.dim(); ++d)
+      DUET_CHECK(d == dim || xs[i].size(d) == first.size(d),
+                 "cat: {} has shape {}, tensors[0] has {}: sizes must match except on dim {}", arg,
+                 shape_str(xs[i].shape()), shape_str(first.shape()), dim);
+    out_shape[dim] += xs[i].size(dim);
+  }
+  Tensor out = Tensor::empty(out_shape, TensorOptions(first.dtype()).with_device(first.device()));
+  std::vector<Tensor> inputs;
+  inputs.reserve(xs.size());
+  for (const Tensor& t : xs) inputs.push_back(t.detach());
+  BackendImpl& be = backend_of(first);
+  {
+    profiler::OpScope scope("cat", be.kind(), {&first}, [&] {
+      return OpCost{0, 2.0 * static_cast<double>(out.nbytes())};
+    });
+    be.concat(inputs, dim, out);
+  }
+  bool any = false;
+  for (const Tensor& t : xs) any = any || t.requires_grad();
+  if (any && grad_mode_enabled()) {
+    std::vector<int64_t> sizes;
+    for (const Tensor& t : xs) sizes.push_back(t.size(dim));
+    record("cat", xs, {&out}, [sizes, dim](const std::vector<Tensor>& gs) {
+      std::vector<Tensor> r;
+      int64_t off = 0;
+      for (int64_t s : sizes) {
+        r.push_back(gs[0].slice(dim, off, off + s));
+        off += s;
+      }
+      return r;
+    });
+  }
+  return out;
+}
+
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
+  check_defined("split", "input", x);
+  dim = wrap_dim(dim, x.dim(), "split");
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    DUET_CHECK(s >= 0, "split: negative size {} in {}", s, dims_str(sizes));
+    total += s;
+  }
+  DUET_CHECK(total == x.size(dim), "split: sizes {} add up to {}, but dim {} has size {}", dims_str(sizes), total, dim,
+             x.size(dim));
+  std::vector<Tensor> parts;
+  int64_t off = 0;
+  for (int64_t s : sizes) {
+    parts.push_back(x.slice(dim, off, off + s));
+    off += s;
+  }
+  return parts;
+}
+
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
+  DUET_CHECK(chunks >= 1, "chunk: chunks must be >= 1, got {}", chunks);
+  dim = wrap_dim(dim, x.dim(), "chunk");
+  const int64_t n = x.size(dim), each = (n + chunks - 1) / chunks;
+  std::vector<int64_t> sizes;
+  for (int64_t off = 0; off < n; off += each) sizes.push_back(std::min(each, n - off));
+  return split(x, sizes, dim);
+}
+
+}  // namespace duet

@@ -1,0 +1,124 @@
+// Profiler events, recorded at the dispatch point and nowhere else. Off by default: then an op
+// pays one relaxed atomic load. On: each dispatched op appends one OpEvent to a per-thread
+// buffer (no lock on the hot path); collect() merges the buffers.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+#include "engine/device.h"
+#include "engine/dtype.h"
+
+namespace duet {
+
+class Tensor;
+
+enum class Phase : uint8_t { forward, backward, optimizer, data, copy, comm, other };
+const char* phase_name(Phase p);
+
+struct OpCost {
+  double flops = 0;  // floating-point operations (a multiply-add counts 2)
+  double bytes = 0;  // minimum bytes moved: every input read once, every output written once
+};
+
+struct OpEvent {
+  const char* name = "";  // static label: "conv2d", "conv2d.backward_data", ...
+  Phase phase = Phase::other;
+  Backend backend = Backend::reference;
+  DType dtype = DType::f32;
+  std::string shapes;  // input shapes, "[64, 3, 32, 32] [16, 3, 3, 3]"
+  std::string scope;   // module path ("layer1.0.conv1") at the time the op ran
+  std::string impl;    // which implementation ran (oneDNN impl name, cuDNN algorithm), if known
+  int64_t start_ns = 0, end_ns = 0;  // steady clock
+  double flops = 0, bytes = 0;
+  int64_t bytes_allocated = 0;  // allocated inside the op (outputs and workspace)
+  int64_t live_bytes = 0;       // device memory in use after the op
+  int64_t peak_bytes = 0;       // device high-water mark after the op
+  int thread = 0;
+};
+
+namespace profiler {
+
+namespace detail {
+extern std::atomic<bool> g_enabled;
+}
+inline bool enabled() { return detail::g_enabled.load(std::memory_order_relaxed); }
+void enable(bool on = true);
+void clear();                      // drops all recorded events
+std::vector<OpEvent> collect();    // all threads' events, sorted by start time
+int64_t now_ns();
+
+Phase current_phase();
+void set_phase(Phase p);
+class PhaseGuard {
+public:
+  explicit PhaseGuard(Phase p) : prev_(current_phase()) { set_phase(p); }
+  ~PhaseGuard() { set_phase(prev_); }
+  PhaseGuard(const PhaseGuard&) = delete;
+  PhaseGuard& operator=(const PhaseGuard&) = delete;
+private:
+  Phase prev_;
+};
+
+// Module path of the code now running (nn::Module pushes its name around forward).
+const std::string& current_scope();
+class ScopeGuard {
+public:
+  explicit ScopeGuard(const std::string& name);  // appends ".name" (or sets it when empty)
+  ~ScopeGuard();
+  ScopeGuard(const ScopeGuard&) = delete;
+  ScopeGuard& operator=(const ScopeGuard&) = delete;
+private:
+  size_t prev_len_;
+  bool active_;
+};
+// Replaces the whole path (autograd uses it to attribute backward ops to the forward's module).
+class ScopeReplace {
+public:
+  explicit ScopeReplace(const std::string& path);
+  ~ScopeReplace();
+  ScopeReplace(const ScopeReplace&) = delete;
+  ScopeReplace& operator=(const ScopeReplace&) = delete;
+private:
+  std::string prev_;
+  bool active_;
+};
+
+// A backend names the implementation it picked for the op in flight ("brg:avx512_core").
+void note_impl(const std::string& impl);
+
+// Opens at the dispatch point, closes when the kernel returns. The cost functor runs only when
+// profiling is on, so formulas cost nothing otherwise.
+class OpScope {
+public:
+  template <class CostFn>
+  OpScope(const char* name, Backend backend, std::initializer_list<const Tensor*> inputs, CostFn&& cost) {
+    if (!enabled()) return;
+    begin(name, backend, inputs);
+    OpCost c = cost();
+    flops_ = c.flops;
+    bytes_ = c.bytes;
+  }
+  ~OpScope() {
+    if (active_) end();
+  }
+  OpScope(const OpScope&) = delete;
+  OpScope& operator=(const OpScope&) = delete;
+
+private:
+  void begin(const char* name, Backend backend, std::initializer_list<const Tensor*> inputs);
+  void end();
+  bool active_ = false;
+  const char* name_ = nullptr;
+  Backend backend_{};
+  DType dtype_{};
+  Device device_{};
+  std::string shapes_;
+  double flops_ = 0, bytes_ = 0;
+  int64_t start_ns_ = 0, alloc_before_ = 0;
+};
+
+}  // namespace profiler
+}  // namespace duet

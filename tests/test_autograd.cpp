@@ -1,0 +1,124 @@
+// The autograd engine: accumulation, shared subgraphs, NoGradGuard, detach, leaf rules and the
+// errors for misuse.
+#include "tests/test_support.h"
+
+using namespace duet;
+using duet::testing::all_close;
+
+namespace {
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Autograd, SimpleChainAndAccumulation) {
+  Tensor x = Tensor::from_vector<double>({1, 2, 3}, {3}, TensorOptions(DType::f64).with_grad(true));
+  Tensor y = sum(mul(x, x));  // dy/dx = 2x
+  y.backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{2, 4, 6}));
+  sum(mul(x, 3.0)).backward();  // accumulates: + 3
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{5, 7, 9}));
+  x.zero_grad();
+  EXPECT_FALSE(x.grad().defined());
+}
+
+TEST(Autograd, DiamondGraphSumsBothPaths) {
+  Tensor x = Tensor::from_vector<double>({0.5, -1.0}, {2}, TensorOptions(DType::f64).with_grad(true));
+  Tensor a = exp(x);
+  Tensor y = sum(add(mul(a, 2.0), square(a)));  // d/dx = 2e^x + 2e^{2x}
+  y.backward();
+  const std::vector<double> g = x.grad().to_vector<double>();
+  for (int i = 0; i < 2; ++i) {
+    const double xv = i == 0 ? 0.5 : -1.0;
+    EXPECT_NEAR(g[i], 2 * std::exp(xv) + 2 * std::exp(2 * xv), 1e-12);
+  }
+}
+
+TEST(Autograd, NoGradGuardAndDetach) {
+  Tensor x = Tensor::ones({2}, TensorOptions().with_grad(true));
+  {
+    NoGradGuard ng;
+    Tensor y = mul(x, 2.0);
+    EXPECT_FALSE(y.requires_grad());
+    EXPECT_FALSE(y.grad_fn());
+  }
+  Tensor d = x.detach();
+  EXPECT_FALSE(d.requires_grad());
+  EXPECT_EQ(d.storage(), x.storage());
+  Tensor y = mul(add(x, d), 1.0);
+  sum(y).backward();
+  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{1, 1}));  // nothing flows through d
+}
+
+TEST(Autograd, OnlyNeededGradientsAreComputed) {
+  Tensor x = Tensor::ones({1, 2, 4, 4});
+  Tensor w = Tensor::ones({3, 2, 3, 3}, TensorOptions().with_grad(true));
+  profiler::clear();
+  profiler::enable(true);
+  sum(conv2d(x, w)).backward();
+  profiler::enable(false);
+  bool data_grad = false, weight_grad = false;
+  for (const OpEvent& e : profiler::collect()) {
+    data_grad |= std::string(e.name) == "conv2d.backward_data";
+    weight_grad |= std::string(e.name) == "conv2d.backward_weight";
+  }
+  profiler::clear();
+  EXPECT_FALSE(data_grad) << "the input does not require grad: no backward_data should run";
+  EXPECT_TRUE(weight_grad);
+  EXPECT_EQ(w.grad().shape(), w.shape());
+}
+
+TEST(Autograd, UnusedOutputsOfSplitGetZeroGradient) {
+  Tensor x = Tensor::arange(6, DType::f64).set_requires_grad(true);
+  auto parts = split(x, {2, 4}, 0);
+  sum(parts[1]).backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{0, 0, 1, 1, 1, 1}));
+}
+
+TEST(Autograd, MisuseGivesClearErrors) {
+  Tensor x = Tensor::ones({2, 3}, TensorOptions().with_grad(true));
+  Tensor y = mul(x, 2.0);
+  std::string msg = error_of([&] { y.backward(); });
+  EXPECT_NE(msg.find("[2, 3]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("gradient argument"), std::string::npos) << msg;
+
+  Tensor c = Tensor::ones({3});
+  msg = error_of([&] { sum(c).backward(); });
+  EXPECT_NE(msg.find("does not require grad"), std::string::npos) << msg;
+
+  Tensor z = sum(mul(x, x));
+  z.backward();
+  msg = error_of([&] { z.backward(); });
+  EXPECT_NE(msg.find("retain_graph"), std::string::npos) << msg;
+
+  Tensor r = sum(mul(x, x));
+  r.backward(Tensor(), /*retain_graph=*/true);
+  EXPECT_NO_THROW(r.backward());
+
+  msg = error_of([&] { y.backward(Tensor::ones({3, 2})); });
+  EXPECT_NE(msg.find("expected the output's shape [2, 3]"), std::string::npos) << msg;
+
+  msg = error_of([&] { Tensor::ones({2}, DType::i64).set_requires_grad(true); });
+  EXPECT_NE(msg.find("i64"), std::string::npos) << msg;
+
+  msg = error_of([&] { y.set_requires_grad(false); });
+  EXPECT_NE(msg.find("non-leaf"), std::string::npos) << msg;
+}
+
+TEST(Autograd, GraphIsFreedAfterBackward) {
+  // Saved tensors are released by backward: memory returns to its level before the forward.
+  Tensor w = Tensor::ones({256, 256}, TensorOptions().with_grad(true));
+  const int64_t before = cpu_allocator().stats().current;
+  {
+    Tensor x = Tensor::ones({8, 256});
+    Tensor loss = sum(relu(linear(x, w)));
+    loss.backward();
+  }
+  w.zero_grad();
+  EXPECT_EQ(cpu_allocator().stats().current, before);
+}

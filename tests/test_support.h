@@ -1,0 +1,40 @@
+// Shared helpers for the test suites: the gradient checker, tensor comparison, backend lists
+// and the shared data folder.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+#include <gtest/gtest.h>
+#include "engine/duet.h"
+
+namespace duet::testing {
+
+// Central-difference gradient check in f64 (the reference backend is forced for the check).
+// `f` maps the inputs to any tensor; the check differentiates sum(f(inputs) * R) for a fixed
+// random R, so every output element matters. Inputs must be f64 leaves; those with
+// requires_grad are checked. Returns "" on success, else a description of the worst mismatch.
+std::string gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& inputs,
+                      double eps = 1e-6, double atol = 1e-6, double rtol = 1e-5);
+
+// Max |a - b| / (atol + rtol * |b|) over elements; <= 1 means close. Shapes must match.
+double closeness(const Tensor& a, const Tensor& b, double atol, double rtol);
+::testing::AssertionResult all_close(const Tensor& a, const Tensor& b, double atol = 1e-5, double rtol = 1e-4);
+
+// Random f64/f32 tensor in [lo, hi) with a fixed seed.
+Tensor random_tensor(const Shape& shape, uint64_t seed, DType dtype = DType::f64, double lo = -1.0, double hi = 1.0);
+
+// Backends present in this build (reference always).
+std::vector<Backend> cpu_backends();
+
+// The shared data folder from DUET_DATA_DIR; "" when absent. Tests that need it call
+// DUET_REQUIRE_DATA_DIR(), which skips visibly when absent (or fails when DUET_REQUIRE_DATA=1).
+std::string data_dir();
+#define DUET_REQUIRE_DATA_DIR()                                                                  \
+  do {                                                                                           \
+    if (::duet::testing::data_dir().empty()) {                                                   \
+      if (std::getenv("DUET_REQUIRE_DATA")) FAIL() << "DUET_REQUIRE_DATA is set but no data dir"; \
+      GTEST_SKIP() << "shared data folder not found (set DUET_DATA_DIR)";                      \
+    }                                                                                            \
+  } while (0)
+
+}  // namespace duet::testing

@@ -1,0 +1,141 @@
+// Tensor metadata, views sharing storage, layouts, copies and printing.
+#include "tests/test_support.h"
+
+using namespace duet;
+using duet::testing::all_close;
+
+namespace {
+Tensor iota(const Shape& s, DType dt = DType::f32) {
+  std::vector<double> v(static_cast<size_t>(numel_of(s)));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i);
+  return Tensor::from_vector(v, s, TensorOptions(dt));
+}
+}  // namespace
+
+TEST(Tensor, CreationAndMetadata) {
+  Tensor t = Tensor::zeros({2, 3, 4});
+  EXPECT_EQ(t.dim(), 3);
+  EXPECT_EQ(t.numel(), 24);
+  EXPECT_EQ(t.strides(), (Shape{12, 4, 1}));
+  EXPECT_EQ(t.dtype(), DType::f32);
+  EXPECT_TRUE(t.is_contiguous());
+  EXPECT_EQ(t.size(-1), 4);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw_data()) % 64, 0u) << "allocations must be 64-byte aligned";
+  EXPECT_EQ(Tensor::full({2}, 7.5, DType::f64).to_vector<double>(), (std::vector<double>{7.5, 7.5}));
+  EXPECT_EQ(Tensor::scalar(3).item(), 3.0);
+  EXPECT_EQ(Tensor::arange(4, DType::i64).to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3}));
+}
+
+TEST(Tensor, ViewsShareStorage) {
+  Tensor t = iota({2, 3, 4});
+  Tensor v = t.view({6, 4});
+  EXPECT_EQ(v.storage(), t.storage());
+  Tensor p = t.permute({2, 0, 1});
+  EXPECT_EQ(p.shape(), (Shape{4, 2, 3}));
+  EXPECT_EQ(p.strides(), (Shape{1, 12, 4}));
+  EXPECT_FALSE(p.is_contiguous());
+  EXPECT_TRUE(p.is_dense());
+  EXPECT_EQ(p.storage(), t.storage());
+  // element [k, i, j] of p is t[i, j, k] = 12 i + 4 j + k
+  const std::vector<float> pv = p.contiguous().to_vector<float>();
+  EXPECT_EQ(pv[1 * 6 + 1 * 3 + 2], 12 * 1 + 4 * 2 + 1);
+  Tensor s = t.slice(2, 1, 4, 2);  // k in {1, 3}
+  EXPECT_EQ(s.shape(), (Shape{2, 3, 2}));
+  EXPECT_EQ(s.offset(), 1);
+  EXPECT_FALSE(s.is_dense());
+  EXPECT_EQ(s.contiguous().to_vector<float>()[1], 3.0f);
+  // writing through a view changes the base
+  s.fill_(-1.0);
+  EXPECT_EQ(t.to_vector<float>()[1], -1.0f);
+  EXPECT_EQ(t.to_vector<float>()[0], 0.0f);
+  Tensor e = Tensor::ones({3, 1}).expand({2, 3, 5});
+  EXPECT_EQ(e.strides(), (Shape{0, 1, 0}));
+  EXPECT_EQ(e.contiguous().to_vector<float>(), std::vector<float>(30, 1.0f));
+  EXPECT_EQ(t.select(1, 2).shape(), (Shape{2, 4}));
+  EXPECT_EQ(t.unsqueeze(0).shape(), (Shape{1, 2, 3, 4}));
+  EXPECT_EQ(t.unsqueeze(0).squeeze(0).shape(), (Shape{2, 3, 4}));
+  EXPECT_EQ(t.flatten(1).shape(), (Shape{2, 12}));
+  EXPECT_EQ(t.transpose(0, 2).shape(), (Shape{4, 3, 2}));
+}
+
+TEST(Tensor, ViewOfNonContiguousNeedsReshape) {
+  Tensor t = iota({3, 4}).transpose(0, 1);  // [4, 3] with strides [1, 4]
+  EXPECT_THROW(t.view({12}), Error);
+  Tensor r = t.reshape({12});
+  EXPECT_TRUE(r.is_contiguous());
+  EXPECT_EQ(r.to_vector<float>()[1], 4.0f);
+  EXPECT_EQ(t.reshape({-1}).shape(), (Shape{12}));
+  // a view that splits a dim of a non-contiguous tensor is still possible
+  EXPECT_EQ(iota({4, 6}).slice(1, 0, 4).view({4, 2, 2}).strides(), (Shape{6, 2, 1}));
+}
+
+TEST(Tensor, ChannelsLast) {
+  Tensor x = iota({2, 3, 4, 5});
+  Tensor cl = x.contiguous(MemoryFormat::channels_last);
+  EXPECT_EQ(cl.strides(), (Shape{60, 1, 15, 3}));
+  EXPECT_TRUE(cl.is_contiguous(MemoryFormat::channels_last));
+  EXPECT_FALSE(cl.is_contiguous());
+  EXPECT_EQ(cl.suggest_memory_format(), MemoryFormat::channels_last);
+  EXPECT_TRUE(all_close(cl, x, 0, 0));
+  // elementwise ops keep the layout (PyTorch's rule), and so does conv2d
+  EXPECT_TRUE(relu(cl).is_contiguous(MemoryFormat::channels_last));
+  EXPECT_TRUE(add(cl, cl).is_contiguous(MemoryFormat::channels_last));
+  Tensor w = Tensor::ones({4, 3, 3, 3});
+  Conv2dParams p;
+  p.pad_h = p.pad_w = 1;
+  EXPECT_TRUE(conv2d(cl, w, Tensor(), p).is_contiguous(MemoryFormat::channels_last));
+  EXPECT_TRUE(conv2d(x, w, Tensor(), p).is_contiguous());
+}
+
+TEST(Tensor, DtypeConversions) {
+  Tensor u = Tensor::from_vector<uint8_t>({0, 128, 255}, {3});
+  EXPECT_EQ(u.to(DType::f32).to_vector<float>(), (std::vector<float>{0, 128, 255}));
+  Tensor f = Tensor::from_vector<float>({1.5f, -2.25f, 3.0f}, {3});
+  EXPECT_EQ(f.to(DType::f64).to_vector<double>(), (std::vector<double>{1.5, -2.25, 3.0}));
+  EXPECT_EQ(f.to(DType::i64).to_vector<int64_t>(), (std::vector<int64_t>{1, -2, 3}));
+  // bf16 and f16 are storage types: values that fit survive the round trip exactly
+  EXPECT_EQ(f.to(DType::bf16).to(DType::f32).to_vector<float>(), f.to_vector<float>());
+  EXPECT_EQ(f.to(DType::f16).to(DType::f32).to_vector<float>(), f.to_vector<float>());
+}
+
+TEST(Tensor, PrintingShowsValuesDtypeAndShape) {
+  const std::string s = iota({2, 3}).str();
+  EXPECT_NE(s.find("[[0.0000, 1.0000, 2.0000],"), std::string::npos) << s;
+  EXPECT_NE(s.find("dtype=f32"), std::string::npos) << s;
+  EXPECT_NE(s.find("shape=[2, 3]"), std::string::npos) << s;
+  const std::string big = iota({100}).str(3);
+  EXPECT_NE(big.find("..."), std::string::npos) << big;
+}
+
+TEST(Tensor, RandomIsSeededAndBackendIndependent) {
+  Generator g1(42), g2(42);
+  Tensor a = Tensor::randn({1000}, {}, &g1);
+  Tensor b = Tensor::randn({1000}, {}, &g2);
+  EXPECT_TRUE(all_close(a, b, 0, 0));
+  const double m = mean(a).item(), v = mean(square(a)).item();
+  EXPECT_NEAR(m, 0.0, 0.1);
+  EXPECT_NEAR(v, 1.0, 0.15);
+  for (Backend be : duet::testing::cpu_backends()) {
+    BackendGuard guard(DeviceType::cpu, be);
+    Generator g(7);
+    Tensor r = Tensor::rand({257}, {}, &g);
+    Generator g0(7);
+    BackendGuard ref(DeviceType::cpu, Backend::reference);
+    EXPECT_TRUE(all_close(r, Tensor::rand({257}, {}, &g0), 0, 0)) << backend_name(be);
+  }
+}
+
+TEST(Tensor, DeviceParsingAndCudaAbsence) {
+  EXPECT_EQ(Device::parse("cuda:1").index, 1);
+  EXPECT_EQ(Device::parse("cpu"), Device::cpu());
+  EXPECT_THROW(Device::parse("gpu"), Error);
+  EXPECT_THROW(Device::parse("cuda:x"), Error);
+  if (!backend_available(Backend::cuda)) {
+    try {
+      Tensor::zeros({2}, TensorOptions().with_device(Device::cuda(0)));
+      FAIL() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("cuda"), std::string::npos) << e.what();
+    }
+  }
+}
