@@ -23,7 +23,7 @@ Edge edge_of(const Tensor& t) {
 void record_impl(const char* name, std::vector<Edge> edges, const std::vector<Tensor*>& outputs, BackwardFn fn) {
   auto node = std::make_shared<Node>();
   node->name = name;
-  node->scope = profiler::current_scope();
+  if (profiler::enabled()) node->scope = profiler::current_scope();  // only reports need it
   node->next = std::move(edges);
   node->backward = std::move(fn);
   int nr = 0;
@@ -99,6 +99,8 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
   DUET_CHECK(root.requires_grad(),
              "backward() called on a tensor that does not require grad and has no grad_fn: "
              "expected the result of ops on tensors created with requires_grad=true");
+  NoGradGuard no_grad;  // backward computes values, not a graph of its own (no double backward)
+  profiler::PhaseGuard phase(Phase::backward);
   Tensor g = grad;
   if (!g.defined()) {
     DUET_CHECK(root.numel() == 1,
@@ -112,9 +114,6 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
     DUET_CHECK(g.dtype() == root.dtype(), "backward(): gradient has dtype {}, expected {}", dtype_name(g.dtype()),
                dtype_name(root.dtype()));
   }
-
-  NoGradGuard no_grad;  // backward computes values, not a graph of its own (no double backward)
-  profiler::PhaseGuard phase(Phase::backward);
 
   if (!root.grad_fn()) {  // the root is a leaf
     accumulate_into_leaf(root.impl(), g);

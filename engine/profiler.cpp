@@ -20,6 +20,8 @@ const char* phase_name(Phase p) {
   return "?";
 }
 
+const char* timing_mode_name(TimingMode m) { return m == TimingMode::per_op ? "per-op" : "throughput"; }
+
 namespace profiler {
 
 namespace detail {
@@ -29,6 +31,8 @@ std::atomic<bool> g_enabled{false};
 namespace {
 struct ThreadBuffer {
   std::vector<OpEvent> events;
+  std::vector<PhaseMark> marks;
+  std::string name;
   int thread = 0;
 };
 // Buffers outlive their threads (shared ownership), so events of finished loader threads stay.
@@ -50,13 +54,105 @@ ThreadBuffer& my_buffer() {
 thread_local Phase t_phase = Phase::other;
 thread_local std::string t_scope;
 thread_local std::string t_impl;
+
+// Steps happen a few times a second at most: a mutex is fine here.
+std::atomic<bool> g_steps_on{false};
+std::atomic<TimingMode> g_mode{TimingMode::per_op};
+std::mutex g_steps_mu;
+std::vector<StepEvent> g_steps;
+bool g_step_open = false;
+StepEvent g_open_step;
+
+StepEvent::DeviceMemory memory_of(Device d) { return {d, device_allocator(d).stats()}; }
 }  // namespace
 
-void enable(bool on) { detail::g_enabled.store(on); }
+void enable(bool on) {
+  // enable(false) inside a throughput session (a helper that profiled briefly) returns to it.
+  if (on) g_mode.store(TimingMode::per_op);
+  else if (g_steps_on.load()) g_mode.store(TimingMode::throughput);
+  detail::g_enabled.store(on);
+}
+
+void enable_throughput(bool on) {
+  if (on) {
+    detail::g_enabled.store(false);
+    g_mode.store(TimingMode::throughput);
+  }
+  g_steps_on.store(on);
+}
+
+TimingMode timing_mode() { return g_mode.load(); }
+bool recording() { return enabled() || g_steps_on.load(std::memory_order_relaxed); }
 
 void clear() {
+  {
+    std::lock_guard<std::mutex> lk(g_buffers_mu);
+    for (auto& b : buffers()) {
+      b->events.clear();
+      b->marks.clear();
+    }
+  }
+  std::lock_guard<std::mutex> lk(g_steps_mu);
+  g_steps.clear();
+  g_step_open = false;
+}
+
+void step_begin(int64_t step, int64_t images, Device device) {
+  if (!recording()) return;
+  const int thread = my_buffer().thread;
+  std::lock_guard<std::mutex> lk(g_steps_mu);
+  DUET_CHECK(!g_step_open, "profiler::step_begin({}): step {} is still open; call profiler::step_end() first",
+             step, g_open_step.step);
+  g_open_step = StepEvent{};
+  g_open_step.step = step;
+  g_open_step.images = images;
+  g_open_step.thread = thread;
+  g_open_step.memory.push_back({device, {}});  // the device; its counters are read at step_end
+  g_step_open = true;
+  g_open_step.start_ns = now_ns();
+}
+
+void step_end() {
+  const int64_t t = now_ns();
+  std::lock_guard<std::mutex> lk(g_steps_mu);
+  if (!g_step_open) return;  // recording was off at step_begin, or clear() ran in between
+  g_step_open = false;
+  StepEvent e = std::move(g_open_step);
+  e.end_ns = t;
+  const Device d = e.memory.front().device;
+  e.memory.clear();
+  e.memory.push_back(memory_of(Device::cpu()));
+  if (d != Device::cpu()) e.memory.push_back(memory_of(d));
+  g_steps.push_back(std::move(e));
+}
+
+std::vector<StepEvent> collect_steps() {
+  std::lock_guard<std::mutex> lk(g_steps_mu);
+  return g_steps;
+}
+
+std::vector<PhaseMark> collect_phase_marks() {
+  std::vector<PhaseMark> all;
+  {
+    std::lock_guard<std::mutex> lk(g_buffers_mu);
+    for (auto& b : buffers()) all.insert(all.end(), b->marks.begin(), b->marks.end());
+  }
+  std::stable_sort(all.begin(), all.end(), [](const PhaseMark& a, const PhaseMark& b) { return a.t_ns < b.t_ns; });
+  return all;
+}
+
+void set_thread_name(const std::string& name) {
+  ThreadBuffer& b = my_buffer();
   std::lock_guard<std::mutex> lk(g_buffers_mu);
-  for (auto& b : buffers()) b->events.clear();
+  b.name = name;
+}
+
+std::vector<std::pair<int, std::string>> thread_names() {
+  std::vector<std::pair<int, std::string>> out;
+  std::lock_guard<std::mutex> lk(g_buffers_mu);
+  for (auto& b : buffers())
+    if (!b->name.empty()) out.emplace_back(b->thread, b->name);
+  return out;
 }
 
 std::vector<OpEvent> collect() {
@@ -75,11 +171,18 @@ int64_t now_ns() {
 }
 
 Phase current_phase() { return t_phase; }
-void set_phase(Phase p) { t_phase = p; }
+void set_phase(Phase p) {
+  const bool changed = p != t_phase;
+  t_phase = p;
+  if (changed && recording()) {
+    ThreadBuffer& b = my_buffer();
+    b.marks.push_back({p, now_ns(), b.thread});
+  }
+}
 
 const std::string& current_scope() { return t_scope; }
 
-ScopeGuard::ScopeGuard(const std::string& name) : prev_len_(t_scope.size()), active_(!name.empty()) {
+ScopeGuard::ScopeGuard(const std::string& name) : prev_len_(t_scope.size()), active_(enabled() && !name.empty()) {
   if (!active_) return;
   if (!t_scope.empty()) t_scope += '.';
   t_scope += name;
@@ -139,6 +242,7 @@ void OpScope::end() {
   e.bytes_allocated = s.allocated_total - alloc_before_;
   e.live_bytes = s.current;
   e.peak_bytes = s.peak;
+  e.device = device_;
   ThreadBuffer& b = my_buffer();
   e.thread = b.thread;
   b.events.push_back(std::move(e));

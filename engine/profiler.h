@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
+#include "engine/allocator.h"
 #include "engine/device.h"
 #include "engine/dtype.h"
 
@@ -37,7 +39,34 @@ struct OpEvent {
   int64_t live_bytes = 0;       // device memory in use after the op
   int64_t peak_bytes = 0;       // device high-water mark after the op
   int thread = 0;
+  Device device{};              // where the op's first input lives (whose allocator the bytes are)
 };
+
+// A training step between profiler::step_begin and step_end, on the thread that marked it.
+struct StepEvent {
+  struct DeviceMemory {
+    Device device;
+    MemoryStats stats;  // the allocator's counters (current, peak, by tag) at the step's end
+  };
+  int64_t step = 0;
+  int64_t images = 0;  // samples in the step (images/s); 0 when unknown
+  int64_t start_ns = 0, end_ns = 0;
+  int thread = 0;
+  std::vector<DeviceMemory> memory;  // cpu, and the step's device when that is not the cpu
+};
+
+// The calling thread entered `phase` at t_ns; it stays there until its next mark.
+struct PhaseMark {
+  Phase phase = Phase::other;
+  int64_t t_ns = 0;
+  int thread = 0;
+};
+
+// per_op: every op is recorded and timed (backends that queue work, CUDA, synchronise around each
+// op), so op times add up to the step. throughput: only steps and phase changes are recorded, no
+// op events and no per-op synchronisation, so step times are the undisturbed end-to-end times.
+enum class TimingMode : uint8_t { per_op, throughput };
+const char* timing_mode_name(TimingMode m);  // "per-op", "throughput"
 
 namespace profiler {
 
@@ -45,10 +74,27 @@ namespace detail {
 extern std::atomic<bool> g_enabled;
 }
 inline bool enabled() { return detail::g_enabled.load(std::memory_order_relaxed); }
-void enable(bool on = true);
-void clear();                      // drops all recorded events
+void enable(bool on = true);       // on: per-op timing mode
+void clear();                      // drops all recorded events, steps and phase marks
 std::vector<OpEvent> collect();    // all threads' events, sorted by start time
 int64_t now_ns();
+
+// Throughput mode: steps and phase marks are recorded, ops are not (enabled() stays false, so
+// nothing pays for per-op events or synchronisation). enable(true) switches to per-op mode.
+void enable_throughput(bool on = true);
+TimingMode timing_mode();  // the mode of the latest enable / enable_throughput
+bool recording();          // ops or steps are being recorded
+
+// Step boundaries, called by the trainer around each step; no-ops unless recording(). `device`
+// is where the step computes: its allocator's counters are kept with the step (cpu always).
+// A step_begin while a step is open throws duet::Error (clear() forgets the open step).
+void step_begin(int64_t step, int64_t images = 0, Device device = Device::cpu());
+void step_end();
+std::vector<StepEvent> collect_steps();        // in the order they ended
+std::vector<PhaseMark> collect_phase_marks();  // all threads, sorted by time
+// Names the calling thread in traces ("loader worker 2"); threads are numbered otherwise.
+void set_thread_name(const std::string& name);
+std::vector<std::pair<int, std::string>> thread_names();  // (OpEvent.thread, name) of named threads
 
 Phase current_phase();
 void set_phase(Phase p);

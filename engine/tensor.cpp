@@ -512,6 +512,16 @@ double Tensor::item() const {
   DUET_NEED_DEFINED("item()");
   DUET_CHECK(numel() == 1, "item(): the tensor has {} elements (shape {}), expected exactly one", numel(),
              shape_str(shape()));
+  if (device() == Device::cpu()) {  // read the host value directly: no copy op in the profile
+    switch (dtype()) {
+      case DType::f32: return *data<float>();
+      case DType::f64: return *data<double>();
+      case DType::i64: return static_cast<double>(*data<int64_t>());
+      case DType::i32: return *data<int32_t>();
+      case DType::u8: return *data<uint8_t>();
+      default: break;
+    }
+  }
   return to_vector<double>()[0];
 }
 

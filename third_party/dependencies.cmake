@@ -11,6 +11,8 @@ if(NOT TARGET CLI11::CLI11)
   target_include_directories(CLI11::CLI11 INTERFACE ${CLI11_INCLUDE_DIR})
 endif()
 find_path(STB_INCLUDE_DIR stb_image.h PATHS /usr/include/stb REQUIRED)
+# libstb-dev ships the implementations compiled (libstb.so/.a): link it, define no STB_*_IMPLEMENTATION.
+find_library(STB_LIBRARY stb REQUIRED)
 
 # oneDNN (libdnnl-dev 2.6 ships dnnl-config.cmake; fall back to the bare library)
 if(DUET_ONEDNN)

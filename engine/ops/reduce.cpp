@@ -37,7 +37,7 @@ Tensor reduce_impl(ReduceOp op, const Tensor& x_in, std::vector<int64_t> dims_in
   const std::vector<int64_t> dims = normalize_dims(name, x_in, std::move(dims_in));
   const Shape x_shape = x_in.shape();
   const Shape keep = kept_shape(x_shape, dims);
-  if (x_in.dim() == 0) return op == ReduceOp::mean || op == ReduceOp::sum ? x_in.clone() : x_in.clone();
+  if (x_in.dim() == 0) return x_in.clone();  // reducing a scalar over no dims is the identity
   const Tensor x = x_in.contiguous();
   Tensor out = Tensor::empty(keep, TensorOptions(x.dtype()).with_device(x.device()));
   BackendImpl& be = backend_of(x);

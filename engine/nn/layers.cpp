@@ -1,0 +1,205 @@
+// The layers of engine/nn/layers.h with torch.nn's default initialisation and printing.
+#include "engine/nn/layers.h"
+#include <cmath>
+#include "engine/allocator.h"
+#include "engine/autograd.h"
+
+namespace duet::nn {
+
+namespace {
+std::string pair_str(int64_t a, int64_t b) { return fmt::format("({}, {})", a, b); }
+const char* py_bool(bool b) { return b ? "True" : "False"; }
+
+// Python's float repr for the values torch prints (1e-05, 0.1).
+std::string py_float(double v) {
+  std::string s = fmt::format("{}", v);
+  const size_t e = s.find('e');
+  if (e != std::string::npos && e + 2 < s.size() && s[e + 1] == '-' && s.size() - e == 3) s.insert(e + 2, "0");
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
+Tensor new_parameter(const Shape& shape) {
+  MemTagGuard tag(MemTag::parameter);
+  return Tensor::empty(shape);
+}
+}  // namespace
+
+// ---- Conv2d --------------------------------------------------------------------------------------
+Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, Conv2dOptions o) : Conv2d(in, out, {kernel, kernel}, o) {}
+
+Conv2d::Conv2d(int64_t in, int64_t out, std::pair<int64_t, int64_t> kernel, Conv2dOptions o)
+    : in_channels(in), out_channels(out) {
+  DUET_CHECK(in >= 1 && out >= 1 && kernel.first >= 1 && kernel.second >= 1,
+             "Conv2d({}, {}, kernel_size={}): channels and kernel size must be >= 1", in, out,
+             pair_str(kernel.first, kernel.second));
+  DUET_CHECK(o.groups >= 1 && in % o.groups == 0 && out % o.groups == 0,
+             "Conv2d({}, {}): groups={} must divide both channel counts", in, out, o.groups);
+  DUET_CHECK(o.stride >= 1 && o.dilation >= 1 && o.padding >= 0,
+             "Conv2d({}, {}): stride={} and dilation={} must be >= 1, padding={} must be >= 0", in, out, o.stride,
+             o.dilation, o.padding);
+  params = Conv2dParams{o.stride, o.stride, o.padding, o.padding, o.dilation, o.dilation, o.groups};
+  weight = register_parameter("weight", new_parameter({out, in / o.groups, kernel.first, kernel.second}));
+  kaiming_uniform_(weight, std::sqrt(5.0));
+  if (o.bias) {
+    bias = register_parameter("bias", new_parameter({out}));
+    const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in(weight)));
+    uniform_(bias, -bound, bound);
+  }
+}
+
+Tensor Conv2d::forward(const Tensor& x) { return conv2d(x, weight, bias, params); }
+
+std::string Conv2d::extra_repr() const {
+  std::string s = fmt::format("{}, {}, kernel_size={}, stride={}", in_channels, out_channels,
+                              pair_str(weight.size(2), weight.size(3)), pair_str(params.stride_h, params.stride_w));
+  if (params.pad_h || params.pad_w) s += ", padding=" + pair_str(params.pad_h, params.pad_w);
+  if (params.dilation_h != 1 || params.dilation_w != 1)
+    s += ", dilation=" + pair_str(params.dilation_h, params.dilation_w);
+  if (params.groups != 1) s += fmt::format(", groups={}", params.groups);
+  if (!bias.defined()) s += ", bias=False";
+  return s;
+}
+
+// ---- Linear --------------------------------------------------------------------------------------
+Linear::Linear(int64_t in, int64_t out, bool has_bias) : in_features(in), out_features(out) {
+  DUET_CHECK(in >= 1 && out >= 1, "Linear({}, {}): feature counts must be >= 1", in, out);
+  weight = register_parameter("weight", new_parameter({out, in}));
+  kaiming_uniform_(weight, std::sqrt(5.0));
+  if (has_bias) {
+    bias = register_parameter("bias", new_parameter({out}));
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+    uniform_(bias, -bound, bound);
+  }
+}
+
+Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
+
+std::string Linear::extra_repr() const {
+  return fmt::format("in_features={}, out_features={}, bias={}", in_features, out_features, py_bool(bias.defined()));
+}
+
+// ---- BatchNorm2d ---------------------------------------------------------------------------------
+BatchNorm2d::BatchNorm2d(int64_t channels, double eps_, double momentum_) : eps(eps_), momentum(momentum_) {
+  DUET_CHECK(channels >= 1, "BatchNorm2d({}): channels must be >= 1", channels);
+  DUET_CHECK(eps_ > 0, "BatchNorm2d({}): eps must be positive, got {}", channels, eps_);
+  DUET_CHECK(momentum_ >= 0 && momentum_ <= 1, "BatchNorm2d({}): momentum must be in [0, 1], got {}", channels,
+             momentum_);
+  MemTagGuard tag(MemTag::parameter);
+  weight = register_parameter("weight", Tensor::ones({channels}));
+  bias = register_parameter("bias", Tensor::zeros({channels}));
+  running_mean = register_buffer("running_mean", Tensor::zeros({channels}));
+  running_var = register_buffer("running_var", Tensor::ones({channels}));
+  num_batches_tracked = register_buffer("num_batches_tracked", Tensor::zeros({}, DType::i64));
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  DUET_CHECK(x.defined() && (x.dim() == 4 || x.dim() == 2),
+             "BatchNorm2d: input has shape {}, expected [N, C, H, W] or [N, C]",
+             x.defined() ? shape_str(x.shape()) : std::string("undefined"));
+  DUET_CHECK(x.size(1) == weight.size(0), "BatchNorm2d({}): input has {} channels (shape {}), expected {}",
+             weight.size(0), x.size(1), shape_str(x.shape()), weight.size(0));
+  const bool training = is_training();
+  if (training) {
+    // Kept for torchvision compatibility only (PyTorch reads it when momentum is None).
+    if (num_batches_tracked.device() == Device::cpu()) {
+      *num_batches_tracked.data<int64_t>() += 1;
+    } else {
+      NoGradGuard no_grad;
+      num_batches_tracked.copy_(add(num_batches_tracked.to(DType::f64), 1.0));
+    }
+  }
+  return batch_norm(x, weight, bias, running_mean, running_var, BatchNormParams{training, momentum, eps});
+}
+
+std::string BatchNorm2d::extra_repr() const {
+  return fmt::format("{}, eps={}, momentum={}, affine=True, track_running_stats=True", weight.size(0), py_float(eps),
+                     py_float(momentum));
+}
+
+// ---- LayerNorm -----------------------------------------------------------------------------------
+LayerNorm::LayerNorm(int64_t dim, double eps_, bool affine) : eps(eps_) {
+  DUET_CHECK(dim >= 1, "LayerNorm({}): dim must be >= 1", dim);
+  DUET_CHECK(eps_ > 0, "LayerNorm({}): eps must be positive, got {}", dim, eps_);
+  normalized_dim = dim;
+  if (affine) {
+    MemTagGuard tag(MemTag::parameter);
+    weight = register_parameter("weight", Tensor::ones({dim}));
+    bias = register_parameter("bias", Tensor::zeros({dim}));
+  }
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  DUET_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == normalized_dim,
+             "LayerNorm({}): input has shape {}, expected the last dim to be {}", normalized_dim,
+             x.defined() ? shape_str(x.shape()) : std::string("undefined"), normalized_dim);
+  return layer_norm(x, weight, bias, eps);
+}
+
+std::string LayerNorm::extra_repr() const {
+  return fmt::format("({},), eps={}, elementwise_affine={}", normalized_dim, py_float(eps), py_bool(weight.defined()));
+}
+
+// ---- activations, pooling, glue ------------------------------------------------------------------
+std::string Act::type_name() const {
+  switch (act) {
+    case Activation::relu: return "ReLU";
+    case Activation::relu6: return "ReLU6";
+    case Activation::gelu_erf: return "GELU";
+    case Activation::gelu_tanh: return "GELU";
+    case Activation::sigmoid: return "Sigmoid";
+    case Activation::silu: return "SiLU";
+    case Activation::hardswish: return "Hardswish";
+  }
+  return "Act";
+}
+
+namespace {
+Pool2dParams pool_params(const char* layer, int64_t kernel, int64_t stride, int64_t padding, bool ceil_mode,
+                         bool count_include_pad) {
+  DUET_CHECK(kernel >= 1 && stride >= 1 && padding >= 0 && 2 * padding <= kernel,
+             "{}(kernel_size={}, stride={}, padding={}): expected kernel and stride >= 1 and 0 <= padding <= kernel/2",
+             layer, kernel, stride, padding);
+  return Pool2dParams{kernel, kernel, stride, stride, padding, padding, count_include_pad, ceil_mode};
+}
+}  // namespace
+
+MaxPool2d::MaxPool2d(int64_t kernel, int64_t stride, int64_t padding, bool ceil_mode)
+    : params(pool_params("MaxPool2d", kernel, stride, padding, ceil_mode, true)) {}
+
+std::string MaxPool2d::extra_repr() const {
+  return fmt::format("kernel_size={}, stride={}, padding={}, dilation=1, ceil_mode={}", params.kernel_h,
+                     params.stride_h, params.pad_h, py_bool(params.ceil_mode));
+}
+
+AvgPool2d::AvgPool2d(int64_t kernel, int64_t stride, int64_t padding, bool ceil_mode, bool count_include_pad)
+    : params(pool_params("AvgPool2d", kernel, stride, padding, ceil_mode, count_include_pad)) {}
+
+std::string AvgPool2d::extra_repr() const {
+  return fmt::format("kernel_size={}, stride={}, padding={}", params.kernel_h, params.stride_h, params.pad_h);
+}
+
+std::string AdaptiveAvgPool2d::extra_repr() const { return "output_size=" + pair_str(out_h, out_w); }
+std::string Dropout::extra_repr() const { return fmt::format("p={}, inplace=False", py_float(p)); }
+std::string Flatten::extra_repr() const { return fmt::format("start_dim={}, end_dim={}", start, end); }
+
+Sequential::Sequential(std::initializer_list<ModulePtr> mods) {
+  for (const ModulePtr& m : mods) push_back(m);
+}
+
+void Sequential::push_back(ModulePtr m) { push_back(std::to_string(children().size()), std::move(m)); }
+
+void Sequential::push_back(const std::string& name, ModulePtr m) {
+  DUET_CHECK(m != nullptr, "Sequential::push_back('{}'): the module is null", name);
+  for (const auto& [n, c] : children())
+    DUET_CHECK(n != name, "Sequential::push_back('{}'): a child of that name already exists", name);
+  register_module(name, std::move(m));
+}
+
+Tensor Sequential::forward(const Tensor& x) {
+  Tensor y = x;
+  for (const auto& [n, m] : children()) y = (*m)(y);
+  return y;
+}
+
+}  // namespace duet::nn

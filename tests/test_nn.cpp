@@ -1,0 +1,286 @@
+// nn::Module and the layers: parameter trees and names, modes, in-place moves, freezing,
+// initialisation, memory tags and profiler scopes.
+#include <cmath>
+#include "engine/nn/layers.h"
+#include "engine/optim/optimizer.h"
+#include "models/mlp.h"
+#include "models/small_cnn.h"
+#include "tests/test_support.h"
+
+using namespace duet;
+using duet::testing::all_close;
+
+namespace {
+std::vector<std::string> names_of(const std::vector<std::pair<std::string, Tensor>>& named) {
+  std::vector<std::string> out;
+  for (const auto& [n, t] : named) out.push_back(n);
+  return out;
+}
+
+Tensor images(int64_t n, int64_t c, int64_t h, int64_t w, uint64_t seed, DType dt = DType::f32) {
+  return duet::testing::random_tensor({n, c, h, w}, seed, dt, -1.0, 1.0);
+}
+
+// A module that registers things by hand, to test the registration rules.
+class Probe : public nn::Module {
+public:
+  Tensor forward(const Tensor& x) override { return x; }
+  Tensor add_param(const std::string& n, Tensor t) { return register_parameter(n, std::move(t)); }
+  Tensor add_buffer(const std::string& n, Tensor t) { return register_buffer(n, std::move(t)); }
+};
+}  // namespace
+
+TEST(Module, SmallCnnParameterNamesAndCounts) {
+  auto model = models::small_cnn(10);
+  const auto params = model->named_parameters();
+  const std::vector<std::string> expected{
+      "features.0.weight", "features.1.weight", "features.1.bias", "features.4.weight", "features.5.weight",
+      "features.5.bias",   "features.8.weight", "features.9.weight", "features.9.bias",  "classifier.weight",
+      "classifier.bias"};
+  EXPECT_EQ(names_of(params), expected);
+  EXPECT_EQ(params[0].second.shape(), (Shape{16, 3, 3, 3}));
+  EXPECT_EQ(params[3].second.shape(), (Shape{32, 16, 3, 3}));
+  EXPECT_EQ(params[9].second.shape(), (Shape{10, 64}));
+  // 16*27 + 2*16 + 32*144 + 2*32 + 64*288 + 2*64 + 64*10 + 10
+  EXPECT_EQ(model->num_parameters(), 24346);
+  for (const auto& [n, p] : params) {
+    EXPECT_TRUE(p.requires_grad()) << n;
+    EXPECT_TRUE(p.is_leaf()) << n;
+  }
+
+  const auto buffers = model->named_buffers();
+  ASSERT_EQ(buffers.size(), 9u);
+  EXPECT_EQ(buffers[0].first, "features.1.running_mean");
+  EXPECT_EQ(buffers[1].first, "features.1.running_var");
+  EXPECT_EQ(buffers[2].first, "features.1.num_batches_tracked");
+  EXPECT_EQ(buffers[2].second.dtype(), DType::i64);
+  EXPECT_EQ(buffers[2].second.dim(), 0);
+
+  const auto modules = model->named_modules();
+  EXPECT_EQ(modules[0].first, "");
+  EXPECT_EQ(modules[1].first, "features");
+  EXPECT_EQ(modules[2].first, "features.0");
+  EXPECT_EQ(modules.back().first, "classifier");
+
+  const Tensor y = (*model)(images(2, 3, 12, 10, 1));
+  EXPECT_EQ(y.shape(), (Shape{2, 10}));
+}
+
+TEST(Module, PrintsLikePyTorch) {
+  auto model = models::small_cnn(10);
+  const std::string s = model->str();
+  EXPECT_NE(s.find("SmallCNN(\n  (features): Sequential(\n    (0): Conv2d(3, 16, kernel_size=(3, 3), stride=(1, 1), "
+                   "padding=(1, 1), bias=False)"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("(1): BatchNorm2d(16, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True)"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("(2): ReLU()"), std::string::npos) << s;
+  EXPECT_NE(s.find("(3): MaxPool2d(kernel_size=2, stride=2, padding=0, dilation=1, ceil_mode=False)"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("(classifier): Linear(in_features=64, out_features=10, bias=True)\n)"), std::string::npos) << s;
+}
+
+TEST(Module, MlpShapesAndNames) {
+  auto model = models::mlp(3 * 4 * 4, 5, 32, 3);
+  EXPECT_EQ(names_of(model->named_parameters()),
+            (std::vector<std::string>{"layers.0.weight", "layers.0.bias", "layers.2.weight", "layers.2.bias",
+                                      "layers.4.weight", "layers.4.bias", "layers.6.weight", "layers.6.bias"}));
+  EXPECT_EQ((*model)(images(7, 3, 4, 4, 2)).shape(), (Shape{7, 5}));
+  EXPECT_THROW((*model)(images(7, 3, 5, 4, 2)), Error);
+}
+
+TEST(Module, TrainEvalSwitchChangesBatchNorm) {
+  nn::BatchNorm2d bn(3);
+  const Tensor x = add(mul(images(4, 3, 5, 5, 3), 2.0), 1.5);  // mean ~1.5, far from the running mean 0
+  ASSERT_TRUE(bn.is_training());
+  const Tensor y_train = bn(x);
+  // Training: normalised with the batch's own statistics.
+  const std::vector<double> m = mean(y_train, {0, 2, 3}).to_vector<double>();
+  for (double v : m) EXPECT_NEAR(v, 0.0, 1e-5);
+  EXPECT_EQ(static_cast<int64_t>(bn.num_batches_tracked.item()), 1);
+  // Running mean moved 10% of the way to the batch mean (PyTorch's momentum rule).
+  const Tensor batch_mean = mean(x, {0, 2, 3});
+  EXPECT_TRUE(all_close(bn.running_mean, mul(batch_mean, 0.1), 1e-5, 1e-4));
+
+  bn.eval();
+  EXPECT_FALSE(bn.is_training());
+  const Tensor rm = bn.running_mean.clone(), rv = bn.running_var.clone();
+  const Tensor y_eval = bn(x);
+  // Eval: the running statistics, which stay put.
+  const Tensor expected = div(sub(x, rm.view({1, 3, 1, 1})), sqrt(add(rv.view({1, 3, 1, 1}), 1e-5)));
+  EXPECT_TRUE(all_close(y_eval, expected, 1e-5, 1e-4));
+  EXPECT_TRUE(all_close(bn.running_mean, rm, 0, 0));
+  EXPECT_EQ(static_cast<int64_t>(bn.num_batches_tracked.item()), 1);
+
+  // eval() reaches nested modules.
+  auto model = models::small_cnn(4);
+  model->eval();
+  for (const auto& [n, m2] : model->named_modules()) EXPECT_FALSE(m2->is_training()) << n;
+  model->train();
+  for (const auto& [n, m2] : model->named_modules()) EXPECT_TRUE(m2->is_training()) << n;
+}
+
+TEST(Module, ToDtypeKeepsHandlesValid) {
+  auto model = std::make_shared<models::SmallCNN>(4, 3, 4);
+  const Tensor w = model->classifier->weight;  // a handle held elsewhere, as an optimizer would
+  const std::vector<float> before = w.to_vector<float>();
+  optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9});
+  model->to(DType::f64);
+  EXPECT_EQ(w.dtype(), DType::f64);
+  EXPECT_TRUE(w.same(model->classifier->weight));
+  EXPECT_TRUE(w.requires_grad());
+  EXPECT_EQ(w.to_vector<float>(), before);  // f32 -> f64 is exact
+  for (const auto& [n, b] : model->named_buffers())
+    EXPECT_EQ(b.dtype(), n.ends_with("num_batches_tracked") ? DType::i64 : DType::f64) << n;
+
+  // The whole model now computes in f64 (on the reference loops: oneDNN computes in f32), and the
+  // optimizer updates the moved parameters.
+  BackendGuard ref(DeviceType::cpu, Backend::reference);
+  const Tensor x = images(3, 3, 8, 8, 4, DType::f64);
+  const Tensor loss = cross_entropy((*model)(x), Tensor::from_vector<int64_t>({0, 1, 2}, {3}));
+  EXPECT_EQ(loss.dtype(), DType::f64);
+  loss.backward();
+  EXPECT_EQ(w.grad().dtype(), DType::f64);
+  opt.step();
+  EXPECT_NE(w.to_vector<double>()[0], static_cast<double>(before[0]));
+  EXPECT_THROW(model->to(DType::i64), Error);
+}
+
+TEST(Module, ZeroGradDropsGradients) {
+  auto model = models::mlp(6, 3, 8, 1);
+  const Tensor x = duet::testing::random_tensor({4, 6}, 5, DType::f32);
+  sum((*model)(x)).backward();
+  for (const auto& [n, p] : model->named_parameters()) EXPECT_TRUE(p.grad().defined()) << n;
+  model->zero_grad();
+  for (const auto& [n, p] : model->named_parameters()) EXPECT_FALSE(p.grad().defined()) << n;
+}
+
+TEST(Module, RequiresGradFalseFreezes) {
+  auto model = std::make_shared<models::SmallCNN>(4, 3, 4);
+  model->features->requires_grad_(false);
+  optim::SGD opt(model->parameters(), {.lr = 0.5, .momentum = 0.9});
+  const Tensor frozen_before = model->features->named_parameters()[0].second.clone();
+  const Tensor head_before = model->classifier->weight.clone();
+  const Tensor loss = cross_entropy((*model)(images(4, 3, 8, 8, 6)), Tensor::from_vector<int64_t>({0, 1, 2, 3}, {4}));
+  loss.backward();
+  for (const auto& [n, p] : model->features->named_parameters()) {
+    EXPECT_FALSE(p.requires_grad()) << n;
+    EXPECT_FALSE(p.grad().defined()) << n;
+  }
+  EXPECT_TRUE(model->classifier->weight.grad().defined());
+  opt.step();
+  EXPECT_TRUE(all_close(model->features->named_parameters()[0].second, frozen_before, 0, 0));
+  EXPECT_FALSE(all_close(model->classifier->weight, head_before, 0, 0));
+}
+
+TEST(Module, DefaultInitialisationFollowsTorch) {
+  manual_seed(7);
+  nn::Linear fc(256, 64);
+  const double bound = 1.0 / std::sqrt(256.0);  // kaiming_uniform(a=sqrt(5)) on fan_in 256
+  double lo = 1, hi = -1;
+  for (double v : fc.weight.to_vector<double>()) {
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  EXPECT_GE(lo, -bound);
+  EXPECT_LE(hi, bound);
+  EXPECT_LT(lo, -0.95 * bound);
+  EXPECT_GT(hi, 0.95 * bound);
+  for (double v : fc.bias.to_vector<double>()) EXPECT_LE(std::abs(v), bound);
+
+  nn::Conv2d conv(8, 16, 3);
+  EXPECT_EQ(nn::fan_in(conv.weight), 72);
+  EXPECT_EQ(nn::fan_out(conv.weight), 144);
+  for (double v : conv.weight.to_vector<double>()) EXPECT_LE(std::abs(v), 1.0 / std::sqrt(72.0));
+
+  nn::BatchNorm2d bn(5);
+  EXPECT_EQ(bn.weight.to_vector<float>(), std::vector<float>(5, 1.0f));
+  EXPECT_EQ(bn.bias.to_vector<float>(), std::vector<float>(5, 0.0f));
+  EXPECT_EQ(bn.running_var.to_vector<float>(), std::vector<float>(5, 1.0f));
+
+  // Same seed, same weights.
+  manual_seed(7);
+  nn::Linear again(256, 64);
+  EXPECT_TRUE(all_close(again.weight, fc.weight, 0, 0));
+
+  const Tensor t = Tensor::empty({4000});
+  nn::trunc_normal_(t, 0.02);
+  double sq = 0;
+  for (double v : t.to_vector<double>()) {
+    EXPECT_LE(std::abs(v), 0.04 + 1e-7);
+    sq += v * v;
+  }
+  EXPECT_NEAR(std::sqrt(sq / 4000), 0.02 * 0.88, 0.002);  // the std of N(0,1) truncated at +-2 is 0.88
+  EXPECT_THROW(nn::fan_in(Tensor::empty({3})), Error);
+}
+
+TEST(Module, ParametersAreCountedAsParameterMemory) {
+  const auto tag_bytes = [](MemTag t) { return cpu_allocator().stats().by_tag[static_cast<int>(t)]; };
+  const int64_t before = tag_bytes(MemTag::parameter);
+  auto model = models::small_cnn(10);
+  int64_t expected = 0;
+  for (const auto& [n, p] : model->named_parameters()) expected += static_cast<int64_t>(p.nbytes());
+  for (const auto& [n, b] : model->named_buffers()) expected += static_cast<int64_t>(b.nbytes());
+  EXPECT_EQ(tag_bytes(MemTag::parameter) - before, expected);
+
+  // A tensor made elsewhere is retagged when registered.
+  Probe probe;
+  const Tensor t = Tensor::zeros({100});
+  const int64_t mid = tag_bytes(MemTag::parameter);
+  probe.add_param("w", t);
+  EXPECT_EQ(tag_bytes(MemTag::parameter) - mid, 400);
+}
+
+TEST(Module, RegistrationErrors) {
+  Probe probe;
+  probe.add_param("w", Tensor::zeros({2}));
+  EXPECT_THROW(probe.add_param("w", Tensor::zeros({2})), Error);
+  EXPECT_THROW(probe.add_param("a.b", Tensor::zeros({2})), Error);
+  EXPECT_THROW(probe.add_param("i", Tensor::zeros({2}, DType::i64)), Error);
+  const Tensor leaf = Tensor::zeros({2}, TensorOptions().with_grad(true));
+  EXPECT_THROW(probe.add_param("y", mul(leaf, 2.0)), Error);
+  probe.add_buffer("b", Tensor::zeros({2}));
+  EXPECT_THROW(probe.add_buffer("b", Tensor::zeros({2})), Error);
+  EXPECT_THROW(nn::Conv2d(3, 4, 3, {.groups = 2}), Error);
+  EXPECT_THROW(nn::BatchNorm2d(3)(images(2, 4, 3, 3, 1)), Error);
+}
+
+TEST(Module, ProfilerScopesNameTheLayer) {
+  auto model = models::small_cnn(4, 3, 4);
+  model->named_modules();
+  profiler::clear();
+  profiler::enable(true);
+  const Tensor loss = cross_entropy((*model)(images(2, 3, 8, 8, 9)), Tensor::from_vector<int64_t>({0, 1}, {2}));
+  loss.backward();
+  profiler::enable(false);
+  bool conv_fwd = false, conv_bwd = false, fc = false;
+  for (const OpEvent& e : profiler::collect()) {
+    const std::string name = e.name;
+    if (name == "conv2d" && e.scope == "features.4") conv_fwd = true;
+    if (name.starts_with("conv2d.backward") && e.scope == "features.4") conv_bwd = true;
+    if (name == "linear" && e.scope == "classifier") fc = true;
+  }
+  profiler::clear();
+  EXPECT_TRUE(conv_fwd);
+  EXPECT_TRUE(conv_bwd) << "backward ops should be attributed to the forward's module";
+  EXPECT_TRUE(fc);
+}
+
+TEST(Module, LayerNormAndSequential) {
+  nn::LayerNorm ln(6);
+  EXPECT_EQ(ln.extra_repr(), "(6,), eps=1e-05, elementwise_affine=True");
+  const Tensor x = duet::testing::random_tensor({2, 3, 6}, 11, DType::f32);
+  const Tensor y = ln(x);
+  for (double v : mean(y, {-1}).to_vector<double>()) EXPECT_NEAR(v, 0.0, 1e-5);
+  EXPECT_THROW(ln(duet::testing::random_tensor({2, 5}, 1, DType::f32)), Error);
+
+  nn::Sequential seq{std::make_shared<nn::Linear>(6, 4), nn::ReLU(), std::make_shared<nn::Linear>(4, 2)};
+  EXPECT_EQ(seq.size(), 3u);
+  EXPECT_EQ(seq(x).shape(), (Shape{2, 3, 2}));
+  EXPECT_EQ(names_of(seq.named_parameters()),
+            (std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias"}));
+  EXPECT_EQ(seq[1].type_name(), "ReLU");
+}
