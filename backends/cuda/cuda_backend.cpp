@@ -1,0 +1,129 @@
+// The backend object, the registry entry points (cuda_backend, cuda_allocator, cuda_device_count)
+// and the helpers every op of this backend shares: the per-op guard that selects the device, scratch
+// workspaces from the caching allocator, and the launch-plan checks.
+#include "backends/cuda/cuda_backend.h"
+#include <atomic>
+#include <cstdlib>
+#include <exception>
+#include "backends/cuda/cuda_check.h"
+#include "backends/registry.h"
+#include "engine/profiler.h"
+
+namespace duet {
+
+namespace {
+std::atomic<bool>& tf32_flag() {
+  static std::atomic<bool> flag{[] {
+    const char* env = std::getenv("DUET_CUDA_ALLOW_TF32");
+    return env != nullptr && env[0] == '1';
+  }()};
+  return flag;
+}
+}  // namespace
+
+void cuda_set_allow_tf32(bool allow) { tf32_flag().store(allow); }
+bool cuda_allow_tf32() { return tf32_flag().load(std::memory_order_relaxed); }
+
+size_t cuda_release_cached(int device) {
+  if (device >= 0) cuda::check_device(device, "cuda_release_cached");
+  size_t released = 0;
+  for (int d = 0; d < cuda::device_count(); ++d)
+    if (device < 0 || d == device) released += cuda::allocator(d).release_cached();
+  return released;
+}
+
+void CudaBackend::synchronize() { cuda::synchronize_all("synchronize"); }
+
+// ---- registry entry points (backends/registry.h) -----------------------------------------------------
+BackendImpl& cuda_backend() {
+  static CudaBackend b;
+  return b;
+}
+
+Allocator& cuda_allocator(int device) { return cuda::allocator(device); }
+
+int cuda_device_count() { return cuda::device_count(); }
+
+}  // namespace duet
+
+namespace duet::cuda {
+
+OpGuard::OpGuard(const char* op_name, const Tensor& t)
+    : ctx([&]() -> DeviceContext& {
+        DUET_CHECK(t.defined(), "{} on backend 'cuda': an argument is an undefined tensor", op_name);
+        DUET_CHECK(t.device().type == DeviceType::cuda, "{} on backend 'cuda': tensor is on {}, expected a cuda device",
+                   op_name, t.device().str());
+        return context(t.device().index, op_name);
+      }()),
+      op(op_name) {}
+
+OpGuard::~OpGuard() noexcept(false) {
+  if (!profiler::enabled()) return;
+  const cudaError_t e = cudaStreamSynchronize(ctx.stream());
+  // Never throw while another exception is already unwinding the stack (that would terminate).
+  if (e != cudaSuccess && std::uncaught_exceptions() == 0) throw_cuda_error(e, "cudaStreamSynchronize", op, __FILE__, __LINE__);
+}
+
+Workspace::Workspace(DeviceContext& ctx, size_t bytes) : alloc_(ctx.allocator()), bytes_(bytes) {
+  if (bytes_ > 0) p_ = alloc_.allocate(bytes_, MemTag::workspace);
+}
+
+Workspace::~Workspace() {
+  if (p_) alloc_.deallocate(p_, bytes_, MemTag::workspace);
+}
+
+void check_float(const char* op, const char* arg, const Tensor& t) {
+  DUET_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64,
+             "{} on backend 'cuda': argument '{}' has dtype {}, expected f32 or f64", op, arg, dtype_name(t.dtype()));
+}
+
+void check_on(const char* op, const char* arg, const Tensor& t, int device) {
+  DUET_CHECK(t.device() == Device::cuda(device), "{} on backend 'cuda': argument '{}' is on {}, expected cuda:{}", op, arg,
+             t.device().str(), device);
+}
+
+template <int N>
+OffsetCalc<N> offset_calc(const char* op, const Shape& shape, const Shape* const (&strides)[N]) {
+  OffsetCalc<N> c;
+  DUET_CHECK(make_offset_calc<N>(shape, strides, c),
+             "{} on backend 'cuda': shape {} has more than {} dims that cannot be merged (strides {}); make the tensor "
+             "contiguous first",
+             op, shape_str(shape), kMaxDims, shape_str(*strides[N - 1]));
+  return c;
+}
+template OffsetCalc<1> offset_calc<1>(const char*, const Shape&, const Shape* const (&)[1]);
+template OffsetCalc<2> offset_calc<2>(const char*, const Shape&, const Shape* const (&)[2]);
+template OffsetCalc<3> offset_calc<3>(const char*, const Shape&, const Shape* const (&)[3]);
+
+OffsetCalc<1> flat_calc(int64_t n) {
+  OffsetCalc<1> c;
+  c.ndim = 1;
+  c.sizes[0] = n;
+  c.strides[0][0] = 1;
+  return c;
+}
+
+kern::Dims4 dims4(const Tensor& t) {
+  kern::Dims4 d;
+  const Shape& s = t.shape();
+  const Shape& st = t.strides();
+  DUET_CHECK(s.size() == 4 || s.size() == 2, "backend 'cuda': expected a 4-D [N, C, H, W] or 2-D [N, C] tensor, got {}",
+             shape_str(s));
+  d.N = s[0], d.C = s[1], d.sN = st[0], d.sC = st[1];
+  if (s.size() == 4) d.H = s[2], d.W = s[3], d.sH = st[2], d.sW = st[3];
+  return d;
+}
+
+bool channels_last(const Tensor& t) {
+  return t.dim() == 4 && !t.is_contiguous() && t.is_contiguous(MemoryFormat::channels_last);
+}
+
+Tensor contiguous(const Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+
+int to_int(const char* op, const char* what, int64_t v) {
+  DUET_CHECK(v >= 0 && v <= INT32_MAX, "{} on backend 'cuda': {} = {} does not fit the 32-bit int that cuDNN/cuBLAS take",
+             op, what, v);
+  return static_cast<int>(v);
+}
+
+}  // namespace duet::cuda

@@ -1,0 +1,286 @@
+// The arithmetic of duet's own CUDA kernels, as __host__ __device__ inline functions: the kernels
+// call them on the GPU and tests/test_cuda_host.cpp calls the very same code on the CPU against
+// the textbook formulas, so the maths is checked in every CI run even though CI has no GPU.
+// Launch-configuration arithmetic lives here for the same reason.
+#pragma once
+#include <math.h>
+#include <cstdint>
+#include "backends/cuda/indexing.h"
+#include "engine/op_params.h"
+
+namespace duet::cuda::math {
+
+// ---- launch configuration ------------------------------------------------------------------------
+constexpr int kBlock = 256;  // threads per block of the elementwise kernels
+// Grid-stride loops cover any n, so the grid is capped: 64Ki blocks of 256 threads keep every SM of
+// an H100 busy many times over while staying far below every hardware limit.
+constexpr int64_t kMaxBlocks = 65536;
+
+DUET_HD inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Blocks for n elements handled one per thread by a grid-stride loop; 0 when n <= 0 (no launch).
+DUET_HD inline int64_t grid_for(int64_t n, int block = kBlock) {
+  if (n <= 0) return 0;
+  const int64_t g = ceil_div(n, block);
+  return g < kMaxBlocks ? g : kMaxBlocks;
+}
+
+// Threads per block for kernels that reduce one row of length d per block: a power of two from 32
+// (one warp) to 512, about four elements per thread, so short rows do not idle 500 threads.
+DUET_HD inline int row_block(int64_t d) {
+  int b = 32;
+  while (b < 512 && int64_t(b) * 4 < d) b *= 2;
+  return b;
+}
+
+// A reduction of `outputs` results over `extent` elements each uses one block per result when each
+// result has enough work to share (or there are too few results to fill the GPU with one thread
+// each), else one thread per result.
+DUET_HD inline bool reduce_block_per_output(int64_t outputs, int64_t extent) {
+  return extent >= 128 || outputs < 4096;
+}
+
+// ---- scalar helpers with one name for float and double --------------------------------------------
+DUET_HD inline float k_exp(float x) { return expf(x); }
+DUET_HD inline double k_exp(double x) { return exp(x); }
+DUET_HD inline float k_log(float x) { return logf(x); }
+DUET_HD inline double k_log(double x) { return log(x); }
+DUET_HD inline float k_sqrt(float x) { return sqrtf(x); }
+DUET_HD inline double k_sqrt(double x) { return sqrt(x); }
+DUET_HD inline float k_tanh(float x) { return tanhf(x); }
+DUET_HD inline double k_tanh(double x) { return tanh(x); }
+DUET_HD inline float k_erf(float x) { return erff(x); }
+DUET_HD inline double k_erf(double x) { return erf(x); }
+DUET_HD inline float k_abs(float x) { return fabsf(x); }
+DUET_HD inline double k_abs(double x) { return fabs(x); }
+DUET_HD inline float k_pow(float x, float y) { return powf(x, y); }
+DUET_HD inline double k_pow(double x, double y) { return pow(x, y); }
+DUET_HD inline float k_nextafter(float x, float y) { return nextafterf(x, y); }
+DUET_HD inline double k_nextafter(double x, double y) { return nextafter(x, y); }
+
+template <class T> DUET_HD inline bool is_nan(T v) { return v != v; }
+
+// max/min that propagate NaN, as PyTorch's maximum/minimum/amax/amin (and the reference) do.
+template <class T> DUET_HD inline T max_nan(T a, T b) { return is_nan(a) ? a : is_nan(b) ? b : (a < b ? b : a); }
+template <class T> DUET_HD inline T min_nan(T a, T b) { return is_nan(a) ? a : is_nan(b) ? b : (b < a ? b : a); }
+
+// ---- elementwise ops --------------------------------------------------------------------------------
+template <class T> DUET_HD inline T apply_unary(UnaryOp op, T v) {
+  switch (op) {
+    case UnaryOp::neg: return -v;
+    case UnaryOp::exp: return k_exp(v);
+    case UnaryOp::log: return k_log(v);
+    case UnaryOp::sqrt: return k_sqrt(v);
+    case UnaryOp::rsqrt: return T(1) / k_sqrt(v);  // not rsqrtf: that one is 2 ulp off the reference
+    case UnaryOp::abs: return k_abs(v);
+    case UnaryOp::tanh: return k_tanh(v);
+    case UnaryOp::square: return v * v;
+  }
+  return v;
+}
+
+template <class T> DUET_HD inline T apply_scalar(ScalarOp op, T v, T s) {
+  switch (op) {
+    case ScalarOp::add: return v + s;
+    case ScalarOp::mul: return v * s;
+    case ScalarOp::pow: return k_pow(v, s);
+    case ScalarOp::rsub: return s - v;
+    case ScalarOp::rdiv: return s / v;
+    case ScalarOp::maximum: return max_nan(v, s);
+    case ScalarOp::minimum: return min_nan(v, s);
+  }
+  return v;
+}
+
+template <class T> DUET_HD inline T apply_binary(BinaryOp op, T a, T b) {
+  switch (op) {
+    case BinaryOp::add: return a + b;
+    case BinaryOp::sub: return a - b;
+    case BinaryOp::mul: return a * b;
+    case BinaryOp::div: return a / b;
+    case BinaryOp::maximum: return max_nan(a, b);
+    case BinaryOp::minimum: return min_nan(a, b);
+    case BinaryOp::eq: return a == b ? T(1) : T(0);
+    case BinaryOp::gt: return a > b ? T(1) : T(0);
+    case BinaryOp::lt: return a < b ? T(1) : T(0);
+  }
+  return a;
+}
+
+// ---- activations and their derivatives (PyTorch's definitions and kink conventions) ---------------
+template <class T> DUET_HD inline T sigmoid(T v) { return T(1) / (T(1) + k_exp(-v)); }
+// Written as the reference writes it, so a NaN passes through both clamps.
+template <class T> DUET_HD inline T relu6(T v) {
+  const T lo = v < T(0) ? T(0) : v;
+  return T(6) < lo ? T(6) : lo;
+}
+template <class T> DUET_HD inline T gelu_erf(T v) { return T(0.5) * v * (T(1) + k_erf(v * T(0.70710678118654752440))); }
+template <class T> DUET_HD inline T gelu_tanh(T v) {
+  const T inner = T(0.79788456080286535588) * (v + T(0.044715) * v * v * v);
+  return T(0.5) * v * (T(1) + k_tanh(inner));
+}
+template <class T> DUET_HD inline T hardswish(T v) { return v * relu6(v + T(3)) / T(6); }
+
+template <class T> DUET_HD inline T apply_activation(Activation act, T v) {
+  switch (act) {
+    case Activation::relu: return v < T(0) ? T(0) : v;
+    case Activation::relu6: return relu6(v);
+    case Activation::gelu_erf: return gelu_erf(v);
+    case Activation::gelu_tanh: return gelu_tanh(v);
+    case Activation::sigmoid: return sigmoid(v);
+    case Activation::silu: return v * sigmoid(v);
+    case Activation::hardswish: return hardswish(v);
+  }
+  return v;
+}
+
+// f'(x); at kinks the one-sided choice PyTorch makes (relu'(0) = 0, hardswish'(3) = 1.5).
+template <class T> DUET_HD inline T activation_derivative(Activation act, T v) {
+  switch (act) {
+    case Activation::relu: return v > T(0) ? T(1) : T(0);
+    case Activation::relu6: return (v > T(0) && v < T(6)) ? T(1) : T(0);
+    case Activation::gelu_erf: {  // Phi(x) + x phi(x)
+      const T cdf = T(0.5) * (T(1) + k_erf(v * T(0.70710678118654752440)));
+      const T pdf = T(0.39894228040143267794) * k_exp(T(-0.5) * v * v);
+      return cdf + v * pdf;
+    }
+    case Activation::gelu_tanh: {
+      const T inner = T(0.79788456080286535588) * (v + T(0.044715) * v * v * v);
+      const T t = k_tanh(inner);
+      const T d_inner = T(0.79788456080286535588) * (T(1) + T(3) * T(0.044715) * v * v);
+      return T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * d_inner;
+    }
+    case Activation::sigmoid: {
+      const T s = sigmoid(v);
+      return s * (T(1) - s);
+    }
+    case Activation::silu: {
+      const T s = sigmoid(v);
+      return s * (T(1) + v * (T(1) - s));
+    }
+    case Activation::hardswish:
+      if (v < T(-3)) return T(0);
+      if (v <= T(3)) return v / T(3) + T(0.5);
+      return T(1);
+  }
+  return T(0);
+}
+
+// ---- random numbers ---------------------------------------------------------------------------------
+// lo + (hi - lo) * u in double, rounded to T and kept inside [lo, hi). On the GPU the multiply and
+// the add are issued as separately rounded operations: nvcc would otherwise fuse them into one FMA
+// and the result would differ in the last bit from the CPU backends, which do not fuse.
+template <class T> DUET_HD inline T uniform_value(double lo, double hi, double u) {
+#if defined(__CUDA_ARCH__)
+  const double d = __dadd_rn(lo, __dmul_rn(__dadd_rn(hi, -lo), u));
+#else
+  const double d = lo + (hi - lo) * u;
+#endif
+  T v = static_cast<T>(d);
+  const T lo_t = static_cast<T>(lo), hi_t = static_cast<T>(hi);
+  if (lo_t < hi_t && !(v < hi_t)) v = k_nextafter(hi_t, lo_t);
+  return v;
+}
+
+// Box-Muller, cosine branch only, from two uniforms (u1 at counter 2i, u2 at 2i + 1).
+DUET_HD inline double box_muller(double u1, double u2) {
+  return sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586476925 * u2);
+}
+
+// ---- optimizers ---------------------------------------------------------------------------------------
+// Per-step constants of Adam/AdamW, computed once on the host (in double, as PyTorch computes them
+// in Python floats) and rounded to the parameter dtype.
+template <class T> struct AdamConsts {
+  T step_size, bc2_sqrt, eps, b1, b2, one_minus_b1, one_minus_b2, wd, decay;
+  bool decoupled;
+};
+
+template <class T> inline AdamConsts<T> make_adam_consts(const AdamParams& p) {
+  const double t = double(p.step);
+  const double bc1 = 1.0 - pow(p.beta1, t), bc2 = 1.0 - pow(p.beta2, t);
+  return {T(p.lr / bc1), T(sqrt(bc2)), T(p.eps), T(p.beta1), T(p.beta2), T(1.0 - p.beta1), T(1.0 - p.beta2),
+          T(p.weight_decay), T(1.0 - p.lr * p.weight_decay), p.decoupled};
+}
+
+// One element of Adam (AdamW when decoupled):
+//   m = b1 m + (1 - b1) g,  v = b2 v + (1 - b2) g^2,  w -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+template <class T> DUET_HD inline void adam_update(T& w, T g, T& m, T& v, const AdamConsts<T>& c) {
+  if (c.decoupled) w *= c.decay;
+  else g += c.wd * w;
+  m = c.b1 * m + c.one_minus_b1 * g;
+  v = c.b2 * v + c.one_minus_b2 * g * g;
+  w -= c.step_size * m / (k_sqrt(v) / c.bc2_sqrt + c.eps);
+}
+
+template <class T> struct SgdConsts {
+  T lr, wd, momentum, damp;
+  bool nesterov, first_step, has_momentum;
+};
+
+// One element of SGD: g = grad + wd w; with momentum buf = first ? g : mom buf + (1 - damp) g and
+// g = nesterov ? g + mom buf : buf; then w -= lr g.
+template <class T> DUET_HD inline void sgd_update(T& w, T g, T* buf, const SgdConsts<T>& c) {
+  g += c.wd * w;
+  if (c.has_momentum) {
+    *buf = c.first_step ? g : c.momentum * *buf + c.damp * g;
+    g = c.nesterov ? g + c.momentum * *buf : *buf;
+  }
+  w -= c.lr * g;
+}
+
+// ---- pooling windows --------------------------------------------------------------------------------
+// Input rows [h0, h1) a pooling window covers, padding removed (same along the width).
+struct Range {
+  int64_t begin, end;
+};
+DUET_HD inline Range window(int64_t o, int64_t k, int64_t s, int64_t p, int64_t in) {
+  const int64_t start = o * s - p;
+  return {start < 0 ? 0 : start, start + k < in ? start + k : in};
+}
+
+// PyTorch's average-pooling divisor for output (oh, ow): with count_include_pad the window counts up
+// to the padded border (a ceil-mode window hanging past it does not count its overhang), otherwise
+// only the real input elements it covers.
+DUET_HD inline int64_t avg_divisor(int64_t oh, int64_t ow, int64_t H, int64_t W, int64_t kh, int64_t kw, int64_t sh,
+                                   int64_t sw, int64_t ph, int64_t pw, bool count_include_pad) {
+  const Range rh = window(oh, kh, sh, ph, H), rw = window(ow, kw, sw, pw, W);
+  if (!count_include_pad) return (rh.end - rh.begin) * (rw.end - rw.begin);
+  const int64_t hs = oh * sh - ph, ws = ow * sw - pw;
+  const int64_t he = hs + kh < H + ph ? hs + kh : H + ph, we = ws + kw < W + pw ? ws + kw : W + pw;
+  return (he - hs) * (we - ws);
+}
+
+// The outputs whose windows contain input index i: [first, last] (empty when first > last).
+DUET_HD inline Range windows_containing(int64_t i, int64_t k, int64_t s, int64_t p, int64_t out) {
+  const int64_t num = i + p - k + 1;  // o * s >= i + p - k + 1
+  const int64_t first = num <= 0 ? 0 : (num + s - 1) / s;
+  const int64_t last_unclamped = (i + p) / s;  // o * s <= i + p
+  return {first, last_unclamped < out - 1 ? last_unclamped : out - 1};
+}
+
+// PyTorch's adaptive bins: output o of n_out over n_in inputs covers [floor(o n_in / n_out), ceil((o+1) n_in / n_out)).
+DUET_HD inline int64_t bin_start(int64_t o, int64_t n_in, int64_t n_out) { return (o * n_in) / n_out; }
+DUET_HD inline int64_t bin_end(int64_t o, int64_t n_in, int64_t n_out) { return ((o + 1) * n_in + n_out - 1) / n_out; }
+
+// Candidate bins [first, last] that may contain input index i; a superset (callers test each with
+// bin_start/bin_end). Bin o contains i only if (i - 1) n_out / n_in - 1 < o <= (i + 1) n_out / n_in.
+DUET_HD inline Range bins_containing(int64_t i, int64_t n_in, int64_t n_out) {
+  const int64_t lo = ((i - 1) * n_out) / n_in - 1, hi = ((i + 1) * n_out) / n_in;
+  return {lo < 0 ? 0 : lo, hi < n_out - 1 ? hi : n_out - 1};
+}
+
+// ---- losses -----------------------------------------------------------------------------------------
+// Cross-entropy of one row with label smoothing ls over C classes, from its log-sum-exp, the logit of
+// the target and the sum of the logits:
+//   loss = -(1 - ls) logp[t] - ls / C sum_c logp[c],  logp = x - lse
+template <class A> DUET_HD inline A cross_entropy_row(A lse, A x_target, A sum_x, int64_t C, A ls) {
+  const A sum_logp = sum_x - A(C) * lse;
+  return -(A(1) - ls) * (x_target - lse) - (ls / A(C)) * sum_logp;
+}
+
+// d loss_mean / d x[c] = scale * (softmax[c] - (1 - ls) [c == t] - ls / C), scale = dloss / N.
+template <class A> DUET_HD inline A cross_entropy_grad(A p, bool is_target, int64_t C, A ls, A scale) {
+  return scale * (p - (is_target ? A(1) - ls : A(0)) - ls / A(C));
+}
+
+}  // namespace duet::cuda::math

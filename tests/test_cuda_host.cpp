@@ -1,0 +1,550 @@
+// Host-side logic of the CUDA backend, checked without a GPU in every CI run: the index arithmetic
+// and kernel maths the .cu files call (same functions, run on the CPU here against the textbook
+// formulas), the launch configuration, the convolution-algorithm cache key, the loss scaler, NVML
+// telemetry's absent values, and the errors users get when no GPU or driver is present.
+#include <gtest/gtest.h>
+
+#ifdef DUET_HAVE_CUDA
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <numbers>
+#include <random>
+#include <sstream>
+#include "backends/cuda/conv_key.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/device.h"
+#include "backends/cuda/indexing.h"
+#include "backends/cuda/kernel_math.h"
+#include "backends/cuda/loss_scaler.h"
+#include "backends/cuda/nvml_telemetry.h"
+#include "backends/cuda/selftest.h"
+#include "backends/registry.h"
+#include "engine/duet.h"
+#include "engine/rng.h"
+
+using namespace duet;
+using namespace duet::cuda;
+namespace m = duet::cuda::math;
+
+namespace {
+
+// Offsets by the definition: sum over dims of index * stride, row-major linear index.
+std::vector<int64_t> brute_offsets(const Shape& shape, const Shape& strides, int64_t linear) {
+  int64_t off = 0;
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+    off += (linear % shape[d]) * strides[d];
+    linear /= shape[d];
+  }
+  return {off};
+}
+
+template <class F>
+double central_difference(F f, double x, double h = 1e-6) {
+  return (f(x + h) - f(x - h)) / (2 * h);
+}
+
+}  // namespace
+
+// ---- indexing ------------------------------------------------------------------------------------
+TEST(CudaHostIndexing, MergesContiguousDimsAndDropsOnes) {
+  const Shape shape{2, 1, 3, 4};
+  const Shape st = contiguous_strides(shape);
+  const Shape* s[1] = {&st};
+  OffsetCalc<1> c;
+  ASSERT_TRUE(make_offset_calc<1>(shape, s, c));
+  EXPECT_EQ(c.ndim, 1);
+  EXPECT_EQ(c.sizes[0], 24);
+  EXPECT_TRUE(is_flat(c));
+}
+
+TEST(CudaHostIndexing, KeepsPermutedAndBroadcastDims) {
+  const Shape shape{4, 3, 5};
+  const Shape out = contiguous_strides(shape);
+  const Shape bcast{0, 5, 1};      // a [3, 5] operand broadcast along dim 0
+  const Shape permuted{1, 20, 4};  // dense, but with dim 0 innermost in memory
+  const Shape* s[3] = {&out, &bcast, &permuted};
+  OffsetCalc<3> c;
+  ASSERT_TRUE(make_offset_calc<3>(shape, s, c));
+  EXPECT_FALSE(is_flat(c));
+  for (int64_t i = 0; i < numel_of(shape); ++i) {
+    int64_t off[3];
+    c.offsets(i, off);
+    EXPECT_EQ(off[0], brute_offsets(shape, out, i)[0]);
+    EXPECT_EQ(off[1], brute_offsets(shape, bcast, i)[0]);
+    EXPECT_EQ(off[2], brute_offsets(shape, permuted, i)[0]);
+  }
+}
+
+TEST(CudaHostIndexing, RandomLayoutsMatchTheDefinition) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int nd = 1 + static_cast<int>(rng() % 6);
+    Shape shape(nd);
+    for (auto& d : shape) d = 1 + static_cast<int64_t>(rng() % 4);
+    // A random permutation of a contiguous layout, with some dims broadcast (stride 0).
+    std::vector<int> perm(nd);
+    for (int i = 0; i < nd; ++i) perm[i] = i;
+    std::shuffle(perm.begin(), perm.end(), rng);
+    Shape strides(nd);
+    int64_t acc = 1;
+    for (int i = nd - 1; i >= 0; --i) {
+      strides[perm[i]] = acc;
+      acc *= shape[perm[i]];
+    }
+    for (auto& st : strides)
+      if (rng() % 5 == 0) st = 0;
+    const Shape out = contiguous_strides(shape);
+    const Shape* s[2] = {&out, &strides};
+    OffsetCalc<2> c;
+    ASSERT_TRUE(make_offset_calc<2>(shape, s, c));
+    for (int64_t i = 0; i < numel_of(shape); ++i) {
+      int64_t off[2];
+      c.offsets(i, off);
+      ASSERT_EQ(off[0], i);
+      ASSERT_EQ(off[1], brute_offsets(shape, strides, i)[0]) << "trial " << trial << " shape " << shape_str(shape);
+    }
+  }
+}
+
+TEST(CudaHostIndexing, TooManyUnmergeableDimsIsReported) {
+  const Shape shape(10, 2);
+  Shape strides(10);
+  for (int i = 0; i < 10; ++i) strides[i] = int64_t(1) << (2 * (9 - i));  // gaps between every dim
+  const Shape out = contiguous_strides(shape);
+  const Shape* s[2] = {&out, &strides};
+  OffsetCalc<2> c;
+  EXPECT_FALSE(make_offset_calc<2>(shape, s, c));
+  try {
+    offset_calc<2>("copy", shape, s);
+    FAIL() << "expected a duet::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than 8 dims"), std::string::npos) << e.what();
+  }
+}
+
+// ---- launch configuration -----------------------------------------------------------------------------
+TEST(CudaHostLaunch, GridSizes) {
+  EXPECT_EQ(m::grid_for(0), 0);
+  EXPECT_EQ(m::grid_for(-5), 0);
+  EXPECT_EQ(m::grid_for(1), 1);
+  EXPECT_EQ(m::grid_for(256), 1);
+  EXPECT_EQ(m::grid_for(257), 2);
+  EXPECT_EQ(m::grid_for(int64_t(1) << 40), m::kMaxBlocks);  // grid-stride loops cover the rest
+  EXPECT_EQ(m::grid_for(1000, 128), 8);
+  EXPECT_EQ(m::row_block(1), 32);
+  EXPECT_EQ(m::row_block(128), 32);
+  EXPECT_EQ(m::row_block(129), 64);
+  EXPECT_EQ(m::row_block(768), 256);
+  EXPECT_EQ(m::row_block(100000), 512);
+  EXPECT_TRUE(m::reduce_block_per_output(10, 5));        // few outputs: a block each
+  EXPECT_TRUE(m::reduce_block_per_output(100000, 4096)); // long reductions: a block each
+  EXPECT_FALSE(m::reduce_block_per_output(100000, 8));   // many short ones: a thread each
+}
+
+// ---- kernel maths against the formulas ----------------------------------------------------------
+TEST(CudaHostMath, ActivationsMatchDefinitions) {
+  for (double x : {-7.0, -3.0, -2.5, -1.0, -0.1, 0.0, 0.3, 1.0, 2.9, 3.0, 4.0, 6.0, 8.0}) {
+    EXPECT_DOUBLE_EQ(m::apply_activation(Activation::relu, x), x > 0 ? x : 0.0);
+    EXPECT_DOUBLE_EQ(m::apply_activation(Activation::relu6, x), std::min(std::max(x, 0.0), 6.0));
+    EXPECT_NEAR(m::apply_activation(Activation::gelu_erf, x), 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))), 1e-15);
+    EXPECT_NEAR(m::apply_activation(Activation::gelu_tanh, x),
+                0.5 * x * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (x + 0.044715 * x * x * x))), 1e-15);
+    EXPECT_NEAR(m::apply_activation(Activation::sigmoid, x), 1 / (1 + std::exp(-x)), 1e-15);
+    EXPECT_NEAR(m::apply_activation(Activation::silu, x), x / (1 + std::exp(-x)), 1e-15);
+    EXPECT_NEAR(m::apply_activation(Activation::hardswish, x), x * std::min(std::max(x + 3, 0.0), 6.0) / 6, 1e-15);
+  }
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(m::apply_activation(Activation::relu, nan)));   // NaN passes, as in PyTorch
+  EXPECT_TRUE(std::isnan(m::apply_activation(Activation::relu6, nan)));
+}
+
+TEST(CudaHostMath, DerivativesMatchFiniteDifferences) {
+  for (Activation act : {Activation::gelu_erf, Activation::gelu_tanh, Activation::sigmoid, Activation::silu,
+                         Activation::hardswish, Activation::relu, Activation::relu6}) {
+    for (double x : {-4.2, -2.0, -0.7, 0.25, 1.3, 2.2, 5.1, 7.5}) {  // away from the kinks
+      const double fd = central_difference([act](double v) { return m::apply_activation(act, v); }, x);
+      EXPECT_NEAR(m::activation_derivative(act, x), fd, 1e-6) << activation_name(act) << " at " << x;
+    }
+  }
+  // PyTorch's choices at the kinks.
+  EXPECT_EQ(m::activation_derivative(Activation::relu, 0.0), 0.0);
+  EXPECT_EQ(m::activation_derivative(Activation::relu6, 6.0), 0.0);
+  EXPECT_EQ(m::activation_derivative(Activation::hardswish, -3.0), -0.5);
+  EXPECT_EQ(m::activation_derivative(Activation::hardswish, 3.0), 1.5);
+  EXPECT_EQ(m::activation_derivative(Activation::hardswish, -3.5), 0.0);
+}
+
+TEST(CudaHostMath, ElementwiseOps) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(m::apply_binary(BinaryOp::sub, 5.0, 3.0), 2.0);
+  EXPECT_EQ(m::apply_binary(BinaryOp::div, 3.0, 4.0), 0.75);
+  EXPECT_EQ(m::apply_binary(BinaryOp::gt, 2.0, 1.0), 1.0);
+  EXPECT_EQ(m::apply_binary(BinaryOp::eq, 2.0, 1.0), 0.0);
+  EXPECT_TRUE(std::isnan(m::apply_binary(BinaryOp::maximum, nan, 1.0)));
+  EXPECT_TRUE(std::isnan(m::apply_binary(BinaryOp::minimum, 1.0, nan)));
+  EXPECT_EQ(m::apply_scalar(ScalarOp::rsub, 2.0, 5.0), 3.0);
+  EXPECT_EQ(m::apply_scalar(ScalarOp::rdiv, 4.0, 2.0), 0.5);
+  EXPECT_EQ(m::apply_scalar(ScalarOp::pow, 3.0, 2.0), 9.0);
+  EXPECT_FLOAT_EQ(m::apply_unary(UnaryOp::rsqrt, 4.0f), 0.5f);
+  EXPECT_EQ(m::apply_unary(UnaryOp::square, -3.0), 9.0);
+}
+
+TEST(CudaHostMath, UniformValuesEqualTheReferenceBits) {
+  // The reference backend's rule, written out: lo + (hi - lo) * u in double, rounded, kept < hi.
+  auto reference = [](double lo, double hi, double u) {
+    float v = static_cast<float>(lo + (hi - lo) * u);
+    const float lo_t = static_cast<float>(lo), hi_t = static_cast<float>(hi);
+    if (lo_t < hi_t && !(v < hi_t)) v = std::nextafter(hi_t, lo_t);
+    return v;
+  };
+  for (uint64_t i = 0; i < 10000; ++i) {
+    const double u = uniform01(42, i);
+    EXPECT_EQ(m::uniform_value<float>(-2.0, 3.0, u), reference(-2.0, 3.0, u));
+    EXPECT_EQ(m::uniform_value<double>(0.0, 1.0, u), u);
+  }
+  const double just_below_one = 1.0 - 0x1.0p-53;
+  EXPECT_LT(m::uniform_value<float>(0.0, 1.0, just_below_one), 1.0f);  // rounding would give 1.0f
+  const double z = m::box_muller(0.5, 0.25);  // cos(pi / 2) = 0
+  EXPECT_NEAR(z, 0.0, 1e-12);
+  EXPECT_NEAR(m::box_muller(1 - std::exp(-0.5), 0.0), 1.0, 1e-12);  // sqrt(-2 log(e^-0.5)) * cos(0)
+}
+
+TEST(CudaHostMath, AdamMatchesPyTorchFormula) {
+  AdamParams p;
+  p.lr = 1e-2;
+  p.weight_decay = 0.1;
+  for (bool decoupled : {false, true}) {
+    p.decoupled = decoupled;
+    double w = 0.7, mm = 0.0, vv = 0.0;  // kernel state
+    double W = 0.7, M = 0.0, V = 0.0;    // formula state
+    for (int64_t step = 1; step <= 5; ++step) {
+      p.step = step;
+      const double g = 0.3 - 0.1 * double(step);
+      m::adam_update(w, g, mm, vv, m::make_adam_consts<double>(p));
+      double gg = g;
+      if (decoupled) W *= 1 - p.lr * p.weight_decay;
+      else gg += p.weight_decay * W;
+      M = p.beta1 * M + (1 - p.beta1) * gg;
+      V = p.beta2 * V + (1 - p.beta2) * gg * gg;
+      const double m_hat = M / (1 - std::pow(p.beta1, double(step)));
+      const double denom = std::sqrt(V) / std::sqrt(1 - std::pow(p.beta2, double(step))) + p.eps;
+      W -= p.lr * m_hat / denom;
+      EXPECT_NEAR(w, W, 1e-14) << "step " << step << " decoupled " << decoupled;
+    }
+  }
+}
+
+TEST(CudaHostMath, SgdMatchesPyTorchFormula) {
+  for (bool nesterov : {false, true}) {
+    const m::SgdConsts<double> first{0.1, 0.01, 0.9, 1.0, nesterov, true, true};
+    m::SgdConsts<double> later = first;
+    later.first_step = false;
+    double w = 1.0, buf = 0.0, W = 1.0, B = 0.0;
+    for (int step = 0; step < 4; ++step) {
+      const double g = 0.5 - 0.2 * step;
+      m::sgd_update(w, g, &buf, step == 0 ? first : later);
+      const double gg = g + 0.01 * W;
+      B = step == 0 ? gg : 0.9 * B + gg;
+      W -= 0.1 * (nesterov ? gg + 0.9 * B : B);
+      EXPECT_NEAR(w, W, 1e-15);
+      EXPECT_NEAR(buf, B, 1e-15);
+    }
+  }
+  double w = 2.0;  // plain SGD ignores the buffer pointer
+  m::sgd_update(w, 1.0, static_cast<double*>(nullptr), m::SgdConsts<double>{0.5, 0.0, 0.0, 1.0, false, true, false});
+  EXPECT_EQ(w, 1.5);
+}
+
+TEST(CudaHostMath, PoolingWindowsAndDivisors) {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t k = 1 + rng() % 4, s = 1 + rng() % 3, p = rng() % (k / 2 + 1), in = k + rng() % 9;
+    const bool ceil_mode = rng() % 2;
+    const int64_t out = pool_out_size(in, k, s, p, ceil_mode);
+    for (int64_t o = 0; o < out; ++o) {
+      const int64_t start = o * s - p;
+      // Divisors by counting: padded positions up to the padded border, or only real ones.
+      int64_t with_pad = 0, real = 0;
+      for (int64_t i = start; i < start + k; ++i) {
+        with_pad += i < in + p;
+        real += i >= 0 && i < in;
+      }
+      EXPECT_EQ(m::avg_divisor(o, 0, in, 1, k, 1, s, 1, p, 0, true), with_pad);
+      EXPECT_EQ(m::avg_divisor(o, 0, in, 1, k, 1, s, 1, p, 0, false), real);
+    }
+    // windows_containing(i) is exactly the set of outputs whose window covers i.
+    for (int64_t i = 0; i < in; ++i) {
+      const m::Range r = m::windows_containing(i, k, s, p, out);
+      for (int64_t o = 0; o < out; ++o) {
+        const bool covers = o * s - p <= i && i < o * s - p + k;
+        EXPECT_EQ(covers, o >= r.begin && o <= r.end) << "i " << i << " o " << o << " k " << k << " s " << s << " p " << p;
+      }
+    }
+  }
+}
+
+TEST(CudaHostMath, AdaptiveBins) {
+  for (int64_t n_in = 1; n_in <= 12; ++n_in)
+    for (int64_t n_out = 1; n_out <= 12; ++n_out) {
+      EXPECT_EQ(m::bin_start(0, n_in, n_out), 0);
+      EXPECT_EQ(m::bin_end(n_out - 1, n_in, n_out), n_in);
+      for (int64_t i = 0; i < n_in; ++i) {
+        const m::Range cand = m::bins_containing(i, n_in, n_out);
+        int found = 0;
+        for (int64_t o = 0; o < n_out; ++o) {
+          const bool in_bin = m::bin_start(o, n_in, n_out) <= i && i < m::bin_end(o, n_in, n_out);
+          if (in_bin) {
+            ++found;
+            EXPECT_TRUE(o >= cand.begin && o <= cand.end) << i << " in bin " << o << " of " << n_in << "->" << n_out;
+          }
+        }
+        EXPECT_GE(found, 1);  // bins tile the input
+      }
+    }
+}
+
+TEST(CudaHostMath, CrossEntropyRowAndGradient) {
+  const std::vector<double> x{0.5, -1.0, 2.0, 0.0};
+  const int64_t C = 4, t = 2;
+  const double ls = 0.1;
+  double mx = -INFINITY, se = 0, sx = 0;
+  for (double v : x) mx = std::max(mx, v), sx += v;
+  for (double v : x) se += std::exp(v - mx);
+  const double lse = mx + std::log(se);
+  double expected = 0;
+  for (int64_t c = 0; c < C; ++c) {
+    const double q = (c == t ? 1 - ls : 0.0) + ls / C;  // the smoothed target distribution
+    expected -= q * (x[c] - lse);
+  }
+  EXPECT_NEAR(m::cross_entropy_row(lse, x[t], sx, C, ls), expected, 1e-14);
+  // The gradient sums to zero over the classes (softmax and targets both sum to one).
+  double total = 0;
+  for (int64_t c = 0; c < C; ++c) total += m::cross_entropy_grad(std::exp(x[c] - lse), c == t, C, ls, 1.0);
+  EXPECT_NEAR(total, 0.0, 1e-14);
+}
+
+// ---- convolution algorithm cache key -------------------------------------------------------------
+TEST(CudaHostConvKey, EqualityHashAndCache) {
+  ConvKey a;
+  a.n = 8, a.c = 3, a.h = 32, a.w = 32, a.o = 16, a.kh = 3, a.kw = 3;
+  a.p.pad_h = a.p.pad_w = 1;
+  ConvKey b = a;
+  EXPECT_TRUE(a == b);
+  EXPECT_EQ(ConvKeyHash{}(a), ConvKeyHash{}(b));
+  for (auto mutate : std::vector<std::function<void(ConvKey&)>>{
+           [](ConvKey& k) { k.pass = ConvPass::backward_data; }, [](ConvKey& k) { k.dtype = DType::f64; },
+           [](ConvKey& k) { k.channels_last = true; }, [](ConvKey& k) { k.allow_tf32 = true; },
+           [](ConvKey& k) { k.device = 1; }, [](ConvKey& k) { k.n = 9; }, [](ConvKey& k) { k.p.groups = 2; },
+           [](ConvKey& k) { k.p.dilation_w = 2; }, [](ConvKey& k) { k.p.stride_h = 2; }}) {
+    ConvKey c = a;
+    mutate(c);
+    EXPECT_FALSE(a == c);
+    EXPECT_NE(ConvKeyHash{}(a), ConvKeyHash{}(c));
+  }
+  EXPECT_NE(a.str().find("x[8, 3, 32, 32] w[16, 3, 3, 3]"), std::string::npos) << a.str();
+
+  ConvAlgoCache cache;
+  EXPECT_FALSE(cache.find(a).has_value());
+  cache.insert(a, {1, 3, 4096});
+  const auto hit = cache.find(b);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->algo, 1);
+  EXPECT_EQ(hit->workspace, 4096u);
+  EXPECT_EQ(cache.hits(), 1);
+  EXPECT_EQ(cache.misses(), 1);
+  EXPECT_EQ(cache.size(), 1u);
+}
+
+// ---- loss scaling --------------------------------------------------------------------------------
+TEST(CudaHostLossScaler, BacksOffOnInfAndGrowsAfterInterval) {
+  LossScaler::Options o;
+  o.init_scale = 1024;
+  o.growth_interval = 3;
+  LossScaler s(o);
+  EXPECT_EQ(s.scale(), 1024);
+  EXPECT_FALSE(s.update(true));  // overflow: skip the step, halve
+  EXPECT_EQ(s.scale(), 512);
+  EXPECT_EQ(s.skipped_steps(), 1);
+  EXPECT_TRUE(s.update(false));
+  EXPECT_TRUE(s.update(false));
+  EXPECT_EQ(s.scale(), 512);
+  EXPECT_EQ(s.growth_tracker(), 2);
+  EXPECT_TRUE(s.update(false));  // third clean step in a row: double
+  EXPECT_EQ(s.scale(), 1024);
+  EXPECT_EQ(s.growth_tracker(), 0);
+  EXPECT_TRUE(s.update(false));
+  EXPECT_FALSE(s.update(true));  // an overflow resets the run of clean steps
+  EXPECT_EQ(s.scale(), 512);
+  EXPECT_EQ(s.growth_tracker(), 0);
+  EXPECT_DOUBLE_EQ(s.inv_scale(), 1.0 / 512);
+}
+
+TEST(CudaHostLossScaler, DefaultsAndLimits) {
+  LossScaler s;
+  EXPECT_EQ(s.scale(), 65536.0);
+  EXPECT_EQ(s.options().growth_factor, 2.0);
+  EXPECT_EQ(s.options().backoff_factor, 0.5);
+  EXPECT_EQ(s.options().growth_interval, 2000);
+  LossScaler::Options huge;
+  huge.init_scale = std::numeric_limits<double>::max();
+  huge.growth_interval = 1;
+  LossScaler h(huge);
+  h.update(false);
+  EXPECT_TRUE(std::isfinite(h.scale()));  // never grows to infinity
+  LossScaler::Options off;
+  off.enabled = false;
+  LossScaler d(off);
+  EXPECT_EQ(d.scale(), 1.0);
+  EXPECT_TRUE(d.update(true));
+  EXPECT_THROW(LossScaler(LossScaler::Options{0.0, 2.0, 0.5, 2000, true}), Error);
+  EXPECT_THROW(LossScaler(LossScaler::Options{1.0, 2.0, 1.5, 2000, true}), Error);
+}
+
+TEST(CudaHostLossScaler, UnscalesGradientsAndDetectsOverflow) {
+  Tensor w = Tensor::ones({4}, TensorOptions().with_grad(true));
+  LossScaler::Options o;
+  o.init_scale = 8;
+  LossScaler s(o);
+  s.scale_loss(sum(mul(w, 3.0))).backward();
+  EXPECT_EQ(w.grad().to_vector<float>(), std::vector<float>(4, 24.0f));
+  EXPECT_FALSE(s.unscale_grads({w}));
+  EXPECT_EQ(w.grad().to_vector<float>(), std::vector<float>(4, 3.0f));
+  w.set_grad(Tensor::from_vector<float>({1.0f, INFINITY, 0.0f, 2.0f}, {4}));
+  EXPECT_TRUE(s.unscale_grads({w}));
+  w.set_grad(Tensor::from_vector<float>({1.0f, NAN, 0.0f, 2.0f}, {4}));
+  EXPECT_TRUE(s.unscale_grads({w}));
+}
+
+// ---- errors, discovery and telemetry without a GPU -------------------------------------------------
+TEST(CudaHostErrors, StatusMacrosNameCallOpAndReason) {
+  try {
+    DUET_CUDA_CHECK(cudaErrorMemoryAllocation, "conv2d");
+    FAIL();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("conv2d"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("cudaErrorMemoryAllocation"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("batch size"), std::string::npos) << msg;
+  }
+  try {
+    DUET_CUDNN_CHECK(CUDNN_STATUS_NOT_SUPPORTED, "batch_norm");
+    FAIL();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("batch_norm: cuDNN error"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("CUDNN_STATUS_NOT_SUPPORTED"), std::string::npos) << msg;
+  }
+  try {
+    DUET_CUBLAS_CHECK(CUBLAS_STATUS_INVALID_VALUE, "matmul");
+    FAIL();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("matmul: cuBLAS error"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("CUBLAS_STATUS_INVALID_VALUE"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(cuda_version_str(13000), "CUDA 13.0");
+  EXPECT_EQ(cuda_version_str(12040), "CUDA 12.4");
+}
+
+TEST(CudaHostErrors, NoDeviceIsAClearErrorNotACrash) {
+  const int n = cuda_device_count();  // must return, not throw or hang
+  EXPECT_GE(n, 0);
+  EXPECT_TRUE(backend_available(Backend::cuda));
+  if (n > 0) {
+    // A device index past the last one names how many exist.
+    try {
+      (void)Tensor::zeros({2}, TensorOptions().with_device(Device::cuda(n)));
+      FAIL() << "expected a duet::Error for cuda:" << n;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("does not exist"), std::string::npos) << e.what();
+    }
+    return;
+  }
+  EXPECT_NE(unavailable_reason().find("no CUDA device: "), std::string::npos);
+  for (int index : {0, 3}) {
+    try {
+      (void)Tensor::zeros({2}, TensorOptions().with_device(Device::cuda(index)));
+      FAIL() << "expected a duet::Error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("no CUDA device"), std::string::npos) << e.what();
+    }
+  }
+  try {
+    (void)Tensor::ones({2}).to(Device::cuda(0));
+    FAIL() << "expected a duet::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no CUDA device"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(backend(Backend::cuda).synchronize());  // nothing was ever queued
+}
+
+TEST(CudaHostTelemetry, AbsentValuesAreAbsentNotZero) {
+  const GpuTelemetry t = sample_telemetry(cuda_device_count());  // one past the last device
+  EXPECT_FALSE(t.utilization_pct.has_value());
+  EXPECT_FALSE(t.memory_used_bytes.has_value());
+  EXPECT_FALSE(t.temperature_c.has_value());
+  EXPECT_FALSE(t.power_w.has_value());
+  EXPECT_FALSE(t.sm_clock_mhz.has_value());
+  EXPECT_FALSE(t.note.empty());
+  const std::string line = format_telemetry(t);
+  EXPECT_NE(line.find("util n/a"), std::string::npos) << line;
+  GpuTelemetry full;
+  full.utilization_pct = 87;
+  full.memory_used_bytes = uint64_t(10) << 30;
+  full.memory_total_bytes = uint64_t(80) << 30;
+  full.temperature_c = 64;
+  full.power_w = 310.4;
+  full.sm_clock_mhz = 1755;
+  EXPECT_EQ(format_telemetry(full), "cuda:0 util 87% | mem 10.00 GiB / 80.00 GiB | 64 C | 310 W | SM 1755 MHz");
+  EXPECT_FALSE(nvml_status().empty());
+}
+
+TEST(CudaHostSelftest, ReportsMissingDevice) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present: the device tests run the self-test";
+  std::ostringstream os;
+  EXPECT_EQ(cuda_selftest(os), 2);
+  EXPECT_NE(os.str().find("no CUDA device"), std::string::npos) << os.str();
+  EXPECT_GT(cuda_selftest_cases(1).size(), 50u);  // the case list builds on the host alone
+}
+
+// The self-test's case list runs on the host alone (the reference side of every comparison), so
+// a case that is itself broken shows up here, not first on somebody's GPU.
+TEST(CudaHostSelftest, CasesRunOnTheReferenceBackend) {
+  BackendGuard guard(DeviceType::cpu, Backend::reference);
+  for (const CudaSelftestCase& c : cuda_selftest_cases(5)) {
+    std::vector<Tensor> in;
+    for (size_t i = 0; i < c.inputs.size(); ++i) {
+      Tensor t = c.inputs[i].clone().detach();
+      if (c.differentiate[i]) t.set_requires_grad(true);
+      in.push_back(t);
+    }
+    ASSERT_EQ(c.differentiate.size(), c.inputs.size()) << c.name;
+    try {
+      const Tensor out = c.fn(in);
+      if (out.requires_grad()) sum(out).backward();
+      for (size_t i = 0; i < in.size(); ++i) {
+        if (c.differentiate[i]) {
+          EXPECT_TRUE(in[i].grad().defined()) << c.name << " input " << i;
+        }
+      }
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << c.name << ": " << e.what();
+    }
+  }
+}
+
+TEST(CudaHostSettings, Tf32Switch) {
+  const bool before = cuda_allow_tf32();
+  cuda_set_allow_tf32(true);
+  EXPECT_TRUE(cuda_allow_tf32());
+  cuda_set_allow_tf32(false);
+  EXPECT_FALSE(cuda_allow_tf32());
+  cuda_set_allow_tf32(before);
+}
+
+#else
+TEST(CudaHost, NotBuilt) { GTEST_SKIP() << "built without the CUDA backend (configure with -DDUET_CUDA=ON)"; }
+#endif
