@@ -1,0 +1,128 @@
+#include "datasets/image_file.h"
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <stb_image.h>
+#include <fmt/format.h>
+#include "engine/error.h"
+
+// stb_image's implementation comes from Debian's libstb (linked in CMakeLists.txt), not from a
+// STB_IMAGE_IMPLEMENTATION here; its failure reason is thread-local (v2.27), so workers may
+// decode concurrently.
+
+namespace duet::datasets {
+
+namespace {
+
+bool is_jpeg(const uint8_t* d, size_t n) { return n >= 3 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF; }
+const uint8_t kPngSignature[8] = {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A};
+bool is_png(const uint8_t* d, size_t n) { return n >= 8 && std::memcmp(d, kPngSignature, 8) == 0; }
+
+std::string check_jpeg(const uint8_t* d, size_t n) {
+  // Header segments carry their length, so walk them to the first start-of-scan; after it, in the
+  // entropy-coded data, 0xFF is always stuffed (FF 00) or a restart/table marker, so an FF D9
+  // there can only be the real end of image. Truncated files stop before it.
+  size_t pos = 2;
+  while (true) {
+    while (pos < n && d[pos] == 0xFF) ++pos;  // fill bytes before a marker
+    if (pos >= n) return fmt::format("truncated: the file ends in the JPEG header ({} bytes)", n);
+    const uint8_t m = d[pos++];
+    if (m == 0xD9) return "the JPEG ends (end-of-image marker) before any image data";
+    if (m == 0x01 || (m >= 0xD0 && m <= 0xD8)) continue;  // markers without a length
+    if (pos + 2 > n) return fmt::format("truncated: the file ends in the JPEG header ({} bytes)", n);
+    const size_t len = (static_cast<size_t>(d[pos]) << 8) | d[pos + 1];
+    if (len < 2) return fmt::format("corrupt JPEG: segment FF{:02X} at byte {} has length {}", m, pos - 2, len);
+    if (pos + len > n)
+      return fmt::format("truncated: the file ends inside JPEG segment FF{:02X} at byte {} ({} bytes)", m, pos - 2, n);
+    pos += len;
+    if (m == 0xDA) break;  // start of scan: entropy-coded data follows
+  }
+  for (size_t i = pos; i + 1 < n; ++i)
+    if (d[i] == 0xFF && d[i + 1] == 0xD9) return "";
+  return fmt::format("truncated: no end-of-image marker (FF D9) after the image data; the file ({} bytes) is cut short",
+                     n);
+}
+
+std::string check_png(const uint8_t* d, size_t n) {
+  size_t pos = 8;
+  while (pos + 8 <= n) {
+    const size_t len = (static_cast<size_t>(d[pos]) << 24) | (static_cast<size_t>(d[pos + 1]) << 16) |
+                       (static_cast<size_t>(d[pos + 2]) << 8) | d[pos + 3];
+    const std::string type(reinterpret_cast<const char*>(d + pos + 4), 4);
+    if (len > n || pos + 12 + len > n)
+      return fmt::format("truncated: the file ends inside PNG chunk '{}' at byte {} ({} bytes)", type, pos, n);
+    if (type == "IEND") return "";
+    pos += 12 + len;
+  }
+  return fmt::format("truncated: no IEND chunk at the end of the PNG; the file ({} bytes) is cut short", n);
+}
+
+std::string first_bytes(const uint8_t* d, size_t n) {
+  std::string s;
+  for (size_t i = 0; i < std::min<size_t>(n, 8); ++i) {
+    const char ch = static_cast<char>(d[i]);
+    s += (ch >= 32 && ch < 127) ? std::string(1, ch) : fmt::format("\\x{:02x}", d[i]);
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string check_image_bytes(const uint8_t* data, size_t n) {
+  if (n == 0) return "empty file (0 bytes)";
+  if (is_jpeg(data, n)) return check_jpeg(data, n);
+  if (is_png(data, n)) return check_png(data, n);
+  if ((n < 8 && std::memcmp(data, kPngSignature, n) == 0) || (n < 3 && data[0] == 0xFF && (n == 1 || data[1] == 0xD8)))
+    return fmt::format("truncated: the file ends after {} bytes, inside the image signature", n);
+  return fmt::format("not a JPEG or PNG image (the file starts with \"{}\")", first_bytes(data, n));
+}
+
+std::vector<uint8_t> read_file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  DUET_CHECK(in, "'{}': cannot open: {}", path, std::strerror(errno));
+  const std::streamoff size = in.tellg();
+  DUET_CHECK(size >= 0, "'{}': cannot read its size", path);
+  std::vector<uint8_t> bytes(static_cast<size_t>(size));
+  in.seekg(0);
+  if (size > 0) in.read(reinterpret_cast<char*>(bytes.data()), size);
+  DUET_CHECK(in.gcount() == size, "'{}': read {} of {} bytes", path, in.gcount(), size);
+  return bytes;
+}
+
+std::string check_image_file(const std::string& path) {
+  std::vector<uint8_t> bytes;
+  try {
+    bytes = read_file_bytes(path);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  std::string problem = check_image_bytes(bytes.data(), bytes.size());
+  if (!problem.empty()) return problem;
+  int w = 0, h = 0, comp = 0;
+  if (!stbi_info_from_memory(bytes.data(), static_cast<int>(bytes.size()), &w, &h, &comp))
+    return fmt::format("unreadable image header ({})", stbi_failure_reason());
+  return "";
+}
+
+Image decode_image_bytes(const uint8_t* data, size_t n, const std::string& name) {
+  const std::string problem = check_image_bytes(data, n);
+  DUET_CHECK(problem.empty(), "'{}': {}", name, problem);
+  DUET_CHECK(n < (1ull << 31), "'{}': file of {} bytes is too large to decode", name, n);
+  int w = 0, h = 0, comp = 0;
+  uint8_t* px = stbi_load_from_memory(data, static_cast<int>(n), &w, &h, &comp, 3);
+  DUET_CHECK(px != nullptr, "'{}': cannot decode ({})", name, stbi_failure_reason());
+  Image img;
+  img.h = h;
+  img.w = w;
+  img.c = 3;
+  img.pixels.assign(px, px + static_cast<size_t>(w) * static_cast<size_t>(h) * 3);
+  stbi_image_free(px);
+  return img;
+}
+
+Image decode_image_file(const std::string& path) {
+  const std::vector<uint8_t> bytes = read_file_bytes(path);
+  return decode_image_bytes(bytes.data(), bytes.size(), path);
+}
+
+}  // namespace duet::datasets
