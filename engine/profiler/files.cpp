@@ -1,0 +1,54 @@
+#include "engine/profiler/files.h"
+#include <unistd.h>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include "engine/error.h"
+
+namespace duet::profiler {
+
+namespace fs = std::filesystem;
+
+void write_file_atomic(const std::string& path, std::string_view content) {
+  DUET_CHECK(!path.empty(), "cannot write a profiler file: the path is empty");
+  const fs::path target(path);
+  std::error_code ec;
+  if (target.has_parent_path()) {
+    fs::create_directories(target.parent_path(), ec);
+    DUET_CHECK(!ec, "cannot create folder '{}' for '{}': {}", target.parent_path().string(), path, ec.message());
+  }
+  const std::string tmp = fmt::format("{}.tmp-{}", path, static_cast<long>(::getpid()));
+  {
+    std::FILE* f = std::fopen(tmp.c_str(), "wb");
+    DUET_CHECK(f != nullptr, "cannot write '{}': {}", tmp, std::strerror(errno));
+    const size_t n = std::fwrite(content.data(), 1, content.size(), f);
+    const bool flushed = std::fflush(f) == 0;
+    const bool closed = std::fclose(f) == 0;
+    if (n != content.size() || !flushed || !closed) {
+      const std::string why = std::strerror(errno);
+      std::remove(tmp.c_str());
+      throw Error(fmt::format("cannot write '{}': wrote {} of {} bytes ({})", path, n, content.size(), why));
+    }
+  }
+  fs::rename(tmp, target, ec);
+  if (ec) {
+    std::remove(tmp.c_str());
+    throw Error(fmt::format("cannot write '{}': renaming the temporary file failed: {}", path, ec.message()));
+  }
+}
+
+std::string read_file(const std::string& path, const char* what) {
+  std::error_code ec;
+  DUET_CHECK(fs::exists(path, ec), "{} '{}' does not exist", what, path);
+  DUET_CHECK(!fs::is_directory(path, ec), "{} '{}' is a folder, expected a file", what, path);
+  std::ifstream in(path, std::ios::binary);
+  DUET_CHECK(in.good(), "{} '{}' cannot be opened: {}", what, path, std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace duet::profiler

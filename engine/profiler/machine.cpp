@@ -1,0 +1,75 @@
+#include "engine/profiler/machine.h"
+#include <sys/utsname.h>
+#include <map>
+#include <mutex>
+#include <omp.h>
+#include <fmt/format.h>
+#include "engine/profiler/proc.h"
+#ifdef DUET_HAVE_DNNL
+#include <dnnl.h>
+#endif
+
+namespace duet::profiler {
+
+namespace {
+std::mutex g_hooks_mu;
+std::map<std::string, MachineInfoHook>& hooks() {
+  static std::map<std::string, MachineInfoHook> h;
+  return h;
+}
+}  // namespace
+
+void add_machine_info_hook(const std::string& name, MachineInfoHook hook) {
+  std::lock_guard<std::mutex> lk(g_hooks_mu);
+  hooks()[name] = std::move(hook);
+}
+
+nlohmann::json machine_info() {
+  const CpuInfo cpu = read_cpu_info();
+  nlohmann::json m;
+  m["hostname"] = hostname();
+  utsname u{};
+  m["os"] = ::uname(&u) == 0 ? fmt::format("{} {} {}", u.sysname, u.release, u.machine) : std::string("unknown");
+  m["cpu_model"] = cpu.model;
+  m["logical_cpus"] = cpu.logical_cpus;
+  m["physical_cores"] = cpu.physical_cores > 0 ? nlohmann::json(cpu.physical_cores) : nlohmann::json(nullptr);
+  m["threads_used"] = omp_get_max_threads();
+  m["isa"] = {{"avx2", cpu.has_flag("avx2")},
+              {"avx512f", cpu.has_flag("avx512f")},
+              {"avx512_bf16", cpu.has_flag("avx512_bf16")},
+              {"amx", cpu.has_flag("amx_tile")}};
+#ifdef DUET_HAVE_DNNL
+  const dnnl_version_t* v = dnnl_version();
+  m["onednn"] = fmt::format("{}.{}.{}", v->major, v->minor, v->patch);
+#else
+  m["onednn"] = nullptr;
+#endif
+#if defined(__clang__)
+  m["compiler"] = fmt::format("clang {}.{}.{}", __clang_major__, __clang_minor__, __clang_patchlevel__);
+#elif defined(__GNUC__)
+  m["compiler"] = fmt::format("gcc {}.{}.{}", __GNUC__, __GNUC_MINOR__, __GNUC_PATCHLEVEL__);
+#else
+  m["compiler"] = "unknown";
+#endif
+  m["cuda"] = nullptr;  // a hook of the CUDA backend replaces it when that backend is built in
+  std::map<std::string, MachineInfoHook> hs;
+  {
+    std::lock_guard<std::mutex> lk(g_hooks_mu);
+    hs = hooks();
+  }
+  for (auto& [name, hook] : hs) {
+    try {
+      hook(m);
+    } catch (...) {  // a broken hook loses its own facts, never the report
+      m["hook_errors"].push_back(name);
+    }
+  }
+  return m;
+}
+
+bool same_cpu(const nlohmann::json& a, const nlohmann::json& b) {
+  return a.is_object() && b.is_object() && a.value("cpu_model", std::string("?a")) == b.value("cpu_model", std::string("?b")) &&
+         a.value("logical_cpus", -1) == b.value("logical_cpus", -2);
+}
+
+}  // namespace duet::profiler

@@ -1,0 +1,31 @@
+// Op records: the events of a capture summed per distinct (op, phase, backend, dtype, device,
+// input shapes, module path, implementation). That is the finest grain a report keeps: every
+// table (per op, per op and shape, per layer) is a regrouping of these rows, so `duet report`
+// can print any view from a saved JSON without the raw events.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+#include <nlohmann/json.hpp>
+#include "engine/profiler/capture.h"
+
+namespace duet::profiler {
+
+struct OpRecord {
+  std::string name, phase, backend, dtype, device, shapes, scope, impl;
+  int64_t calls = 0;
+  int64_t self_ns = 0, total_ns = 0, min_ns = 0, max_ns = 0;  // min/max of one call's total
+  double flops = 0, bytes = 0;
+  int64_t bytes_allocated = 0;
+  int64_t first_start_ns = 0;  // when the first call began: orders layers in execution order
+};
+
+// Sums `ops` (with `self`, their self times from self_times()) into records, in order of first
+// appearance.
+std::vector<OpRecord> aggregate(const std::vector<OpEvent>& ops, const std::vector<int64_t>& self);
+
+nlohmann::json to_json(const OpRecord& r);
+// Throws duet::Error naming the missing or mistyped field.
+OpRecord op_record_from_json(const nlohmann::json& j);
+
+}  // namespace duet::profiler

@@ -1,0 +1,39 @@
+#include "engine/profiler/roofline.h"
+#include <algorithm>
+
+namespace duet::profiler {
+
+double Ceilings::attainable_gflops(double flop_per_byte) const {
+  return std::min(gemm_gflops, flop_per_byte * copy_gbs);
+}
+
+std::string bound_of(double flops, double bytes, const std::optional<Ceilings>& c) {
+  if (!c || c->copy_gbs <= 0 || c->gemm_gflops <= 0) return "";
+  if (flops <= 0) return bytes > 0 ? "memory" : "";
+  if (bytes <= 0) return "compute";
+  return flops / bytes < c->ridge() ? "memory" : "compute";
+}
+
+nlohmann::json roofline_json(const std::optional<Ceilings>& c, const std::string& note) {
+  if (!c) return {{"probe", nullptr}, {"note", note}};
+  return {{"probe", c->probe_path},       {"created", c->created},   {"device", c->device},
+          {"backend", c->backend},        {"threads", c->threads},   {"gemm_gflops", c->gemm_gflops},
+          {"copy_gbs", c->copy_gbs},      {"ridge_flop_per_byte", c->ridge()}, {"note", note}};
+}
+
+std::optional<Ceilings> ceilings_from_roofline_json(const nlohmann::json& j) {
+  if (!j.is_object() || !j.contains("probe") || j["probe"].is_null()) return std::nullopt;
+  if (!j.value("gemm_gflops", nlohmann::json()).is_number() || !j.value("copy_gbs", nlohmann::json()).is_number())
+    return std::nullopt;
+  Ceilings c;
+  c.gemm_gflops = j["gemm_gflops"].get<double>();
+  c.copy_gbs = j["copy_gbs"].get<double>();
+  c.threads = j.value("threads", 0);
+  c.device = j.value("device", std::string());
+  c.backend = j.value("backend", std::string());
+  c.created = j.value("created", std::string());
+  c.probe_path = j["probe"].is_string() ? j["probe"].get<std::string>() : std::string();
+  return c;
+}
+
+}  // namespace duet::profiler

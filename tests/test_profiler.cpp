@@ -1,0 +1,644 @@
+// Profiler reports: FLOP and byte counts of recorded events against hand-computed values, table
+// and step sums, the trace's required fields, the memory peak's op, compare, report loading
+// errors, probe cache look-up, telemetry absence, sweeps.
+#include <unistd.h>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <gtest/gtest.h>
+#include "engine/duet.h"
+#include "engine/profiler/capture.h"
+#include "engine/profiler/compare.h"
+#include "engine/profiler/files.h"
+#include "engine/profiler/memory_summary.h"
+#include "engine/profiler/probe.h"
+#include "engine/profiler/report.h"
+#include "engine/profiler/session.h"
+#include "engine/profiler/steps.h"
+#include "engine/profiler/sweep.h"
+#include "engine/profiler/telemetry.h"
+#include "engine/profiler/trace.h"
+#include "engine/profiler/text_table.h"
+
+namespace duet {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// Records what `f` dispatches, with nothing else in the buffers.
+template <class F>
+std::vector<OpEvent> record(F&& f) {
+  profiler::clear();
+  profiler::enable(true);
+  f();
+  profiler::enable(false);
+  auto ev = profiler::collect();
+  profiler::clear();
+  return ev;
+}
+
+const OpEvent& find(const std::vector<OpEvent>& ev, const std::string& name) {
+  for (const OpEvent& e : ev)
+    if (name == e.name) return e;
+  ADD_FAILURE() << "no event named " << name;
+  static OpEvent none;
+  return none;
+}
+
+// A temporary folder, removed at the end of the test.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / fmt::format("duet-prof-test-{}-{}", ::getpid(), counter()++);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+  static int& counter() {
+    static int c = 0;
+    return c;
+  }
+};
+
+void write_text(const std::string& path, const std::string& s) {
+  std::ofstream(path) << s;
+}
+
+// A few steps of conv + bn + relu + pool + linear + softmax, forward and backward, between step
+// markers; the report is built without a probe.
+json small_training_report(int steps = 3, TimingMode mode = TimingMode::per_op) {
+  manual_seed(1);
+  Tensor w = Tensor::randn({8, 3, 3, 3}).set_requires_grad(true);
+  Tensor gamma = Tensor::ones({8}).set_requires_grad(true), beta = Tensor::zeros({8}).set_requires_grad(true);
+  Tensor fc = Tensor::randn({10, 8 * 8 * 8}).set_requires_grad(true);
+  profiler::start_session({.mode = mode, .telemetry_ms = 5});
+  for (int s = 0; s < steps; ++s) {
+    profiler::step_begin(s, 4);
+    Tensor x, loss;
+    {
+      profiler::PhaseGuard data(Phase::data);
+      x = Tensor::randn({4, 3, 16, 16});
+    }
+    {
+      profiler::PhaseGuard fwd(Phase::forward);
+      Tensor h;
+      {
+        profiler::ScopeGuard scope("conv1");
+        h = conv2d(x, w, Tensor(), {.pad_h = 1, .pad_w = 1});
+      }
+      {
+        profiler::ScopeGuard scope("bn1");
+        h = relu(batch_norm(h, gamma, beta, Tensor(), Tensor(), {}));
+      }
+      h = max_pool2d(h, {});
+      {
+        profiler::ScopeGuard scope("fc");
+        h = linear(h.flatten(1), fc);
+      }
+      loss = sum(softmax(h, 1) * h);
+    }
+    loss.backward();
+    {
+      profiler::PhaseGuard opt(Phase::optimizer);
+      for (Tensor* p : {&w, &gamma, &beta, &fc}) {
+        p->copy_(*p - p->grad() * 0.01);
+        p->zero_grad();
+      }
+    }
+    profiler::step_end();
+  }
+  profiler::stop_session();
+  const json r = profiler::build_report(profiler::capture(), {{"model", "tiny"}, {"batch", 4}}, {.use_probe = false});
+  profiler::clear();
+  return r;
+}
+
+// ---- FLOP and byte counts, hand-computed ----------------------------------------------------
+
+TEST(ProfilerCost, Conv2dEventFlopsAndBytes) {
+  const Tensor x = Tensor::randn({2, 3, 8, 8}), w = Tensor::randn({4, 3, 3, 3}), b = Tensor::randn({4});
+  auto ev = record([&] { conv2d(x, w, Tensor(), {.pad_h = 1, .pad_w = 1}); });
+  const OpEvent& e = find(ev, "conv2d");
+  // y [2,4,8,8] = 512 outputs, each 3*3*3 = 27 multiply-adds: 2 * 512 * 27 FLOPs.
+  EXPECT_DOUBLE_EQ(e.flops, 27648);
+  // x 384 + w 108 + y 512 floats, 4 bytes each.
+  EXPECT_DOUBLE_EQ(e.bytes, 4016);
+  EXPECT_EQ(e.shapes, "[2, 3, 8, 8] [4, 3, 3, 3]");
+  EXPECT_EQ(e.phase, Phase::other);
+  auto evb = record([&] { conv2d(x, w, b, {.pad_h = 1, .pad_w = 1}); });
+  const OpEvent& eb = find(evb, "conv2d");
+  EXPECT_DOUBLE_EQ(eb.flops, 27648 + 512);  // one add per output for the bias
+  EXPECT_DOUBLE_EQ(eb.bytes, 4016 + 16);
+}
+
+TEST(ProfilerCost, MatmulEventFlopsAndBytes) {
+  const Tensor a = Tensor::randn({5, 7}), b = Tensor::randn({7, 3});
+  auto ev = record([&] { matmul(a, b); });
+  const OpEvent& e = find(ev, "matmul");
+  EXPECT_DOUBLE_EQ(e.flops, 2.0 * 5 * 3 * 7);         // 210
+  EXPECT_DOUBLE_EQ(e.bytes, 4.0 * (35 + 21 + 15));  // 284
+}
+
+TEST(ProfilerCost, BatchNormEventFlopsAndBytes) {
+  const Tensor x = Tensor::randn({2, 3, 4, 4}), g = Tensor::ones({3}), b = Tensor::zeros({3});
+  auto ev = record([&] { batch_norm(x, g, b, Tensor(), Tensor(), {}); });
+  const OpEvent& e = find(ev, "batch_norm");
+  EXPECT_DOUBLE_EQ(e.flops, 8.0 * 96);      // training: ~8 FLOPs per element
+  EXPECT_DOUBLE_EQ(e.bytes, 2.0 * 96 * 4);  // read x, write y
+}
+
+TEST(ProfilerCost, PoolingEventFlopsAndBytes) {
+  const Tensor x = Tensor::randn({1, 2, 4, 4});
+  auto ev = record([&] { max_pool2d(x, {}); });
+  const OpEvent& e = find(ev, "max_pool2d");
+  EXPECT_DOUBLE_EQ(e.flops, 8.0 * 4);          // 8 outputs, a 2x2 window each
+  EXPECT_DOUBLE_EQ(e.bytes, 4.0 * (32 + 8));  // 160
+}
+
+TEST(ProfilerCost, SoftmaxEventFlopsAndBytes) {
+  const Tensor x = Tensor::randn({3, 5});
+  auto ev = record([&] { softmax(x, 1); });
+  const OpEvent& e = find(ev, "softmax");
+  EXPECT_DOUBLE_EQ(e.flops, 5.0 * 15);
+  EXPECT_DOUBLE_EQ(e.bytes, 2.0 * 15 * 4);
+}
+
+// ---- steps and tables ---------------------------------------------------------------------
+
+TEST(ProfilerSteps, OpTimesAddUpToTheStep) {
+  const Tensor a = Tensor::randn({192, 192}), b = Tensor::randn({192, 192});
+  profiler::start_session({.telemetry_ms = 0});
+  profiler::step_begin(0, 8);
+  {
+    profiler::PhaseGuard fwd(Phase::forward);
+    for (int i = 0; i < 6; ++i) (void)matmul(a, b);
+  }
+  profiler::step_end();
+  profiler::stop_session();
+  const profiler::Capture c = profiler::capture();
+  ASSERT_EQ(c.steps.size(), 1u);
+  ASSERT_EQ(c.ops.size(), 6u);
+  const json r = profiler::build_report(c, json::object(), {.use_probe = false});
+  const int64_t step = c.steps[0].end_ns - c.steps[0].start_ns;
+  const int64_t ops = r["totals"]["op_self_ns"].get<int64_t>();
+  EXPECT_LE(ops, step);
+  EXPECT_GE(static_cast<double>(ops), 0.3 * static_cast<double>(step)) << "timer overhead should be small next to 6 GEMMs";
+  // The breakdown: forward ops + untracked = the step exactly.
+  const json& ph = r["phases"];
+  EXPECT_EQ(ph["mean_ops_ns"]["forward"].get<double>(), static_cast<double>(ops));
+  EXPECT_DOUBLE_EQ(ph["mean_ops_ns"]["forward"].get<double>() + ph["mean_untracked_ns"].get<double>(),
+                   ph["mean_step_ns"].get<double>());
+  // Self times sum over the table; with no nesting self == total.
+  int64_t self = 0, total = 0;
+  for (const auto& row : r["op_table"]) {
+    self += row["self_ns"].get<int64_t>();
+    total += row["total_ns"].get<int64_t>();
+  }
+  EXPECT_EQ(self, ops);
+  EXPECT_EQ(self, total);
+  EXPECT_EQ(r["op_table"][0]["key"], "matmul");
+  EXPECT_EQ(r["op_table"][0]["calls"], 6);
+  EXPECT_NEAR(r["op_table"][0]["pct"].get<double>(), static_cast<double>(ops) / static_cast<double>(step), 1e-12);
+  EXPECT_DOUBLE_EQ(r["phases"]["images_per_s"].get<double>(), 8.0 / (static_cast<double>(step) * 1e-9));
+  EXPECT_EQ(r["timing_mode"], "per-op");
+  EXPECT_EQ(r["schema"], "duet.profile/1");
+  profiler::clear();
+}
+
+TEST(ProfilerSteps, OpsOutsideStepsAreCountedNotTabled) {
+  const Tensor a = Tensor::randn({8, 8});
+  profiler::start_session({.telemetry_ms = 0});
+  (void)matmul(a, a);  // before the step
+  profiler::step_begin(0);
+  (void)add(a, a);
+  profiler::step_end();
+  profiler::stop_session();
+  const json r = profiler::build_report(profiler::capture(), json::object(), {.use_probe = false});
+  EXPECT_EQ(r["totals"]["ops_outside_steps"]["count"], 1);
+  ASSERT_EQ(r["op_table"].size(), 1u);
+  EXPECT_EQ(r["op_table"][0]["key"], "add");
+  profiler::clear();
+}
+
+TEST(ProfilerSteps, NestedStepBeginIsAnError) {
+  profiler::start_session({.telemetry_ms = 0});
+  profiler::step_begin(1);
+  try {
+    profiler::step_begin(2);
+    FAIL() << "expected duet::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("step 1 is still open"), std::string::npos) << e.what();
+  }
+  profiler::stop_session();
+  profiler::clear();
+}
+
+TEST(ProfilerSteps, SelfTimeExcludesNestedOps) {
+  std::vector<OpEvent> ev(3);
+  ev[0].name = "outer";
+  ev[0].start_ns = 0;
+  ev[0].end_ns = 100;
+  ev[1].name = "inner";
+  ev[1].start_ns = 10;
+  ev[1].end_ns = 40;
+  ev[2].name = "inner2";
+  ev[2].start_ns = 50;
+  ev[2].end_ns = 60;
+  const auto self = profiler::self_times(ev);
+  EXPECT_EQ(self[0], 60);
+  EXPECT_EQ(self[1], 30);
+  EXPECT_EQ(self[2], 10);
+}
+
+TEST(ProfilerSteps, TimingModeSurvivesNestedEnableAndRepeatedStop) {
+  profiler::start_session({.mode = TimingMode::throughput, .telemetry_ms = 0});
+  profiler::enable(true);  // a helper profiling briefly (models::model_stats does this)
+  EXPECT_EQ(profiler::timing_mode(), TimingMode::per_op);
+  profiler::enable(false);
+  EXPECT_EQ(profiler::timing_mode(), TimingMode::throughput);
+  EXPECT_TRUE(profiler::recording());
+  profiler::stop_session();
+  profiler::stop_session();  // finish_profile stops again: harmless
+  EXPECT_EQ(profiler::timing_mode(), TimingMode::throughput);
+  EXPECT_FALSE(profiler::recording());
+  profiler::clear();
+}
+
+TEST(ProfilerSteps, ThroughputModeRecordsStepsButNoOps) {
+  const json r = small_training_report(2, TimingMode::throughput);
+  EXPECT_EQ(r["timing_mode"], "throughput");
+  EXPECT_EQ(r["op_records"].size(), 0u);
+  EXPECT_EQ(r["phases"]["steps"], 2);
+  ASSERT_TRUE(r["phases"]["mean_wall_ns"].is_object());
+  EXPECT_GT(r["phases"]["mean_wall_ns"]["forward"].get<double>(), 0);
+  EXPECT_GT(r["phases"]["mean_wall_ns"]["backward"].get<double>(), 0);
+  const std::string text = profiler::format_report(r, {});
+  EXPECT_NE(text.find("throughput mode"), std::string::npos) << text;
+}
+
+TEST(ProfilerTables, LayerTableCarriesForwardScopeIntoBackward) {
+  const json r = small_training_report();
+  bool conv_fwd = false, conv_bwd = false;
+  for (const auto& row : r["layer_table"]) {
+    if (row["key"] == "conv1" && row["phase"] == "forward") conv_fwd = true;
+    if (row["key"] == "conv1" && row["phase"] == "backward") {
+      conv_bwd = true;
+      EXPECT_NE(row["ops"].get<std::string>().find("conv2d.backward_weight"), std::string::npos) << row.dump();
+    }
+  }
+  EXPECT_TRUE(conv_fwd);
+  EXPECT_TRUE(conv_bwd);
+  // Wall time per phase covers the step; ops cover no more than it.
+  const json& ph = r["phases"];
+  double wall = 0, ops = 0;
+  for (auto it = ph["mean_wall_ns"].begin(); it != ph["mean_wall_ns"].end(); ++it) wall += it.value().get<double>();
+  for (auto it = ph["mean_ops_ns"].begin(); it != ph["mean_ops_ns"].end(); ++it) ops += it.value().get<double>();
+  EXPECT_NEAR(wall, ph["mean_step_ns"].get<double>(), 1.0);
+  EXPECT_LE(ops, ph["mean_step_ns"].get<double>());
+}
+
+TEST(ProfilerTables, GroupBySortAndTopN) {
+  const json r = small_training_report();
+  const auto records = profiler::records_of(r);
+  const auto basis = profiler::basis_of(r);
+  const auto by_name = profiler::op_table(records, basis, std::nullopt, {});
+  const auto by_shape = profiler::op_table(records, basis, std::nullopt, {.by_shape = true});
+  EXPECT_GE(by_shape.size(), by_name.size());
+  for (size_t i = 1; i < by_name.size(); ++i) EXPECT_GE(by_name[i - 1].self_ns, by_name[i].self_ns);
+  const auto by_calls = profiler::op_table(records, basis, std::nullopt, {.sort = "calls"});
+  for (size_t i = 1; i < by_calls.size(); ++i) EXPECT_GE(by_calls[i - 1].calls, by_calls[i].calls);
+  EXPECT_THROW(profiler::op_table(records, basis, std::nullopt, {.sort = "speed"}), Error);
+  const std::string text = profiler::format_op_table(by_name, 3, false, "% step");
+  EXPECT_NE(text.find(fmt::format("({} more rows)", by_name.size() - 3)), std::string::npos) << text;
+  // Forward and backward ops are separate rows.
+  bool fwd = false, bwd = false;
+  for (const auto& row : by_name) {
+    fwd = fwd || row.key == "conv2d";
+    bwd = bwd || row.key == "conv2d.backward_data" || row.key == "conv2d.backward_weight";
+  }
+  EXPECT_TRUE(fwd && bwd);
+  const std::string csv = profiler::op_table_csv(by_shape, "per-op");
+  EXPECT_NE(csv.find("\"[4, 3, 16, 16]"), std::string::npos) << "shapes hold commas and must be quoted";
+  EXPECT_NE(csv.find(",per-op\n"), std::string::npos) << "every row names its timing mode";
+}
+
+TEST(ProfilerTables, BoundAgainstCeilings) {
+  profiler::Ceilings c;
+  c.gemm_gflops = 100;
+  c.copy_gbs = 10;  // ridge at 10 FLOP/byte
+  EXPECT_DOUBLE_EQ(c.ridge(), 10);
+  EXPECT_EQ(profiler::bound_of(1e9, 1e9, c), "memory");
+  EXPECT_EQ(profiler::bound_of(1e11, 1e9, c), "compute");
+  EXPECT_EQ(profiler::bound_of(0, 1e6, c), "memory");
+  EXPECT_EQ(profiler::bound_of(0, 0, c), "");
+  EXPECT_EQ(profiler::bound_of(1e9, 1e9, std::nullopt), "");
+  EXPECT_DOUBLE_EQ(c.attainable_gflops(2), 20);
+  EXPECT_DOUBLE_EQ(c.attainable_gflops(50), 100);
+}
+
+// ---- memory -----------------------------------------------------------------------------------
+
+TEST(ProfilerMemory, PeakIsNamedAtTheOpThatAllocatedIt) {
+  const Tensor a = Tensor::randn({16, 16});
+  profiler::start_session({.telemetry_ms = 0});
+  profiler::step_begin(0);
+  (void)add(a, a);
+  {
+    profiler::ScopeGuard scope("big.layer");
+    profiler::OpScope op("big_temporary", Backend::reference, {}, [] { return OpCost{}; });
+    Tensor tmp = Tensor::empty({16 * 1024 * 1024});  // 64 MiB, freed before the op ends
+  }
+  (void)add(a, a);
+  profiler::step_end();
+  profiler::stop_session();
+  const json r = profiler::build_report(profiler::capture(), json::object(), {.use_probe = false});
+  const json& cpu = r["memory"]["devices"][0];
+  EXPECT_EQ(cpu["device"], "cpu");
+  ASSERT_TRUE(cpu["peak_op"].is_object()) << cpu.dump();
+  EXPECT_EQ(cpu["peak_op"]["name"], "big_temporary");
+  EXPECT_EQ(cpu["peak_op"]["scope"], "big.layer");
+  EXPECT_EQ(cpu["peak_op"]["step"], 0);
+  EXPECT_GE(cpu["peak"].get<int64_t>(), int64_t{64} * 1024 * 1024);
+  EXPECT_EQ(cpu["peak_op"]["bytes_allocated"], int64_t{64} * 1024 * 1024);
+  EXPECT_EQ(cpu["peak_note"], "");
+  // The step end recorded the per-tag bytes.
+  EXPECT_TRUE(r["steps"][0]["memory"][0]["by_tag"].contains("activation"));
+  const json& proc = r["memory"]["process"];
+  EXPECT_TRUE(proc["rss_bytes"].is_number());
+  EXPECT_TRUE(proc["hwm_bytes"].is_number());
+  EXPECT_NE(profiler::format_memory(r).find("peak reached at op #"), std::string::npos);
+  profiler::clear();
+}
+
+// ---- trace ------------------------------------------------------------------------------------
+
+TEST(ProfilerTrace, EveryEventHasTheRequiredFields) {
+  Tensor a = Tensor::randn({32, 32});
+  profiler::start_session({.telemetry_ms = 1});
+  profiler::set_thread_name("test main");
+  for (int s = 0; s < 2; ++s) {
+    profiler::step_begin(s, 1);
+    profiler::PhaseGuard fwd(Phase::forward);
+    (void)relu(matmul(a, a));
+    profiler::step_end();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  profiler::stop_session();
+  TempDir dir;
+  const std::string path = dir.file("trace.json");
+  profiler::write_chrome_trace(profiler::capture(), path);
+  const json t = json::parse(profiler::read_file(path, "trace"));
+  ASSERT_TRUE(t["traceEvents"].is_array());
+  int x = 0, c = 0, m = 0, steps = 0, phases = 0;
+  for (const auto& e : t["traceEvents"]) {
+    for (const char* k : {"name", "ph", "ts", "pid", "tid"}) ASSERT_TRUE(e.contains(k)) << k << " missing in " << e.dump();
+    ASSERT_TRUE(e["ts"].is_number());
+    const std::string ph = e["ph"];
+    if (ph == "X") {
+      ++x;
+      ASSERT_TRUE(e.contains("dur") && e["dur"].is_number()) << e.dump();
+      EXPECT_GE(e["dur"].get<double>(), 0);
+      EXPECT_GE(e["ts"].get<double>(), 0);
+      if (e.value("cat", "") == "step") ++steps;
+      if (e.value("cat", "") == "phase") ++phases;
+    } else if (ph == "C") {
+      ++c;
+      ASSERT_TRUE(e["args"].is_object());
+    } else if (ph == "M") {
+      ++m;
+    } else {
+      ADD_FAILURE() << "unexpected phase type " << ph;
+    }
+  }
+  EXPECT_EQ(steps, 2);
+  EXPECT_GE(phases, 2);
+  EXPECT_GE(x, 2 + 4);  // steps + 2 x (matmul, relu)
+  EXPECT_GT(c, 0);
+  EXPECT_GT(m, 0);
+  EXPECT_NE(t.dump().find("test main"), std::string::npos);
+  profiler::clear();
+}
+
+// ---- JSON report, load errors, compare --------------------------------------------------------
+
+TEST(ProfilerReport, RoundTripsThroughAFile) {
+  const json r = small_training_report();
+  TempDir dir;
+  const std::string path = dir.file("sub/run.json");  // the folder is created
+  profiler::write_report(r, path, dir.file("sub/run.ops.csv"));
+  const json back = profiler::load_report(path);
+  EXPECT_EQ(back["op_records"].size(), r["op_records"].size());
+  EXPECT_EQ(profiler::format_report(back, {}), profiler::format_report(r, {}));
+  for (const auto& entry : fs::directory_iterator(dir.path / "sub"))
+    EXPECT_EQ(entry.path().string().find(".tmp-"), std::string::npos) << "temporary file left: " << entry.path();
+  EXPECT_TRUE(fs::exists(dir.file("sub/run.ops.csv")));
+  EXPECT_TRUE(r["telemetry"].is_object());
+  EXPECT_EQ(r["roofline"]["probe"], nullptr);
+}
+
+void expect_error(const std::string& path, const std::string& fragment) {
+  try {
+    profiler::load_report(path);
+    ADD_FAILURE() << "expected duet::Error for " << path;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << "the message names the file: " << e.what();
+  }
+}
+
+TEST(ProfilerReport, BadFilesGiveClearErrors) {
+  TempDir dir;
+  expect_error(dir.file("missing.json"), "does not exist");
+  write_text(dir.file("broken.json"), "{\"schema\": \"duet.profile/1\", ");
+  expect_error(dir.file("broken.json"), "not valid JSON");
+  write_text(dir.file("other.json"), R"({"schema": "duet.profile/2"})");
+  expect_error(dir.file("other.json"), "has schema 'duet.profile/2': this duet reads 'duet.profile/1'");
+  write_text(dir.file("noschema.json"), R"({"ops": []})");
+  expect_error(dir.file("noschema.json"), "not a duet profile report");
+  json r = small_training_report(1);
+  r.erase("phases");
+  write_text(dir.file("nophases.json"), r.dump());
+  expect_error(dir.file("nophases.json"), "lacks its \"phases\" section");
+  r = small_training_report(1);
+  r["op_records"][0].erase("self_ns");
+  write_text(dir.file("badrec.json"), r.dump());
+  expect_error(dir.file("badrec.json"), "lacks field 'self_ns'");
+  expect_error(dir.path.string(), "is a folder");
+}
+
+TEST(ProfilerCompare, AReportAgainstItselfHasRatiosOfOne) {
+  const json r = small_training_report();
+  const json cmp = profiler::compare({profiler::NamedReport{"a", r}, profiler::NamedReport{"b", r}});
+  EXPECT_TRUE(cmp["warnings"].empty()) << cmp["warnings"].dump();
+  ASSERT_FALSE(cmp["ops"].empty());
+  for (const char* section : {"ops", "phases", "layers"})
+    for (const auto& row : cmp[section]) {
+      if (row["ratio"][0].is_null()) continue;  // a zero in the baseline has no ratio
+      EXPECT_DOUBLE_EQ(row["ratio"][1].get<double>(), 1.0) << row.dump();
+    }
+  EXPECT_TRUE(cmp["share_shifts"].empty());
+  const std::string text = profiler::format_compare(cmp);
+  EXPECT_NE(text.find("1.00x"), std::string::npos) << text;
+}
+
+TEST(ProfilerCompare, DifferentModelsWarnAndSkipLayers) {
+  const json a = small_training_report();
+  json b = a;
+  b["run_config"]["model"] = "other";
+  const json cmp = profiler::compare({profiler::NamedReport{"a", a}, profiler::NamedReport{"b", b}});
+  ASSERT_EQ(cmp["warnings"].size(), 1u);
+  EXPECT_NE(cmp["warnings"][0].get<std::string>().find("different models (tiny vs other)"), std::string::npos);
+  EXPECT_TRUE(cmp["layers"].is_null());
+  EXPECT_FALSE(cmp["ops"].empty());
+  const std::string text = profiler::format_compare(cmp);
+  EXPECT_EQ(text.rfind("WARNING: the reports are of different models", 0), 0u) << text;
+  EXPECT_NE(text.find("layers: skipped"), std::string::npos);
+}
+
+TEST(ProfilerCompare, ThroughputReportsHaveNoOpTimesNotZeroes) {
+  const json per_op = small_training_report(2);
+  const json tp = small_training_report(2, TimingMode::throughput);
+  const json cmp = profiler::compare({profiler::NamedReport{"per-op", per_op}, profiler::NamedReport{"tp", tp}});
+  ASSERT_EQ(cmp["warnings"].size(), 1u);
+  EXPECT_NE(cmp["warnings"][0].get<std::string>().find("mix timing modes"), std::string::npos);
+  for (const auto& row : cmp["ops"]) {
+    EXPECT_TRUE(row["value"][1].is_null()) << row.dump();
+    EXPECT_TRUE(row["ratio"][1].is_null()) << row.dump();
+  }
+  bool wall = false;
+  for (const auto& row : cmp["phases"])
+    if (row["phase"] == "forward (wall)") {
+      wall = true;
+      EXPECT_TRUE(row["ratio"][1].is_number());
+    }
+  EXPECT_TRUE(wall) << cmp["phases"].dump();
+}
+
+TEST(ProfilerCompare, NeedsTwoReportsAndValidFiles) {
+  EXPECT_THROW(profiler::compare({profiler::NamedReport{"a", small_training_report(1)}}), Error);
+  TempDir dir;
+  write_text(dir.file("ok.json"), small_training_report(1).dump());
+  try {
+    profiler::compare_files({dir.file("ok.json"), dir.file("nope.json")});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nope.json' does not exist"), std::string::npos) << e.what();
+  }
+}
+
+// ---- probe ------------------------------------------------------------------------------------
+
+TEST(ProfilerProbe, MeasuresSavesAndIsFoundForTheSameMachine) {
+  TempDir dir;
+  ::setenv("DUET_CACHE_DIR", dir.path.c_str(), 1);
+  const profiler::ProbeResult p = profiler::run_probe({.gemm_size = 64, .copy_mib = 1, .threads = {1}, .repeats = 1});
+  ASSERT_EQ(p.points.size(), 1u);
+  EXPECT_GT(p.points[0].gemm_gflops, 0);
+  EXPECT_GT(p.points[0].copy_gbs, 0);
+  EXPECT_FALSE(profiler::enabled());
+  const std::string path = profiler::default_probe_path(p.machine);
+  EXPECT_EQ(fs::path(path).parent_path(), dir.path);
+  EXPECT_EQ(fs::path(path).filename().string().rfind("probe-", 0), 0u);
+  std::string why;
+  EXPECT_FALSE(profiler::find_ceilings(p.machine, "cpu", 1, "", &why));
+  EXPECT_NE(why.find("no probe"), std::string::npos);
+  profiler::save_probe(p, path);
+  const auto c = profiler::find_ceilings(p.machine, "cpu", 1, "", &why);
+  ASSERT_TRUE(c);
+  EXPECT_DOUBLE_EQ(c->gemm_gflops, p.points[0].gemm_gflops);
+  EXPECT_EQ(c->probe_path, path);
+  // Another CPU model does not match.
+  json other = p.machine;
+  other["cpu_model"] = "Some Other CPU";
+  EXPECT_FALSE(profiler::find_ceilings(other, "cpu", 1, "", &why));
+  // Reports pick it up and fill the bound column.
+  const json r = small_training_report(1);
+  const json r2 = profiler::build_report(profiler::capture(), json::object());
+  EXPECT_TRUE(r2["roofline"]["probe"].is_string()) << r2["roofline"].dump();
+  write_text(dir.file("probe-broken.json"), "not json");  // ignored in the scan
+  EXPECT_TRUE(profiler::find_ceilings(p.machine, "cpu", 2, "", &why));
+  EXPECT_THROW(profiler::find_ceilings(p.machine, "cpu", 1, dir.file("probe-broken.json"), &why), Error);
+  ::unsetenv("DUET_CACHE_DIR");
+  (void)r;
+}
+
+// ---- telemetry --------------------------------------------------------------------------------
+
+class AbsentSource final : public profiler::TelemetrySource {
+public:
+  std::string name() const override { return "fake-gpu"; }
+  std::vector<profiler::Reading> read() override { return {{"gpu0.util_pct", "%", std::nullopt}}; }
+};
+
+TEST(ProfilerTelemetry, AbsentReadingsAreNullNotZero) {
+  std::vector<std::unique_ptr<profiler::TelemetrySource>> extra;
+  extra.push_back(std::make_unique<AbsentSource>());
+  profiler::TelemetrySampler s(1, std::move(extra));
+  s.start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  s.stop();
+  const profiler::TelemetryLog log = s.log();
+  ASSERT_GE(log.samples.size(), 2u);
+  size_t gpu = log.channels.size(), cpu = log.channels.size();
+  for (size_t i = 0; i < log.channels.size(); ++i) {
+    if (log.channels[i].name == "gpu0.util_pct") gpu = i;
+    if (log.channels[i].name == "process_cpu_pct") cpu = i;
+  }
+  ASSERT_LT(gpu, log.channels.size());
+  ASSERT_LT(cpu, log.channels.size());
+  EXPECT_FALSE(log.samples[0].values[cpu]) << "a rate needs two readings";
+  EXPECT_TRUE(log.samples.back().values[cpu]);
+  for (const auto& smp : log.samples) EXPECT_FALSE(smp.values[gpu]);
+}
+
+// ---- sweeps, files, formatting ----------------------------------------------------------------
+
+TEST(ProfilerSweep, BatchListsAndTable) {
+  EXPECT_EQ(profiler::parse_batch_list("16,32,64"), (std::vector<int64_t>{16, 32, 64}));
+  EXPECT_THROW(profiler::parse_batch_list("16,,64"), Error);
+  EXPECT_THROW(profiler::parse_batch_list("16,x"), Error);
+  EXPECT_THROW(profiler::parse_batch_list("0"), Error);
+  const json r = small_training_report(2);
+  std::vector<profiler::SweepPoint> pts{profiler::sweep_point_from_report(4, r)};
+  profiler::SweepPoint failed;
+  failed.batch = 4096;
+  failed.error = "out of memory";
+  pts.push_back(failed);
+  const json j = profiler::sweep_json({{"model", "tiny"}}, pts);
+  const auto back = profiler::sweep_points_from_json(j);
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_TRUE(back[0].images_per_s);
+  EXPECT_FALSE(back[1].images_per_s);
+  EXPECT_TRUE(j["points"][1]["images_per_s"].is_null());
+  const std::string t = profiler::format_sweep_table(back);
+  EXPECT_NE(t.find("out of memory"), std::string::npos) << t;
+}
+
+TEST(ProfilerFiles, AtomicWriteReplacesWholeFiles) {
+  TempDir dir;
+  const std::string p = dir.file("a/b/c.txt");
+  profiler::write_file_atomic(p, "first");
+  profiler::write_file_atomic(p, "second");
+  EXPECT_EQ(profiler::read_file(p, "file"), "second");
+  EXPECT_EQ(profiler::csv_field("a,b"), "\"a,b\"");
+  EXPECT_EQ(profiler::csv_field("say \"x\""), "\"say \"\"x\"\"\"");
+}
+
+TEST(ProfilerOverhead, OffModeRecordsNothing) {
+  profiler::clear();
+  ASSERT_FALSE(profiler::recording());
+  const Tensor a = Tensor::randn({4});
+  profiler::step_begin(0);
+  (void)add(a, a);
+  profiler::step_end();
+  EXPECT_TRUE(profiler::collect().empty());
+  EXPECT_TRUE(profiler::collect_steps().empty());
+  EXPECT_TRUE(profiler::collect_phase_marks().empty());
+}
+
+}  // namespace
+}  // namespace duet
