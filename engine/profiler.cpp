@@ -113,9 +113,15 @@ void step_begin(int64_t step, int64_t images, Device device) {
 }
 
 void step_end() {
+  {
+    std::lock_guard<std::mutex> lk(g_steps_mu);
+    if (!g_step_open) return;  // recording was off at step_begin, or clear() ran in between
+    // A step on a GPU ends when its queued kernels have run, not when the host returns.
+    if (g_open_step.memory.front().device.type == DeviceType::cuda) duet::backend(Backend::cuda).synchronize();
+  }
   const int64_t t = now_ns();
   std::lock_guard<std::mutex> lk(g_steps_mu);
-  if (!g_step_open) return;  // recording was off at step_begin, or clear() ran in between
+  if (!g_step_open) return;
   g_step_open = false;
   StepEvent e = std::move(g_open_step);
   e.end_ns = t;
@@ -222,10 +228,14 @@ void OpScope::begin(const char* name, Backend backend, std::initializer_list<con
   }
   t_impl.clear();
   alloc_before_ = device_allocator(device_).stats().allocated_total;
+  // Per-op timing on an asynchronous device: drain earlier queued work so this op's clock
+  // starts when it can start (the per-op mode is labelled as synchronised in reports).
+  if (backend == Backend::cuda) duet::backend(Backend::cuda).synchronize();
   start_ns_ = now_ns();
 }
 
 void OpScope::end() {
+  if (backend_ == Backend::cuda) duet::backend(Backend::cuda).synchronize();
   OpEvent e;
   e.end_ns = now_ns();
   e.start_ns = start_ns_;

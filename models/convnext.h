@@ -1,0 +1,53 @@
+// ConvNeXt (Liu et al. 2022) as torchvision builds it: patchify stem (4x4 stride-4 conv +
+// LayerNorm2d), stages of CNBlocks (depthwise 7x7, LayerNorm, Linear 4x, GELU, Linear, layer
+// scale, stochastic depth), LayerNorm2d + 2x2 stride-2 conv between stages; torchvision's names
+// (features.1.0.block.0.weight, features.1.0.layer_scale, classifier.2.weight, ...).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+#include "engine/nn/layers.h"
+
+namespace duet::models {
+
+struct ConvNeXtStage {
+  int64_t channels;   // input_channels of torchvision's CNBlockConfig
+  int64_t num_layers;
+};
+
+struct ConvNeXtConfig {
+  std::vector<ConvNeXtStage> stages{{96, 3}, {192, 3}, {384, 9}, {768, 3}};  // convnext_tiny
+  double stochastic_depth_prob = 0.1;  // torchvision's convnext_tiny default; linear in block index
+  double layer_scale = 1e-6;
+  int64_t num_classes = 1000;
+  int64_t in_channels = 3;
+  bool init = true;  // false: skip torchvision's re-initialisation (layers keep torch.nn defaults); for loading weights
+};
+
+class CNBlock : public nn::Module {
+public:
+  CNBlock(int64_t dim, double layer_scale, double stochastic_depth_prob);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "CNBlock"; }
+  Tensor layer_scale;  // [dim, 1, 1]
+  // dw conv 7x7, Permute NHWC, LayerNorm (eps 1e-6), Linear dim->4dim, GELU, Linear 4dim->dim, Permute NCHW
+  std::shared_ptr<nn::Sequential> block;
+  std::shared_ptr<nn::Module> stochastic_depth;
+};
+
+class ConvNeXt : public nn::Module {
+public:
+  explicit ConvNeXt(const ConvNeXtConfig& cfg);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "ConvNeXt"; }
+  ConvNeXtConfig config;
+  std::shared_ptr<nn::Sequential> features, classifier;  // classifier: LayerNorm2d, Flatten, Linear
+  std::shared_ptr<nn::Module> avgpool;
+};
+
+// "convnext_tiny" (torchvision's), "convnext_small" (3, 3, 27, 3), "convnext_base" (128 wide),
+// "convnext_large" (192 wide). width_mult scales the stage widths. Unknown names: duet::Error.
+ConvNeXtConfig convnext_config(const std::string& name, int64_t num_classes, double width_mult = 1.0);
+std::shared_ptr<ConvNeXt> convnext(const std::string& name, int64_t num_classes, double width_mult = 1.0);
+
+}  // namespace duet::models

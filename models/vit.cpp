@@ -1,0 +1,185 @@
+// Vision Transformer (torchvision/models/vision_transformer.py), attention included.
+#include "models/vit.h"
+#include <cmath>
+#include <regex>
+#include "engine/allocator.h"
+#include "engine/autograd.h"
+
+namespace duet::models {
+
+namespace {
+Tensor new_parameter(const Shape& shape) {
+  MemTagGuard tag(MemTag::parameter);
+  return Tensor::zeros(shape);
+}
+std::string shape_or_undefined(const Tensor& x) { return x.defined() ? shape_str(x.shape()) : "undefined"; }
+}  // namespace
+
+// ---- attention -----------------------------------------------------------------------------------
+MultiheadSelfAttention::MultiheadSelfAttention(int64_t dim_, int64_t heads, double attn_dropout, bool init)
+    : dim(dim_), num_heads(heads), attention_dropout(attn_dropout) {
+  DUET_CHECK(dim_ >= 1 && heads >= 1 && dim_ % heads == 0,
+             "MultiheadAttention: embed_dim={} and num_heads={}: expected num_heads >= 1 dividing embed_dim", dim_, heads);
+  DUET_CHECK(attn_dropout >= 0 && attn_dropout < 1, "MultiheadAttention: dropout {} given, expected [0, 1)",
+             attn_dropout);
+  // torch.nn.MultiheadAttention._reset_parameters: xavier-uniform in_proj, zero biases; out_proj
+  // keeps nn.Linear's default weight.
+  in_proj_weight = register_parameter("in_proj_weight", new_parameter({3 * dim_, dim_}));
+  in_proj_bias = register_parameter("in_proj_bias", new_parameter({3 * dim_}));
+  out_proj = register_module("out_proj", std::make_shared<nn::Linear>(dim_, dim_));
+  if (init) {
+    nn::xavier_uniform_(in_proj_weight);
+    out_proj->bias.zero_();
+  }
+}
+
+Tensor MultiheadSelfAttention::forward(const Tensor& x) {
+  DUET_CHECK(x.defined() && x.dim() == 3 && x.size(2) == dim,
+             "MultiheadAttention: input has shape {}, expected [N, S, {}]", shape_or_undefined(x), dim);
+  const int64_t N = x.size(0), S = x.size(1), H = num_heads, Dh = dim / num_heads;
+  // One GEMM for q, k and v; [N, S, 3, H, Dh] -> [3, N, H, S, Dh] is a view.
+  const Tensor qkv = linear(x, in_proj_weight, in_proj_bias).view({N, S, 3, H, Dh}).permute({2, 0, 3, 1, 4});
+  const Tensor q = mul(qkv.select(0, 0), 1.0 / std::sqrt(static_cast<double>(Dh)));  // scaled before q k^T, as torch
+  const Tensor k = qkv.select(0, 1), v = qkv.select(0, 2);
+  Tensor attn = softmax(matmul(q, k.transpose(-1, -2)), -1);  // [N, H, S, S]
+  if (attention_dropout > 0) attn = dropout(attn, attention_dropout, is_training());
+  const Tensor out = matmul(attn, v).permute({0, 2, 1, 3}).reshape({N, S, dim});  // heads back side by side
+  return (*out_proj)(out);
+}
+
+std::string MultiheadSelfAttention::extra_repr() const {
+  return fmt::format("embed_dim={}, num_heads={}, dropout={}, batch_first=True", dim, num_heads, attention_dropout);
+}
+
+// ---- encoder -------------------------------------------------------------------------------------
+EncoderBlock::EncoderBlock(int64_t heads, int64_t hidden, int64_t mlp_dim, double drop, double attn_drop, double eps,
+                           bool init) {
+  ln_1 = register_module("ln_1", std::make_shared<nn::LayerNorm>(hidden, eps));
+  self_attention = register_module("self_attention", std::make_shared<MultiheadSelfAttention>(hidden, heads, attn_drop, init));
+  dropout = register_module("dropout", std::make_shared<nn::Dropout>(drop));
+  ln_2 = register_module("ln_2", std::make_shared<nn::LayerNorm>(hidden, eps));
+  mlp = register_module("mlp", std::make_shared<nn::Sequential>());
+  auto fc1 = std::make_shared<nn::Linear>(hidden, mlp_dim), fc2 = std::make_shared<nn::Linear>(mlp_dim, hidden);
+  mlp->push_back(fc1);
+  mlp->push_back(nn::GELU());
+  mlp->push_back(std::make_shared<nn::Dropout>(drop));
+  mlp->push_back(fc2);
+  mlp->push_back(std::make_shared<nn::Dropout>(drop));
+  // torchvision's MLPBlock: xavier-uniform weights, N(0, 1e-6) biases.
+  for (const auto& fc : {fc1, fc2}) {
+    if (!init) break;
+    nn::xavier_uniform_(fc->weight);
+    nn::normal_(fc->bias, 0.0, 1e-6);
+  }
+}
+
+Tensor EncoderBlock::forward(const Tensor& x) {
+  const Tensor h = add((*dropout)((*self_attention)((*ln_1)(x))), x);
+  return add(h, (*mlp)((*ln_2)(h)));
+}
+
+Encoder::Encoder(int64_t seq_length, int64_t num_layers, int64_t heads, int64_t hidden, int64_t mlp_dim, double drop,
+                 double attn_drop, double eps, bool init) {
+  pos_embedding = register_parameter("pos_embedding", new_parameter({1, seq_length, hidden}));
+  if (init) nn::normal_(pos_embedding, 0.0, 0.02);  // from BERT, as torchvision
+  dropout = register_module("dropout", std::make_shared<nn::Dropout>(drop));
+  layers = register_module("layers", std::make_shared<nn::Sequential>());
+  for (int64_t i = 0; i < num_layers; ++i)
+    layers->push_back(fmt::format("encoder_layer_{}", i),
+                      std::make_shared<EncoderBlock>(heads, hidden, mlp_dim, drop, attn_drop, eps, init));
+  ln = register_module("ln", std::make_shared<nn::LayerNorm>(hidden, eps));
+}
+
+Tensor Encoder::forward(const Tensor& x) {
+  DUET_CHECK(x.defined() && x.dim() == 3 && x.size(1) == pos_embedding.size(1) && x.size(2) == pos_embedding.size(2),
+             "Encoder: input has shape {}, expected [N, {}, {}]", shape_or_undefined(x), pos_embedding.size(1),
+             pos_embedding.size(2));
+  return (*ln)((*layers)((*dropout)(add(x, pos_embedding))));
+}
+
+// ---- the network ---------------------------------------------------------------------------------
+VisionTransformer::VisionTransformer(const ViTConfig& cfg) : config(cfg) {
+  DUET_CHECK(cfg.patch_size >= 1 && cfg.image_size >= cfg.patch_size && cfg.image_size % cfg.patch_size == 0,
+             "VisionTransformer: image_size={} and patch_size={}: expected the image size to be a positive multiple of "
+             "the patch size",
+             cfg.image_size, cfg.patch_size);
+  DUET_CHECK(cfg.num_layers >= 1 && cfg.hidden_dim >= 1 && cfg.mlp_dim >= 1 && cfg.num_classes >= 1 &&
+                 cfg.in_channels >= 1,
+             "VisionTransformer: num_layers={}, hidden_dim={}, mlp_dim={}, num_classes={}, in_channels={}: expected "
+             "all >= 1",
+             cfg.num_layers, cfg.hidden_dim, cfg.mlp_dim, cfg.num_classes, cfg.in_channels);
+  const int64_t D = cfg.hidden_dim;
+  // Registered in torchvision's order: parameters of this module first (class_token), then
+  // conv_proj, encoder, heads.
+  class_token = register_parameter("class_token", new_parameter({1, 1, D}));
+  conv_proj = register_module("conv_proj", std::make_shared<nn::Conv2d>(
+                                               cfg.in_channels, D, cfg.patch_size,
+                                               nn::Conv2dOptions{.stride = cfg.patch_size}));
+  const int64_t side = cfg.image_size / cfg.patch_size;
+  encoder = register_module("encoder", std::make_shared<Encoder>(side * side + 1, cfg.num_layers, cfg.num_heads, D,
+                                                                 cfg.mlp_dim, cfg.dropout, cfg.attention_dropout,
+                                                                 cfg.norm_eps, cfg.init));
+  heads = register_module("heads", std::make_shared<nn::Sequential>());
+  auto head = std::make_shared<nn::Linear>(D, cfg.num_classes);
+  heads->push_back("head", head);
+
+  // torchvision: conv_proj truncated-normal with std sqrt(1 / fan_in) and zero bias; class
+  // token zero; head zero (so a fresh model starts at uniform predictions).
+  if (cfg.init) {
+    nn::trunc_normal_(conv_proj->weight, std::sqrt(1.0 / static_cast<double>(nn::fan_in(conv_proj->weight))));
+    conv_proj->bias.zero_();
+    head->weight.zero_();
+    head->bias.zero_();
+  }
+}
+
+Tensor VisionTransformer::forward(const Tensor& x) {
+  DUET_CHECK(x.defined() && x.dim() == 4 && x.size(1) == config.in_channels && x.size(2) == config.image_size &&
+                 x.size(3) == config.image_size,
+             "VisionTransformer: input has shape {}, expected [N, {}, {}, {}] (the position embedding fixes the image "
+             "size)",
+             shape_or_undefined(x), config.in_channels, config.image_size, config.image_size);
+  const int64_t N = x.size(0), D = config.hidden_dim;
+  // [N, D, h, w] -> [N, h*w, D]: one token per patch.
+  const Tensor patches = (*conv_proj)(x).reshape({N, D, -1}).permute({0, 2, 1});
+  const Tensor tokens = cat({class_token.expand({N, -1, -1}), patches}, 1);
+  return (*heads)((*encoder)(tokens).select(1, 0));
+}
+
+ViTConfig vit_config(const std::string& name, int64_t num_classes, int64_t image_size) {
+  ViTConfig c;
+  std::smatch m;
+  static const std::regex duet_preset("vit_(tiny|small|base)_p([0-9]+)");
+  static const std::regex tv_preset("vit_([bhl])_([0-9]+)");
+  if (std::regex_match(name, m, duet_preset)) {
+    const std::string size = m[1];
+    c.patch_size = std::stoll(m[2]);
+    c.image_size = c.patch_size <= 8 ? 32 : 224;
+    c.num_layers = 12;
+    if (size == "tiny") c.hidden_dim = 192, c.num_heads = 3;
+    else if (size == "small") c.hidden_dim = 384, c.num_heads = 6;
+    else c.hidden_dim = 768, c.num_heads = 12;
+    c.mlp_dim = 4 * c.hidden_dim;
+  } else if (std::regex_match(name, m, tv_preset) &&
+             (name == "vit_b_16" || name == "vit_b_32" || name == "vit_l_16" || name == "vit_l_32" || name == "vit_h_14")) {
+    const std::string size = m[1];
+    c.patch_size = std::stoll(m[2]);
+    c.image_size = 224;
+    if (size == "b") c.num_layers = 12, c.num_heads = 12, c.hidden_dim = 768, c.mlp_dim = 3072;
+    else if (size == "l") c.num_layers = 24, c.num_heads = 16, c.hidden_dim = 1024, c.mlp_dim = 4096;
+    else c.num_layers = 32, c.num_heads = 16, c.hidden_dim = 1280, c.mlp_dim = 5120;
+  } else {
+    throw Error(fmt::format("vit: unknown configuration '{}': expected vit_b_16, vit_b_32, vit_l_16, vit_l_32, "
+                            "vit_h_14, or vit_tiny_p<patch>, vit_small_p<patch>, vit_base_p<patch> (e.g. vit_tiny_p4)",
+                            name));
+  }
+  if (image_size > 0) c.image_size = image_size;
+  c.num_classes = num_classes;
+  return c;
+}
+
+std::shared_ptr<VisionTransformer> vit(const std::string& name, int64_t num_classes, int64_t image_size) {
+  return std::make_shared<VisionTransformer>(vit_config(name, num_classes, image_size));
+}
+
+}  // namespace duet::models
