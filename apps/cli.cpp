@@ -1,0 +1,75 @@
+// The sub-commands wired into one CLI11 app (see cli.h).
+#include "apps/cli.h"
+#include <exception>
+#include <ostream>
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include "apps/data_cmd.h"
+#include "apps/eval_cmd.h"
+#include "apps/models_cmd.h"
+#include "apps/predict_cmd.h"
+#include "apps/profile_cmds.h"
+#include "apps/selftest_cmd.h"
+#include "apps/train_cmd.h"
+#include "engine/error.h"
+
+namespace duet::app {
+
+namespace {
+const char* kFooter = R"(Start here:
+  duet train --model small_cnn --dataset synthetic --profile
+      train a small CNN on generated images (no download) and print the per-op profile
+  duet models                                   the model zoo with parameters and GFLOPs
+  duet data ../shared/data/cifar10              what a dataset folder holds
+  duet train --model resnet18_cifar --width-mult 0.5 --dataset cifar10 --data ../shared/data/cifar10 \
+      --epochs 15 --batch 128 --lr 0.2 --nesterov --schedule onecycle --label-smoothing 0.1 \
+      --checkpoint cifar.safetensors
+  duet eval cifar.safetensors                   accuracy, loss and per-class accuracy
+  duet predict -c cifar.safetensors photo.jpg   top-5 classes of an image
+  duet probe; duet report run.json; duet compare a.json b.json   the profiler's tools
+Each command has its own --help (duet train --help). Global options (--device, --backend,
+--threads, --seed) go before or after the command's name. Guide: docs/training.md.)";
+}  // namespace
+
+int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  CLI::App app{"duet: a from-scratch training engine for CNNs and ViTs, with a per-op profiler"};
+  app.require_subcommand(1);
+  app.footer(kFooter);
+  app.set_version_flag("--version", "duet 0.1.0");
+  GlobalOptions global;
+  add_global_options(app, global);
+  const std::vector<Command> commands{add_train_command(app, global),   add_eval_command(app, global),
+                                      add_predict_command(app, global), add_models_command(app, global),
+                                      add_data_command(app, global),    add_selftest_command(app, global)};
+  add_probe_command(app);
+  add_report_command(app);
+  add_compare_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e, out, err);
+  }
+  try {
+    for (const Command& c : commands)
+      if (c.app->parsed()) return c.run(out);
+    if (run_profile_commands(out)) return 0;
+    err << "duet: no command given; see duet --help\n";
+    return 1;
+  } catch (const Error& e) {
+    out.flush();
+    err << "duet: error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    out.flush();
+    err << "duet: internal error: " << e.what() << "\n";
+    return 2;
+  }
+}
+
+int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  std::vector<const char*> argv;
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  return run_cli(static_cast<int>(argv.size()), argv.data(), out, err);
+}
+
+}  // namespace duet::app

@@ -1,0 +1,26 @@
+// Checkpoint -> model.
+#include "apps/model_file.h"
+#include <fmt/format.h>
+#include "apps/checkpoint.h"
+#include "engine/error.h"
+#include "engine/serialize.h"
+
+namespace duet::app {
+
+TrainedModel load_trained_model(const std::string& path) {
+  const Checkpoint ck = read_checkpoint(path);
+  TrainedModel t;
+  t.raw_config = ck.state.config;
+  t.config = train_config_from_json(ck.state.config);
+  t.class_names = ck.state.config.value("class_names", std::vector<std::string>{});
+  t.image_size = ck.state.config.value("image_size", int64_t{0});
+  t.epoch = ck.state.epoch;
+  DUET_CHECK(t.image_size > 0 && t.config.model.classes > 0,
+             "checkpoint '{}' does not record its image size and class count; expected a checkpoint of duet train", path);
+  t.model = build_model(t.config.model, t.config.model.classes, t.image_size);
+  load_state_dict(*t.model, ck.model, true);
+  t.model->eval();
+  return t;
+}
+
+}  // namespace duet::app

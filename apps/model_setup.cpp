@@ -1,0 +1,79 @@
+// Model construction and weight initialisation from files.
+#include "apps/model_setup.h"
+#include <ostream>
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include "apps/checkpoint.h"
+#include "engine/error.h"
+#include "engine/serialize.h"
+#include "models/registry.h"
+
+namespace duet::app {
+
+void add_model_options(CLI::App& cmd, ModelConfig& m) {
+  const std::string g = "Model";
+  cmd.add_option("--model", m.name, "Model name (list them with `duet models`)")->capture_default_str()->group(g);
+  cmd.add_option("--classes", m.classes, "Output classes (default: the dataset's; with --dataset synthetic, how many classes to generate, default 10)")->check(CLI::Range(int64_t{0}, int64_t{1000000}))->group(g);
+  cmd.add_option("--width-mult", m.width_mult, "Channel multiplier (0.5: half-width ResNet, ...)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 16.0))
+      ->group(g);
+  cmd.add_option("--dropout", m.dropout, "Dropout probability where the model has dropout (default: the model's)")
+      ->check(CLI::Range(0.0, 0.99))
+      ->group(g);
+}
+
+std::shared_ptr<nn::Module> build_model(const ModelConfig& m, int64_t classes, int64_t image_size) {
+  models::ModelOptions o;
+  o.num_classes = classes;
+  o.image_size = image_size;
+  o.width_mult = m.width_mult;
+  o.dropout = m.dropout;
+  return models::create_model(m.name, o);
+}
+
+std::string head_prefix(const nn::Module& model) {
+  std::string head;
+  for (const auto& [name, mod] : model.named_modules())
+    if (mod->type_name() == "Linear") head = name;
+  DUET_CHECK(!head.empty(), "the model has no Linear layer to treat as its classifier head");
+  return head;
+}
+
+void init_from(nn::Module& model, const std::string& path, bool freeze, std::ostream& out) {
+  const SafetensorsFile f = read_safetensors(path);
+  const NamedTensors tensors = model_tensors(f);
+  const std::string head = head_prefix(model);
+  // Same head shape: a fine-tune of the same task; else a new head for this dataset's classes.
+  bool head_fits = false;
+  for (const auto& [name, t] : model.named_parameters())
+    if (has_prefix(name, head) && name.size() > head.size() && name.substr(head.size()) == ".weight")
+      for (const auto& [fname, ft] : tensors)
+        if (fname == name) head_fits = ft.shape() == t.shape();
+  LoadOptions lo;
+  if (!head_fits) lo.ignore_prefixes = {head};
+  const LoadReport r = load_state_dict(model, tensors, lo);
+  out << fmt::format("initialised from '{}': {} tensors loaded{}{}\n", path, r.loaded.size(),
+                     head_fits ? "" : fmt::format("; new classifier head '{}' ({} tensors left initialised)", head,
+                                                  r.ignored.size()),
+                     r.converted.empty() ? "" : fmt::format("; {} converted ({})", r.converted.size(), r.converted[0]));
+  if (freeze) {
+    const int64_t frozen = freeze_backbone(model, head);
+    out << fmt::format("backbone frozen: {} parameters fixed, only '{}' trains\n", frozen, head);
+  }
+}
+
+nlohmann::json to_json(const ModelConfig& m) {
+  return {{"name", m.name}, {"classes", m.classes}, {"width_mult", m.width_mult}, {"dropout", m.dropout}};
+}
+
+ModelConfig model_config_from_json(const nlohmann::json& j) {
+  ModelConfig m;
+  m.name = j.value("name", m.name);
+  m.classes = j.value("classes", m.classes);
+  m.width_mult = j.value("width_mult", m.width_mult);
+  m.dropout = j.value("dropout", m.dropout);
+  return m;
+}
+
+}  // namespace duet::app

@@ -1,0 +1,66 @@
+// Global options and their effect on the process.
+#include "apps/run_env.h"
+#include <omp.h>
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include "engine/backend.h"
+#include "engine/error.h"
+#ifdef DUET_HAVE_DNNL
+#include "backends/cpu/threads.h"
+#endif
+
+namespace duet::app {
+
+void add_global_options(CLI::App& cmd, GlobalOptions& g) {
+  const std::string grp = "Global";
+  cmd.add_option("--device", g.device, "Where tensors live: cpu, cuda or cuda:N")->capture_default_str()->group(grp);
+  cmd.add_option("--backend", g.backend,
+                 "Who computes: reference (plain loops), cpu (oneDNN + OpenMP) or cuda (default: the device's)")
+      ->check(CLI::IsMember({"reference", "cpu", "cuda"}))
+      ->group(grp);
+  cmd.add_option("--threads", g.threads, "CPU threads (default: OMP_NUM_THREADS, else all cores)")
+      ->check(CLI::Range(0, 4096))
+      ->group(grp);
+  cmd.add_option("--seed", g.seed, "Random seed: initialisation, data order, augmentation, dropout")
+      ->capture_default_str()
+      ->group(grp);
+}
+
+RunEnv apply_global_options(const GlobalOptions& g) {
+  RunEnv env;
+  env.device = Device::parse(g.device);
+  if (env.device.type == DeviceType::cuda)
+    DUET_CHECK(backend_available(Backend::cuda),
+               "--device {}: this duet was built without the CUDA backend (available backends: {}); rebuild with "
+               "-DDUET_CUDA=ON on a machine with the CUDA Toolkit and cuDNN, or use --device cpu",
+               g.device, available_backends_str());
+  if (!g.backend.empty()) {
+    const Backend b = backend_from_name(g.backend);
+    const bool fits = env.device.type == DeviceType::cuda ? b == Backend::cuda : b != Backend::cuda;
+    DUET_CHECK(fits, "--backend {} cannot compute on --device {}: expected {}", g.backend, env.device.str(),
+               env.device.type == DeviceType::cuda ? "cuda" : "reference or cpu");
+    set_default_backend(env.device.type, b);
+  }
+  env.backend = default_backend(env.device.type);
+  if (g.threads > 0) {
+#ifdef DUET_HAVE_DNNL
+    set_num_threads(g.threads);
+#else
+    omp_set_num_threads(g.threads);
+#endif
+  }
+  env.threads = omp_get_max_threads();
+  return env;
+}
+
+MemoryFormat input_memory_format(const std::string& name, const RunEnv& env) {
+  if (name == "nhwc" || name == "channels_last") return MemoryFormat::channels_last;
+  if (name == "nchw" || name == "contiguous") return MemoryFormat::contiguous;
+  DUET_CHECK(name == "auto", "--memory-format {}: expected auto, nhwc or nchw", name);
+  return env.device.type == DeviceType::cpu && env.backend == Backend::cpu ? MemoryFormat::channels_last
+                                                                            : MemoryFormat::contiguous;
+}
+
+const char* memory_format_label(MemoryFormat f) { return f == MemoryFormat::channels_last ? "nhwc" : "nchw"; }
+
+}  // namespace duet::app

@@ -1,0 +1,41 @@
+// The options every sub-command shares (--device, --backend, --threads, --seed) and applying
+// them to the process: which device and backend compute, how many OpenMP threads, and the input
+// memory format that follows from them.
+#pragma once
+#include <cstdint>
+#include <string>
+#include "engine/device.h"
+#include "engine/tensor.h"
+
+namespace CLI {
+class App;
+}
+
+namespace duet::app {
+
+struct GlobalOptions {
+  std::string device = "cpu";
+  std::string backend;  // empty: the device's default (cpu: oneDNN when built, cuda: cuda)
+  int threads = 0;      // 0: OMP_NUM_THREADS, else all cores
+  uint64_t seed = 0;
+};
+
+// Registers the four options on `cmd` (the main app and each sub-command, so they may be given
+// before or after the sub-command's name).
+void add_global_options(CLI::App& cmd, GlobalOptions& g);
+
+struct RunEnv {
+  Device device;
+  Backend backend = Backend::reference;
+  int threads = 1;
+};
+
+// Sets the backend and thread count; throws duet::Error for a device this build or machine lacks.
+RunEnv apply_global_options(const GlobalOptions& g);
+
+// "auto" resolves to channels-last on the oneDNN cpu backend (its convolutions run about twice
+// as fast on NHWC), NCHW elsewhere.
+MemoryFormat input_memory_format(const std::string& name, const RunEnv& env);
+const char* memory_format_label(MemoryFormat f);  // "nhwc" / "nchw"
+
+}  // namespace duet::app

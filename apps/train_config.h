@@ -1,0 +1,71 @@
+// Everything a training run is configured by, as one value: model, data, optimizer, schedule,
+// files. It is stored (as JSON) in every checkpoint, so `duet eval`, `duet predict` and
+// `--resume` rebuild exactly what was trained.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+#include <nlohmann/json.hpp>
+#include "apps/lr_schedule.h"
+#include "apps/model_setup.h"
+#include "apps/train_data.h"
+#include "engine/tensor.h"
+
+namespace duet::optim {
+class Optimizer;
+}
+
+namespace duet::app {
+
+struct OptimConfig {
+  std::string optimizer = "sgd";  // sgd | adam | adamw
+  std::optional<double> lr;       // default: 0.05 sgd, 0.002 adam/adamw (onecycle: the peak)
+  double momentum = 0.9;
+  bool nesterov = false;
+  std::optional<double> weight_decay;  // default: 5e-4 sgd, 0 adam, 0.01 adamw (torch's)
+  double label_smoothing = 0.0;
+  std::string schedule = "constant";  // constant | step | cosine | onecycle
+  double warmup_epochs = 0;           // linear warm-up (not with onecycle)
+  double warmup_start_factor = 0.0;
+  double step_epochs = 0;                   // step: decay every this many epochs ...
+  std::vector<double> milestone_epochs;     // ... or at these epochs
+  double gamma = 0.1;
+  double min_lr = 0.0;     // cosine floor
+  double pct_start = 0.3;  // onecycle
+  double div_factor = 25.0, final_div_factor = 1e4;
+
+  double resolved_lr() const;
+  double resolved_weight_decay() const;
+};
+
+struct TrainConfig {
+  ModelConfig model;
+  DataOptions data;
+  OptimConfig optim;
+  int64_t epochs = 3;
+  int64_t batch = 64;
+  uint64_t seed = 0;
+  std::string checkpoint;  // written after every epoch (atomically)
+  std::string resume;      // a checkpoint to continue from
+  std::string init_from;   // weights to start from (transfer learning)
+  bool freeze_backbone = false;
+  std::string log;  // JSONL, one object per epoch (a new run starts it afresh, a resumed one appends)
+  bool profile = false;
+  std::string profile_path, trace_path;
+  std::string profile_mode = "per-op";  // per-op | throughput
+  double stop_after_minutes = 0;        // > 0: stop once this much training time has passed
+  int64_t stop_after_epochs = 0;        // > 0: stop after this many epochs of this run (resume later)
+  int64_t log_every = 0;                // plain progress line every N steps when stdout is not a terminal
+};
+
+nlohmann::json to_json(const TrainConfig& c);
+TrainConfig train_config_from_json(const nlohmann::json& j);
+
+// The optimizer of the config over `params` (frozen ones are skipped at step time).
+std::unique_ptr<optim::Optimizer> make_optimizer(const OptimConfig& o, const std::vector<Tensor>& params);
+// Epoch-based settings turned into steps.
+LrScheduleConfig make_schedule_config(const OptimConfig& o, int64_t epochs, int64_t steps_per_epoch);
+
+}  // namespace duet::app

@@ -1,0 +1,101 @@
+// The training loop: epochs of shuffled batches from the loader, forward, loss (with label
+// smoothing), backward and the optimizer step at the schedule's learning rate; evaluation, metrics,
+// a JSONL log line and an atomic checkpoint after every epoch; exact resume; a stop with a clear
+// message when the loss stops being finite. The profiler marks each step and phase.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+#include <nlohmann/json.hpp>
+#include "apps/lr_schedule.h"
+#include "apps/run_env.h"
+#include "apps/train_config.h"
+#include "apps/train_data.h"
+#include "engine/nn/module.h"
+
+namespace duet::optim {
+class Optimizer;
+}
+namespace duet::datasets {
+class DataLoader;
+}
+
+namespace duet::app {
+
+struct StepRecord {
+  int64_t step = 0, epoch = 0, batch = 0;  // global step, epoch and batch within it (0-based)
+  double loss = 0, lr = 0;
+};
+
+struct EpochMetrics {
+  int64_t epoch = 0;  // 1-based, as printed
+  int64_t steps = 0;  // global steps done at the end of the epoch
+  double lr = 0;      // the last step's
+  double train_loss = 0, train_accuracy = 0;
+  double test_loss = 0, test_accuracy = 0;
+  double images_per_s = 0, epoch_seconds = 0, eval_seconds = 0;
+  double train_seconds = 0;  // training time of the whole run so far (resumed runs included)
+  int64_t peak_memory_bytes = 0;
+  nlohmann::json to_json() const;
+};
+
+struct TrainResult {
+  std::vector<EpochMetrics> epochs;  // those run by this call
+  int64_t steps = 0;                 // global steps done
+  double train_seconds = 0;
+  bool stopped_early = false;        // --stop-after-minutes
+};
+
+class Trainer {
+public:
+  // `model` is built for `data` (classes, image size) and initialised (init_from done); it moves
+  // to env.device here. The checkpoint stores `config` (with data's classes and transform).
+  Trainer(TrainConfig config, RunEnv env, TrainData data, std::shared_ptr<nn::Module> model, std::ostream& out);
+  ~Trainer();
+
+  // Runs epochs [start, config.epochs), where start is 0 or the resumed checkpoint's epoch.
+  // Throws duet::Error on a non-finite loss, naming the step and the last good checkpoint.
+  TrainResult fit();
+
+  // Called after every optimizer step (tests record the loss curve with it).
+  std::function<void(const StepRecord&)> on_step;
+  bool progress_bar = false;
+
+  nn::Module& model() { return *model_; }
+  optim::Optimizer& optimizer() { return *opt_; }
+  const LrSchedule& schedule() const { return *schedule_; }
+  int64_t steps_per_epoch() const { return steps_per_epoch_; }
+  // The newest checkpoint known good ("" when none): written by this run or resumed from.
+  const std::string& last_checkpoint() const { return last_checkpoint_; }
+  // The config as stored in checkpoints: TrainConfig plus image size, class names, eval transform.
+  nlohmann::json checkpoint_config() const;
+
+private:
+  void resume_from(const std::string& path);
+  void write_checkpoint(int64_t epochs_done, const EpochMetrics& m);
+  void log_epoch(const EpochMetrics& m);
+  [[noreturn]] void stop_on_bad_loss(double loss, int64_t epoch, int64_t batch) const;
+
+  TrainConfig c_;
+  RunEnv env_;
+  TrainData data_;
+  std::shared_ptr<nn::Module> model_;
+  std::ostream& out_;
+  MemoryFormat format_;
+  std::unique_ptr<optim::Optimizer> opt_;
+  std::unique_ptr<datasets::DataLoader> loader_;
+  std::unique_ptr<LrSchedule> schedule_;
+  int64_t steps_per_epoch_ = 0;
+  int64_t start_epoch_ = 0, step_ = 0;
+  double train_seconds_before_ = 0;  // from the resumed checkpoint
+  std::string last_checkpoint_;      // the newest checkpoint known good (written or resumed from)
+  int64_t last_checkpoint_epoch_ = 0;
+};
+
+// `duet train` end to end: data, model (and --init-from), the trainer, and the profile report.
+TrainResult run_training(const TrainConfig& c, const GlobalOptions& g, std::ostream& out);
+
+}  // namespace duet::app

@@ -1,0 +1,164 @@
+// Plumbing shared by the cpu kernels: the oneDNN engine and stream, the primitive cache, memory
+// descriptors built from a tensor's own strides, error translation, dtype dispatch and the
+// OpenMP helpers. Kept header-only so every kernel file inlines it.
+#pragma once
+#include <omp.h>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+#include <oneapi/dnnl/dnnl.hpp>
+#include "backends/cpu/cpu_backend.h"
+#include "engine/error.h"
+#include "engine/profiler.h"
+#include "engine/tensor.h"
+
+namespace duet::cpu {
+
+dnnl::engine& engine();
+dnnl::stream& stream();
+
+// ---- errors ------------------------------------------------------------------------------------
+
+std::string shapes_str(std::initializer_list<const Tensor*> ts);
+
+// Runs f; a dnnl::error becomes a duet::Error naming the op and the shapes it was given.
+template <class F>
+void guarded(const char* op, std::initializer_list<const Tensor*> ts, F&& f) {
+  try {
+    f();
+  } catch (const dnnl::error& e) {
+    throw Error(fmt::format("{} on backend 'cpu': oneDNN could not run it for tensors {}: {} (status {})", op,
+                            shapes_str(ts), e.what(), static_cast<int>(e.status)));
+  }
+}
+
+// oneDNN computes in f32 only; the f64 path of these ops is the reference backend's job.
+inline void require_f32(const char* op, const Tensor& t) {
+  if (t.dtype() == DType::f32) return;
+  if (t.dtype() == DType::f64)
+    throw Error(fmt::format("{} on backend 'cpu': dtype f64 is not supported (oneDNN computes f32); use backend "
+                            "'reference' for f64",
+                            op));
+  throw Error(fmt::format("{} on backend 'cpu': dtype {} is not supported, expected f32", op, dtype_name(t.dtype())));
+}
+
+// Calls f(T{}) with T = float or double.
+template <class F>
+void dispatch_float(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::f32: f(float{}); return;
+    case DType::f64: f(double{}); return;
+    default:
+      throw Error(fmt::format("{} on backend 'cpu': dtype {} is not supported, expected f32 or f64", op, dtype_name(t)));
+  }
+}
+
+// ---- the primitive cache -----------------------------------------------------------------------
+
+// A binary key: raw bytes of every value appended. Cheaper than formatting and unambiguous as long
+// as each op starts its key with a distinct tag.
+struct Key {
+  std::string s;
+  // The thread count is part of every key: oneDNN sizes its blocking for the team it will run on.
+  explicit Key(const char* tag) {
+    s.reserve(160);
+    s += tag;
+    s += '\0';
+    add(static_cast<int64_t>(omp_get_max_threads()));
+  }
+  Key& add(int64_t v) { s.append(reinterpret_cast<const char*>(&v), sizeof v); return *this; }
+  Key& add(const Shape& v) { add(static_cast<int64_t>(v.size())); for (int64_t x : v) add(x); return *this; }
+  Key& add(double v) { s.append(reinterpret_cast<const char*>(&v), sizeof v); return *this; }
+  Key& add(const Tensor& t) {  // shape, strides, dtype; undefined tensors add a marker
+    if (!t.defined()) return add(int64_t(-1));
+    add(t.shape());
+    add(t.strides());
+    return add(static_cast<int64_t>(t.dtype()));
+  }
+};
+
+namespace detail {
+std::shared_ptr<void> cache_find(const std::string& key);
+void cache_insert(const std::string& key, std::shared_ptr<void> value);
+}  // namespace detail
+
+// The entry of type E for key, built by make() on the first use. Entries are immutable once
+// built, so concurrent users only share the lookup lock.
+template <class E, class Make>
+std::shared_ptr<const E> cached(const Key& key, Make&& make) {
+  if (auto p = detail::cache_find(key.s)) return std::static_pointer_cast<const E>(p);
+  auto e = std::make_shared<E>(make());
+  detail::cache_insert(key.s, e);
+  return e;
+}
+
+// Records the implementation oneDNN picked, only when the profiler is on (building the string
+// costs an allocation).
+template <class PD>
+void note(const PD& pd) {
+  if (profiler::enabled()) profiler::note_impl(pd.impl_info_str());
+}
+
+// ---- memory descriptors --------------------------------------------------------------------------
+
+using tag = dnnl::memory::format_tag;
+using dt = dnnl::memory::data_type;
+using dims = dnnl::memory::dims;
+
+inline dims to_dims(const Shape& s) { return dims(s.begin(), s.end()); }
+
+// The tensor's own layout, as oneDNN sees it: its shape and strides (0-d as [1]).
+inline dnnl::memory::desc md_of(const Tensor& t) {
+  if (t.dim() == 0) return dnnl::memory::desc({1}, dt::f32, dims{1});
+  return dnnl::memory::desc(to_dims(t.shape()), dt::f32, to_dims(t.strides()));
+}
+inline dnnl::memory::desc md_flat(int64_t n) { return dnnl::memory::desc({n}, dt::f32, tag::a); }
+inline dnnl::memory mem(const dnnl::memory::desc& d, const Tensor& t) {
+  return dnnl::memory(d, engine(), t.raw_data());
+}
+inline dnnl::memory mem(const dnnl::memory::desc& d, void* p) { return dnnl::memory(d, engine(), p); }
+
+// Scratch buffer on the host, 64-byte aligned, reused per thread: the blocked copies of weights
+// and activations and other transient buffers a primitive needs between two reorders. Slots
+// 0-2 belong to convolution (weights, input side, output side), 3-4 to the normalisations.
+constexpr int kScratchSlots = 6;
+void* scratch(size_t bytes, int slot);
+
+// ---- OpenMP ---------------------------------------------------------------------------------------
+
+// Below this many elements a loop runs on the calling thread: waking the team costs more than
+// the work (and keeps tiny ops near the dispatch floor).
+constexpr int64_t kParallelGrain = 32768;
+
+inline int max_threads() { return omp_get_max_threads(); }
+
+// Splits [0, n) into `parts` near-equal chunks; returns chunk i's [begin, end).
+inline void split_range(int64_t n, int parts, int i, int64_t& b, int64_t& e) {
+  const int64_t q = n / parts, r = n % parts;
+  b = i * q + std::min<int64_t>(i, r);
+  e = b + q + (i < r ? 1 : 0);
+}
+
+// f(begin, end) over chunks of [0, n), in parallel when work (elements touched) is large enough.
+template <class F>
+void parallel_for(int64_t n, int64_t work, F&& f) {
+  if (n <= 0) return;
+  const int nt = max_threads();
+  if (nt <= 1 || work < kParallelGrain || n == 1) {
+    f(int64_t(0), n);
+    return;
+  }
+#pragma omp parallel num_threads(static_cast<int>(std::min<int64_t>(nt, n)))
+  {
+    int64_t b, e;
+    split_range(n, omp_get_num_threads(), omp_get_thread_num(), b, e);
+    if (b < e) f(b, e);
+  }
+}
+
+}  // namespace duet::cpu

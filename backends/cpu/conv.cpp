@@ -1,0 +1,218 @@
+// conv2d on the cpu backend: oneDNN convolution primitives (forward, backward data, backward
+// weights with the bias gradient fused; brgemm/jit AVX-512). Channels-last activations are used in
+// place; NCHW ones are reordered to the blocked layout the primitive picks (format `any`), since
+// oneDNN's plain-NCHW path is im2col+GEMM. Weights always go through a reorder to the primitive's
+// blocked layout in a per-thread scratch buffer (and the weight gradient back). oneDNN's dilation
+// is PyTorch's - 1. See docs/cpu_backend.md for the measured layout trade-off.
+#include "backends/cpu/common.h"
+
+namespace duet {
+using namespace cpu;
+
+namespace {
+
+struct ConvGeometry {
+  dims strides, dilates, pad_l, pad_r;
+};
+
+ConvGeometry geometry(const Conv2dParams& p) {
+  // Symmetric padding satisfies oneDNN's output-size rule whenever PyTorch's formula gives the
+  // output size (the rule floors, like PyTorch's).
+  return {{p.stride_h, p.stride_w}, {p.dilation_h - 1, p.dilation_w - 1}, {p.pad_h, p.pad_w}, {p.pad_h, p.pad_w}};
+}
+
+// The user's weights [O, I/g, KH, KW] (any dense strides), as oneDNN's [g, O/g, I/g, KH, KW] when
+// grouped.
+dnnl::memory::desc weights_md(const Tensor& w, int64_t groups) {
+  if (groups == 1) return md_of(w);
+  const Shape& s = w.shape();
+  const Shape& st = w.strides();
+  return dnnl::memory::desc({groups, s[0] / groups, s[1], s[2], s[3]}, dt::f32,
+                            dims{st[0] * (s[0] / groups), st[0], st[1], st[2], st[3]});
+}
+dnnl::memory::desc weights_any(const Shape& s, int64_t groups) {
+  if (groups == 1) return dnnl::memory::desc(to_dims(s), dt::f32, tag::any);
+  return dnnl::memory::desc({groups, s[0] / groups, s[1], s[2], s[3]}, dt::f32, tag::any);
+}
+dnnl::memory::desc bias_md(const Tensor& b) {
+  return dnnl::memory::desc({b.size(0)}, dt::f32, dims{b.stride(0)});
+}
+
+dnnl::convolution_forward::primitive_desc forward_pd(const dnnl::memory::desc& x, const dnnl::memory::desc& w,
+                                                     const dnnl::memory::desc* bias, const dnnl::memory::desc& y,
+                                                     const Conv2dParams& p) {
+  const ConvGeometry g = geometry(p);
+  const auto d = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
+                                                        dnnl::algorithm::convolution_direct, x, w, *bias, y, g.strides,
+                                                        g.dilates, g.pad_l, g.pad_r)
+                      : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
+                                                        dnnl::algorithm::convolution_direct, x, w, y, g.strides,
+                                                        g.dilates, g.pad_l, g.pad_r);
+  return dnnl::convolution_forward::primitive_desc(d, engine());
+}
+
+Key conv_key(const char* tag, const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& d, const Conv2dParams& p) {
+  Key k(tag);
+  k.add(a).add(b).add(c).add(d);
+  k.add(p.stride_h).add(p.stride_w).add(p.pad_h).add(p.pad_w).add(p.dilation_h).add(p.dilation_w).add(p.groups);
+  return k;
+}
+
+// A tensor as the primitive wants it: the user's memory itself, or a reorder between it and a
+// scratch buffer in the primitive's layout (user -> primitive for inputs, back for outputs).
+struct Reordered {
+  bool needed = false;
+  dnnl::memory::desc user, prim;
+  dnnl::reorder reorder;
+};
+Reordered reordered(const dnnl::memory::desc& user, const dnnl::memory::desc& prim, bool output) {
+  Reordered r;
+  r.user = user;
+  r.prim = prim;
+  r.needed = user != prim;
+  if (r.needed)
+    r.reorder = output ? dnnl::reorder(dnnl::reorder::primitive_desc(engine(), prim, engine(), user))
+                       : dnnl::reorder(dnnl::reorder::primitive_desc(engine(), user, engine(), prim));
+  return r;
+}
+dnnl::memory input_mem(const Reordered& r, const Tensor& t, int slot) {
+  dnnl::memory um = mem(r.user, t);
+  if (!r.needed) return um;
+  dnnl::memory pm = mem(r.prim, scratch(r.prim.get_size(), slot));
+  r.reorder.execute(stream(), um, pm);
+  return pm;
+}
+dnnl::memory output_mem(const Reordered& r, const Tensor& t, int slot) {
+  return r.needed ? mem(r.prim, scratch(r.prim.get_size(), slot)) : mem(r.user, t);
+}
+void finish_output(const Reordered& r, dnnl::memory& pm, const Tensor& t) {
+  if (!r.needed) return;
+  dnnl::memory um = mem(r.user, t);
+  r.reorder.execute(stream(), pm, um);
+}
+
+// Channels-last activations are handed to oneDNN as they are (its brgemm/jit kernels run NHWC at
+// full speed). Plain NCHW would select the slow im2col+GEMM path, so there the primitive picks its
+// own (blocked nChw16c) layout and the activations are reordered around it: two cheap passes
+// instead of a 2-5x slower convolution.
+dnnl::memory::desc activation_md(const Tensor& t) {
+  const bool nhwc = t.size(1) > 1 && t.stride(1) == 1;
+  if (nhwc) return md_of(t);
+  return dnnl::memory::desc(to_dims(t.shape()), dt::f32, tag::any);
+}
+
+struct ConvFwd {
+  dnnl::convolution_forward::primitive_desc pd;
+  dnnl::convolution_forward prim;
+  dnnl::memory::desc bias;
+  Reordered x, w, y;
+};
+struct ConvBwdData {
+  dnnl::convolution_backward_data::primitive_desc pd;
+  dnnl::convolution_backward_data prim;
+  Reordered dy, w, dx;
+};
+struct ConvBwdWeights {
+  dnnl::convolution_backward_weights::primitive_desc pd;
+  dnnl::convolution_backward_weights prim;
+  dnnl::memory::desc dbias;
+  Reordered x, dy, dw;
+};
+
+}  // namespace
+
+void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv2dParams& p) {
+  require_f32("conv2d", x);
+  if (y.numel() == 0) return;
+  guarded("conv2d", {&x, &w, &bias}, [&] {
+    auto e = cached<ConvFwd>(conv_key("conv_fwd", x, w, bias, y, p), [&] {
+      ConvFwd r;
+      if (bias.defined()) r.bias = bias_md(bias);
+      r.pd = forward_pd(activation_md(x), weights_any(w.shape(), p.groups), bias.defined() ? &r.bias : nullptr,
+                        activation_md(y), p);
+      r.prim = dnnl::convolution_forward(r.pd);
+      r.x = reordered(md_of(x), r.pd.src_desc(), false);
+      r.w = reordered(weights_md(w, p.groups), r.pd.weights_desc(), false);
+      r.y = reordered(md_of(y), r.pd.dst_desc(), true);
+      return r;
+    });
+    note(e->pd);
+    dnnl::memory ym = output_mem(e->y, y, 2);
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, input_mem(e->x, x, 1)}, {DNNL_ARG_WEIGHTS, input_mem(e->w, w, 0)}, {DNNL_ARG_DST, ym}};
+    if (bias.defined()) args.emplace(DNNL_ARG_BIAS, mem(e->bias, bias));
+    e->prim.execute(stream(), args);
+    finish_output(e->y, ym, y);
+  });
+}
+
+void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p) {
+  require_f32("conv2d_backward_data", dy);
+  if (dx.numel() == 0) return;
+  if (dy.numel() == 0) return fill(dx, 0.0);
+  guarded("conv2d_backward_data", {&dy, &w, &dx}, [&] {
+    auto e = cached<ConvBwdData>(conv_key("conv_bwd_data", dy, w, dx, Tensor(), p), [&] {
+      ConvBwdData r;
+      const ConvGeometry g = geometry(p);
+      const auto wa = weights_any(w.shape(), p.groups);
+      const auto dxa = activation_md(dx), dya = activation_md(dy);
+      const auto hint = forward_pd(dxa, wa, nullptr, dya, p);
+      r.pd = dnnl::convolution_backward_data::primitive_desc(
+          dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, dxa, wa, dya, g.strides,
+                                                g.dilates, g.pad_l, g.pad_r),
+          engine(), hint);
+      r.prim = dnnl::convolution_backward_data(r.pd);
+      r.dy = reordered(md_of(dy), r.pd.diff_dst_desc(), false);
+      r.w = reordered(weights_md(w, p.groups), r.pd.weights_desc(), false);
+      r.dx = reordered(md_of(dx), r.pd.diff_src_desc(), true);
+      return r;
+    });
+    note(e->pd);
+    dnnl::memory dxm = output_mem(e->dx, dx, 2);
+    e->prim.execute(stream(), {{DNNL_ARG_DIFF_DST, input_mem(e->dy, dy, 1)},
+                               {DNNL_ARG_WEIGHTS, input_mem(e->w, w, 0)},
+                               {DNNL_ARG_DIFF_SRC, dxm}});
+    finish_output(e->dx, dxm, dx);
+  });
+}
+
+void CpuBackend::conv2d_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& dbias,
+                                        const Conv2dParams& p) {
+  require_f32("conv2d_backward_weight", x);
+  if (dw.numel() == 0) return;
+  if (dy.numel() == 0 || x.numel() == 0) {
+    fill(dw, 0.0);
+    if (dbias.defined()) fill(dbias, 0.0);
+    return;
+  }
+  guarded("conv2d_backward_weight", {&x, &dy, &dw}, [&] {
+    auto e = cached<ConvBwdWeights>(conv_key("conv_bwd_w", x, dy, dw, dbias, p), [&] {
+      ConvBwdWeights r;
+      const ConvGeometry g = geometry(p);
+      const auto wa = weights_any(dw.shape(), p.groups);
+      const auto xa = activation_md(x), dya = activation_md(dy);
+      if (dbias.defined()) r.dbias = bias_md(dbias);
+      const auto hint = forward_pd(xa, wa, dbias.defined() ? &r.dbias : nullptr, dya, p);
+      const auto d = dbias.defined()
+                         ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, xa, wa,
+                                                                    r.dbias, dya, g.strides, g.dilates, g.pad_l, g.pad_r)
+                         : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, xa, wa, dya,
+                                                                    g.strides, g.dilates, g.pad_l, g.pad_r);
+      r.pd = dnnl::convolution_backward_weights::primitive_desc(d, engine(), hint);
+      r.prim = dnnl::convolution_backward_weights(r.pd);
+      r.x = reordered(md_of(x), r.pd.src_desc(), false);
+      r.dy = reordered(md_of(dy), r.pd.diff_dst_desc(), false);
+      r.dw = reordered(weights_md(dw, p.groups), r.pd.diff_weights_desc(), true);
+      return r;
+    });
+    note(e->pd);
+    dnnl::memory dwm = output_mem(e->dw, dw, 0);
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, input_mem(e->x, x, 1)}, {DNNL_ARG_DIFF_DST, input_mem(e->dy, dy, 2)}, {DNNL_ARG_DIFF_WEIGHTS, dwm}};
+    if (dbias.defined()) args.emplace(DNNL_ARG_DIFF_BIAS, mem(e->dbias, dbias));
+    e->prim.execute(stream(), args);
+    finish_output(e->dw, dwm, dw);
+  });
+}
+
+}  // namespace duet

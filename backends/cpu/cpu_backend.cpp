@@ -1,0 +1,120 @@
+// The CpuBackend object, the oneDNN engine and stream it runs on, and the primitive cache: one
+// map from a binary key (op, shapes, strides, dtypes, attributes) to the built primitives, so a
+// training step that repeats the previous step's shapes creates no primitive at all.
+#include <cstdlib>
+#include "backends/cpu/common.h"
+#include "backends/cpu/threads.h"
+#include "backends/registry.h"
+
+namespace duet {
+
+BackendImpl& cpu_backend() {
+  static CpuBackend instance;
+  return instance;
+}
+
+namespace cpu {
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+dnnl::stream& stream() {
+  static dnnl::stream s(engine());
+  return s;
+}
+
+std::string shapes_str(std::initializer_list<const Tensor*> ts) {
+  std::string r;
+  for (const Tensor* t : ts) {
+    if (!t || !t->defined()) continue;
+    if (!r.empty()) r += ' ';
+    r += shape_str(t->shape());
+    if (!t->is_contiguous() && t->dim() == 4 && t->is_contiguous(MemoryFormat::channels_last)) r += "(nhwc)";
+  }
+  return r;
+}
+
+namespace {
+struct Cache {
+  std::mutex mu;
+  std::unordered_map<std::string, std::shared_ptr<void>> map;
+  int64_t hits = 0, misses = 0;
+};
+Cache& cache() {
+  static Cache c;
+  return c;
+}
+}  // namespace
+
+namespace detail {
+std::shared_ptr<void> cache_find(const std::string& key) {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  auto it = c.map.find(key);
+  if (it == c.map.end()) {
+    ++c.misses;
+    return nullptr;
+  }
+  ++c.hits;
+  return it->second;
+}
+void cache_insert(const std::string& key, std::shared_ptr<void> value) {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.map.emplace(key, std::move(value));
+}
+}  // namespace detail
+
+namespace {
+struct ScratchBuf {
+  void* p = nullptr;
+  size_t n = 0;
+  ~ScratchBuf() { std::free(p); }
+};
+}  // namespace
+
+void* scratch(size_t bytes, int slot) {
+  // A few slots per thread; growing only, so steady-state training allocates nothing here.
+  thread_local ScratchBuf bufs[kScratchSlots];
+  ScratchBuf& b = bufs[slot];
+  if (b.n < bytes) {
+    std::free(b.p);
+    const size_t n = (bytes + 4095) / 4096 * 4096;
+    b.p = std::aligned_alloc(64, n);
+    DUET_CHECK(b.p, "cpu backend: could not allocate {} bytes of scratch memory", n);
+    b.n = n;
+  }
+  return b.p;
+}
+
+}  // namespace cpu
+
+CpuCacheStats cpu_primitive_cache_stats() {
+  auto& c = cpu::cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return {c.hits, c.misses, static_cast<int64_t>(c.map.size())};
+}
+
+void cpu_primitive_cache_reset_stats() {
+  auto& c = cpu::cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.hits = c.misses = 0;
+}
+
+void cpu_primitive_cache_clear() {
+  auto& c = cpu::cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.map.clear();
+  c.hits = c.misses = 0;
+}
+
+void set_num_threads(int n) {
+  DUET_CHECK(n >= 1, "set_num_threads: expected n >= 1, got {}", n);
+  omp_set_num_threads(n);
+}
+
+int num_threads() { return omp_get_max_threads(); }
+
+}  // namespace duet

@@ -1,0 +1,92 @@
+// Strided N-d walks for the OpenMP kernels. The index space is first simplified (size-1 dims
+// dropped, dims put in the output's memory order, mergeable neighbours fused), so most tensors
+// become one or two dims and the innermost loop is a plain unit-stride loop the compiler
+// vectorises; what is left of the outer space is split across threads.
+#pragma once
+#include <algorithm>
+#include <array>
+#include <numeric>
+#include "backends/cpu/common.h"
+
+namespace duet::cpu {
+
+template <size_t K>
+struct Walk {
+  Shape shape;                 // outer ... inner
+  std::array<Shape, K> st;     // strides per operand, same order
+  int64_t numel = 1;
+};
+
+// Simplifies shape/strides of K operands; operand 0 decides the memory order (it is the output).
+template <size_t K>
+Walk<K> simplify(const Shape& shape, const std::array<const Shape*, K>& strides) {
+  Walk<K> w;
+  const int64_t nd = static_cast<int64_t>(shape.size());
+  std::vector<int64_t> order;
+  for (int64_t d = 0; d < nd; ++d) {
+    w.numel *= shape[d];
+    if (shape[d] != 1) order.push_back(d);
+  }
+  if (w.numel == 0) {
+    w.shape = {0};
+    for (size_t k = 0; k < K; ++k) w.st[k] = {1};
+    return w;
+  }
+  // Output memory order: outer (largest stride) first; stable keeps logical order on ties.
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return (*strides[0])[a] > (*strides[0])[b]; });
+  for (int64_t d : order) {
+    const size_t m = w.shape.size();
+    bool merge = m > 0;
+    for (size_t k = 0; k < K && merge; ++k)
+      merge = w.st[k][m - 1] == (*strides[k])[d] * shape[d];
+    if (merge) {
+      w.shape[m - 1] *= shape[d];
+      for (size_t k = 0; k < K; ++k) w.st[k][m - 1] = (*strides[k])[d];
+    } else {
+      w.shape.push_back(shape[d]);
+      for (size_t k = 0; k < K; ++k) w.st[k].push_back((*strides[k])[d]);
+    }
+  }
+  if (w.shape.empty()) {
+    w.shape = {1};
+    for (size_t k = 0; k < K; ++k) w.st[k] = {1};
+  }
+  DUET_CHECK(w.shape.size() <= 16, "cpu backend: a strided walk over {} non-mergeable dims (at most 16)", w.shape.size());
+  return w;
+}
+
+// Calls row(off, len, inner_stride) for every innermost row, where off[k] is the element offset
+// of the row's first element in operand k. Rows are split across threads when there is enough
+// work; each thread walks its own range of rows with an odometer.
+template <size_t K, class F>
+void for_each_row(const Walk<K>& w, F&& row) {
+  const int64_t nd = static_cast<int64_t>(w.shape.size());
+  const int64_t len = w.shape[nd - 1];
+  if (len == 0) return;
+  std::array<int64_t, K> inner;
+  for (size_t k = 0; k < K; ++k) inner[k] = w.st[k][nd - 1];
+  const int64_t rows = w.numel / len;
+  parallel_for(rows, w.numel, [&](int64_t r0, int64_t r1) {
+    // Decompose r0 into the outer multi-index.
+    std::array<int64_t, K> off{};
+    int64_t idx[16] = {0};
+    int64_t rem = r0;
+    for (int64_t d = nd - 2; d >= 0; --d) {
+      idx[d] = rem % w.shape[d];
+      rem /= w.shape[d];
+      for (size_t k = 0; k < K; ++k) off[k] += idx[d] * w.st[k][d];
+    }
+    for (int64_t r = r0; r < r1; ++r) {
+      row(off, len, inner);
+      for (int64_t d = nd - 2; d >= 0; --d) {
+        for (size_t k = 0; k < K; ++k) off[k] += w.st[k][d];
+        if (++idx[d] < w.shape[d]) break;
+        for (size_t k = 0; k < K; ++k) off[k] -= w.st[k][d] * w.shape[d];
+        idx[d] = 0;
+      }
+    }
+  });
+}
+
+}  // namespace duet::cpu

@@ -1,0 +1,93 @@
+// Matrix products on the cpu backend: oneDNN's matmul primitive (brgemm AVX-512 kernels). A
+// transposed operand is the stored block described with swapped strides, so q @ k^T and the
+// weight-gradient products need no copy; a batch-1 operand broadcasts through oneDNN's own batch
+// broadcasting. linear is a 2-D matmul whose weights are the [out, in] matrix read transposed,
+// with the bias fused into the primitive.
+#include "backends/cpu/common.h"
+
+namespace duet {
+using namespace cpu;
+
+namespace {
+
+struct MatmulEntry {
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul prim;
+  dnnl::memory::desc a, b, bias, c;
+};
+
+// [B, rows, cols] contiguous, read as [B, M, K] (trans = false) or its transpose.
+dnnl::memory::desc operand_md(const Tensor& t, bool trans) {
+  const int64_t B = t.size(0), R = t.size(1), C = t.size(2);
+  if (!trans) return dnnl::memory::desc({B, R, C}, dt::f32, dims{R * C, C, 1});
+  return dnnl::memory::desc({B, C, R}, dt::f32, dims{R * C, 1, C});
+}
+
+}  // namespace
+
+void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b) {
+  require_f32("matmul", a);
+  if (out.numel() == 0) return;
+  const int64_t K = trans_a ? a.size(1) : a.size(2);
+  if (K == 0) return fill(out, 0.0);
+  guarded("matmul", {&a, &b, &out}, [&] {
+    DUET_CHECK(a.is_contiguous() && b.is_contiguous() && out.is_contiguous(),
+               "matmul on backend 'cpu': operands must be contiguous 3-D blocks");
+    Key key("matmul");
+    key.add(a.shape()).add(b.shape()).add(out.shape()).add(int64_t(trans_a)).add(int64_t(trans_b));
+    auto e = cached<MatmulEntry>(key, [&] {
+      MatmulEntry r;
+      r.a = operand_md(a, trans_a);
+      r.b = operand_md(b, trans_b);
+      r.c = dnnl::memory::desc(to_dims(out.shape()), dt::f32, tag::abc);
+      r.pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(r.a, r.b, r.c), engine());
+      r.prim = dnnl::matmul(r.pd);
+      return r;
+    });
+    note(e->pd);
+    e->prim.execute(stream(), {{DNNL_ARG_SRC, mem(e->a, a)}, {DNNL_ARG_WEIGHTS, mem(e->b, b)}, {DNNL_ARG_DST, mem(e->c, out)}});
+  });
+}
+
+void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y) {
+  require_f32("linear", x);
+  if (y.numel() == 0) return;
+  const int64_t N = x.size(0), I = x.size(1), O = w.size(0);
+  if (I == 0) {
+    fill(y, 0.0);
+    if (bias.defined()) {
+      const float* pb = bias.data<float>();
+      float* py = y.data<float>();
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t o = 0; o < O; ++o) py[n * O + o] = pb[o * bias.stride(0)];
+    }
+    return;
+  }
+  guarded("linear", {&x, &w, &bias}, [&] {
+    DUET_CHECK(x.is_contiguous() && w.is_contiguous() && y.is_contiguous(),
+               "linear on backend 'cpu': x, weight and y must be contiguous");
+    Key key("linear");
+    key.add(N).add(I).add(O).add(bias.defined() ? bias.stride(0) : int64_t(-1));
+    auto e = cached<MatmulEntry>(key, [&] {
+      MatmulEntry r;
+      r.a = dnnl::memory::desc({N, I}, dt::f32, dims{I, 1});
+      r.b = dnnl::memory::desc({I, O}, dt::f32, dims{1, I});  // w [O, I] row-major, read as [I, O]
+      r.c = dnnl::memory::desc({N, O}, dt::f32, dims{O, 1});
+      if (bias.defined()) {
+        r.bias = dnnl::memory::desc({1, O}, dt::f32, dims{O * bias.stride(0), bias.stride(0)});
+        r.pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(r.a, r.b, r.bias, r.c), engine());
+      } else {
+        r.pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(r.a, r.b, r.c), engine());
+      }
+      r.prim = dnnl::matmul(r.pd);
+      return r;
+    });
+    note(e->pd);
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, mem(e->a, x)}, {DNNL_ARG_WEIGHTS, mem(e->b, w)}, {DNNL_ARG_DST, mem(e->c, y)}};
+    if (bias.defined()) args.emplace(DNNL_ARG_BIAS, mem(e->bias, bias));
+    e->prim.execute(stream(), args);
+  });
+}
+
+}  // namespace duet

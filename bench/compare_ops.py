@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Puts duet's op benchmarks next to PyTorch's: per op, the speed-up of duet's cpu backend over
+PyTorch (torch time / duet time: above 1 means duet is faster) and the geometric mean.
+
+  duet_bench_ops --benchmark_filter=/cpu --benchmark_repetitions=3 --benchmark_format=json > duet_ops.json
+  OPENBLAS_CORETYPE= OPENBLAS_L2_SIZE= /work/venv-torch/bin/python bench/torch_ops.py --out torch_ops.json
+  python3 bench/compare_ops.py duet_ops.json torch_ops.json
+
+With repetitions, the fastest repetition of each benchmark is used on both sides (the machine is
+shared; the minimum is the least disturbed measurement).
+
+On a machine whose load changes minute to minute, --interleave measures each benchmark with duet
+and then at once with PyTorch (run it with the venv's python, which has torch):
+
+  OPENBLAS_CORETYPE= OPENBLAS_L2_SIZE= /work/venv-torch/bin/python bench/compare_ops.py \
+      --interleave build/bench/duet_bench_ops [--filter conv2d] [--json both.json]
+"""
+import json
+import math
+import sys
+
+
+def duet_times(path):
+    with open(path) as f:
+        data = json.load(f)
+    scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+    best = {}
+    for b in data["benchmarks"]:
+        if b.get("run_type") == "aggregate":
+            continue
+        name = b.get("run_name", b["name"]).replace("/real_time", "")
+        if not name.endswith("/cpu"):
+            continue
+        t = b["real_time"] * scale[b.get("time_unit", "ns")]
+        key = name[: -len("/cpu")]
+        best[key] = min(best.get(key, float("inf")), t)
+    return best
+
+
+def torch_times(path):
+    with open(path) as f:
+        data = json.load(f)
+    return {b["name"][: -len("/torch")]: b["real_time_s"] for b in data["benchmarks"]}
+
+
+def interleave(argv):
+    import argparse
+    import os
+    import re
+    import subprocess
+    import tempfile
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import torch
+    import torch_ops
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--interleave", required=True, help="path of duet_bench_ops")
+    ap.add_argument("--filter", default="")
+    ap.add_argument("--min-time", type=float, default=0.3)
+    ap.add_argument("--repetitions", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", default="")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    d, t = {}, {}
+    for sp in torch_ops.specs():
+        for bwd in ([False, True] if sp["backward"] else [False]):
+            key = f'{sp["op"]}_{"fwdbwd" if bwd else "fwd"}/{sp["shape"]}'
+            if args.filter and args.filter not in key:
+                continue
+            with tempfile.NamedTemporaryFile(suffix=".json") as f:
+                env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+                subprocess.run([args.interleave, f"--benchmark_filter=^{re.escape(key)}/cpu(/real_time)?$", f"--benchmark_min_time={args.min_time}",
+                                f"--benchmark_repetitions={args.repetitions}", f"--benchmark_out={f.name}",
+                                "--benchmark_out_format=json"], check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                got = duet_times(f.name)
+            if key not in got:
+                print(f"{key}: not in duet's benchmarks")
+                continue
+            d[key] = got[key]
+            t[key] = torch_ops.bench(sp, bwd, args.min_time, args.repetitions)
+            print(f"{key:66s} {d[key] * 1e6:10.1f} {t[key] * 1e6:10.1f} {t[key] / d[key]:8.2f}x", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"torch_version": torch.__version__, "duet_s": d, "torch_s": t}, f, indent=1)
+    return report(d, t)
+
+
+def report(d, t):
+    common = [k for k in d if k in t]
+    if not common:
+        print("no benchmark names in common")
+        return 1
+    print(f"\n{'op/shape':66s} {'duet us':>10s} {'torch us':>10s} {'speed-up':>9s}")
+    logs = []
+    for k in common:
+        r = t[k] / d[k]
+        logs.append(math.log(r))
+        flag = "  <0.9" if r < 0.9 else ""
+        print(f"{k:66s} {d[k] * 1e6:10.1f} {t[k] * 1e6:10.1f} {r:8.2f}x{flag}")
+    gm = math.exp(sum(logs) / len(logs))
+    print(f"\ngeometric mean speed-up of duet over torch on {len(common)} benchmarks: {gm:.2f}x")
+    print(f"below 0.9x: {sum(1 for x in logs if x < math.log(0.9))}")
+    missing = sorted(set(d) ^ set(t))
+    if missing:
+        print("only on one side:", ", ".join(missing))
+    return 0
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1].startswith("--interleave"):
+        return interleave(sys.argv[1:])
+    if len(sys.argv) != 3:
+        print(__doc__)
+        return 2
+    return report(duet_times(sys.argv[1]), torch_times(sys.argv[2]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+// The `duet` command line run in-process (apps/cli.h): errors a user can act on, exit statuses,
+// and the small commands (models, data, selftest, eval/predict on a freshly trained checkpoint).
+#include <unistd.h>
+#include <filesystem>
+#include <sstream>
+#include "apps/cli.h"
+#include "tests/test_support.h"
+
+using namespace duet;
+namespace fs = std::filesystem;
+
+namespace {
+struct CliResult {
+  int status = 0;
+  std::string out, err;
+};
+
+CliResult duet_cli(std::vector<std::string> args) {
+  args.insert(args.begin(), "duet");
+  std::ostringstream out, err;
+  CliResult r;
+  // Commands may switch the CPU backend; put it back for the next test.
+  BackendGuard keep(DeviceType::cpu, default_backend(DeviceType::cpu));
+  r.status = app::run_cli(args, out, err);
+  r.out = out.str();
+  r.err = err.str();
+  return r;
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+}  // namespace
+
+TEST(Cli, UnknownModelListsTheKnownOnes) {
+  const CliResult r = duet_cli({"train", "--model", "resnet9000", "--epochs", "1"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(contains(r.err, "duet: error: unknown model 'resnet9000': known models are")) << r.err;
+  EXPECT_TRUE(contains(r.err, "resnet18_cifar")) << r.err;
+}
+
+TEST(Cli, MissingDatasetPathIsNamed) {
+  const CliResult r = duet_cli({"train", "--dataset", "cifar10", "--data", "/no/such/cifar"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(contains(r.err, "dataset path '/no/such/cifar' does not exist")) << r.err;
+  const CliResult no_path = duet_cli({"train", "--dataset", "folder"});
+  EXPECT_EQ(no_path.status, 1);
+  EXPECT_TRUE(contains(no_path.err, "--dataset folder needs --data PATH")) << no_path.err;
+}
+
+TEST(Cli, BadOptionValuesAreParseErrors) {
+  const CliResult r = duet_cli({"train", "--optimizer", "rmsprop"});
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(contains(r.err, "rmsprop")) << r.err;
+  EXPECT_NE(duet_cli({"train", "--epochs", "0"}).status, 0);
+  EXPECT_NE(duet_cli({"frobnicate"}).status, 0);
+  const CliResult none = duet_cli({});
+  EXPECT_NE(none.status, 0);
+}
+
+TEST(Cli, HelpHasExamples) {
+  const CliResult r = duet_cli({"--help"});
+  EXPECT_EQ(r.status, 0);
+  EXPECT_TRUE(contains(r.out, "duet train --model small_cnn --dataset synthetic --profile")) << r.out;
+  for (const char* cmd : {"train", "eval", "predict", "models", "data", "selftest", "probe", "report", "compare"})
+    EXPECT_TRUE(contains(r.out, cmd)) << cmd;
+  const CliResult t = duet_cli({"train", "--help"});
+  EXPECT_EQ(t.status, 0);
+  EXPECT_TRUE(contains(t.out, "--resume")) << t.out;
+  EXPECT_TRUE(contains(t.out, "Examples:")) << t.out;
+}
+
+TEST(Cli, ModelsListsParametersAndFlops) {
+  const CliResult r = duet_cli({"models", "small_cnn"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "small_cnn")) << r.out;
+  EXPECT_TRUE(contains(r.out, "24346")) << r.out;  // parameters at width 16
+  const CliResult none = duet_cli({"models", "nothing_like_this"});
+  EXPECT_EQ(none.status, 1);
+}
+
+TEST(Cli, SelftestWithoutCudaSaysSo) {
+#ifndef DUET_HAVE_CUDA
+  const CliResult r = duet_cli({"selftest", "--device", "cuda"});
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(contains(r.out + r.err, "built without the CUDA backend")) << r.out << r.err;
+#endif
+  EXPECT_EQ(duet_cli({"selftest", "--device", "cpu"}).status, 1);
+}
+
+TEST(Cli, CudaDeviceWithoutTheBackendIsAnError) {
+#ifndef DUET_HAVE_CUDA
+  const CliResult r = duet_cli({"train", "--device", "cuda", "--epochs", "1"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(contains(r.err, "built without the CUDA backend")) << r.err;
+#endif
+  EXPECT_EQ(duet_cli({"train", "--device", "tpu"}).status, 1);
+}
+
+TEST(Cli, TrainEvalAndResumeOnSyntheticData) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("duet_test_cli_{}", ::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string ck = (dir / "ck.safetensors").string(), log = (dir / "log.jsonl").string();
+  const std::vector<std::string> common{"train",          "--dataset",         "synthetic", "--image-size", "8",
+                                        "--train-size",   "64",                "--test-size", "32",         "--classes",
+                                        "3",              "--width-mult",      "0.25",      "--batch",      "16",
+                                        "--epochs",       "2",                 "--backend", "reference",    "--checkpoint",
+                                        ck,               "--log",             log};
+  std::vector<std::string> first = common;
+  first.insert(first.end(), {"--stop-after-epochs", "1"});
+  const CliResult a = duet_cli(first);
+  ASSERT_EQ(a.status, 0) << a.err;
+  EXPECT_TRUE(contains(a.out, "epoch 1/2")) << a.out;
+  EXPECT_TRUE(contains(a.out, "--resume " + ck)) << a.out;
+  std::vector<std::string> second = common;
+  second.insert(second.end(), {"--resume", ck});
+  const CliResult b = duet_cli(second);
+  ASSERT_EQ(b.status, 0) << b.err;
+  EXPECT_TRUE(contains(b.out, "resumed from")) << b.out;
+  EXPECT_TRUE(contains(b.out, "epoch 2/2")) << b.out;
+  EXPECT_FALSE(contains(b.out, "epoch 1/2")) << b.out;
+
+  const CliResult e = duet_cli({"eval", ck, "--backend", "reference"});
+  ASSERT_EQ(e.status, 0) << e.err;
+  EXPECT_TRUE(contains(e.out, "accuracy")) << e.out;
+  EXPECT_TRUE(contains(e.out, "class2")) << e.out;  // the per-class table
+  // Predicting needs image files and a model trained on images.
+  const CliResult p = duet_cli({"predict", "-c", ck, log});
+  EXPECT_EQ(p.status, 1);
+  EXPECT_TRUE(contains(p.err, "synthetic")) << p.err;
+  fs::remove_all(dir);
+}
+
+TEST(Cli, DataDescribesTheSharedDatasets) {
+  DUET_REQUIRE_DATA_DIR();
+  const CliResult c = duet_cli({"data", duet::testing::data_dir() + "/cifar10"});
+  ASSERT_EQ(c.status, 0) << c.err;
+  EXPECT_TRUE(contains(c.out, "cifar10")) << c.out;
+  EXPECT_TRUE(contains(c.out, "airplane")) << c.out;
+  EXPECT_TRUE(contains(c.out, "10000")) << c.out;
+  const CliResult f = duet_cli({"data", duet::testing::data_dir() + "/cats_dogs"});
+  ASSERT_EQ(f.status, 0) << f.err;
+  EXPECT_TRUE(contains(f.out, "cat")) << f.out;
+  EXPECT_TRUE(contains(f.out, "500")) << f.out;
+  EXPECT_TRUE(contains(f.out, "150")) << f.out;
+  const CliResult bad = duet_cli({"data", "/no/such/folder"});
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_TRUE(contains(bad.err, "'/no/such/folder' does not exist")) << bad.err;
+}

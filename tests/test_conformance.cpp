@@ -1,0 +1,653 @@
+// Conformance of the `cpu` backend (oneDNN + OpenMP) against the `reference` backend (plain loops):
+// every op, through the public front-ends, forward and backward, on shapes chosen to reach the
+// awkward paths (odd sizes, batch 1, 1x1/3x3/7x7 kernels, stride, dilation, groups, depthwise,
+// channels-last, transposed and strided views, broadcasting, sizes past the OpenMP grain).
+// Each case builds the same f32 leaves under both backends, runs the op, backpropagates
+// sum(out * R) for a fixed random R, and compares outputs and gradients.
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+#include "tests/test_support.h"
+#ifdef DUET_HAVE_DNNL
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/threads.h"
+#endif
+
+namespace duet {
+namespace {
+
+using testing::all_close;
+using testing::random_tensor;
+
+// How a leaf becomes the op's input: the leaf holds the gradient, the view is what the op sees.
+enum class Layout { plain, channels_last, transposed, strided, expanded };
+
+struct In {
+  Shape shape;
+  Layout layout = Layout::plain;
+  bool grad = true;
+  double lo = -1.0, hi = 1.0;
+  Shape expand_to = {};     // Layout::expanded: the broadcast shape
+  int64_t classes = 0;      // > 0: i64 labels in [0, classes) (no gradient)
+};
+
+using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+struct Case {
+  std::string name;
+  std::vector<In> ins;
+  Fn f;
+  double tol = 1.0;  // multiplies atol 1e-5 and rtol 1e-4 (long f32 reductions)
+};
+
+struct Result {
+  std::vector<Tensor> outs, grads;
+};
+
+Tensor make_leaf(const In& in, uint64_t seed) {
+  if (in.classes > 0) {
+    std::vector<int64_t> v(static_cast<size_t>(numel_of(in.shape)));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int64_t>((i * 7 + seed * 3) % in.classes);
+    return Tensor::from_vector<int64_t>(v, in.shape, TensorOptions(DType::i64));
+  }
+  Shape s = in.shape;
+  if (in.layout == Layout::transposed) std::swap(s[s.size() - 1], s[s.size() - 2]);
+  if (in.layout == Layout::strided) s.back() *= 2;
+  Tensor t = random_tensor(s, seed, DType::f32, in.lo, in.hi);
+  if (in.layout == Layout::channels_last) {
+    BackendGuard ref(DeviceType::cpu, Backend::reference);
+    t = t.contiguous(MemoryFormat::channels_last).detach();
+  }
+  if (in.grad) t.set_requires_grad(true);
+  return t;
+}
+
+Tensor view_of(const In& in, const Tensor& leaf) {
+  switch (in.layout) {
+    case Layout::transposed: return leaf.transpose(-1, -2);
+    case Layout::strided: return leaf.slice(-1, 0, leaf.size(-1), 2);
+    case Layout::expanded: return leaf.expand(in.expand_to);
+    default: return leaf;
+  }
+}
+
+Result run(const Case& c, Backend b) {
+  std::vector<Tensor> leaves, views;
+  for (size_t i = 0; i < c.ins.size(); ++i) leaves.push_back(make_leaf(c.ins[i], 1000 + 17 * i));
+  // Fixed random weights for the backward seed, made once with the reference backend.
+  BackendGuard guard(DeviceType::cpu, b);
+  for (size_t i = 0; i < c.ins.size(); ++i) views.push_back(view_of(c.ins[i], leaves[i]));
+  Result r;
+  r.outs = c.f(views);
+  Tensor loss;
+  for (size_t i = 0; i < r.outs.size(); ++i) {
+    const Tensor& o = r.outs[i];
+    if (!o.requires_grad() || !is_floating(o.dtype())) continue;
+    Tensor R;
+    {
+      BackendGuard ref(DeviceType::cpu, Backend::reference);
+      R = random_tensor(o.shape(), 77 + i, o.dtype());
+    }
+    Tensor term = sum(mul(o, R));
+    loss = loss.defined() ? add(loss, term) : term;
+  }
+  if (loss.defined()) loss.backward();
+  for (const Tensor& l : leaves) r.grads.push_back(l.requires_grad() ? l.grad() : Tensor());
+  for (Tensor& o : r.outs) o = o.detach();
+  return r;
+}
+
+// gtest prints a parameter with this instead of its bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+class Conformance : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Conformance, CpuMatchesReference) {
+  if (!backend_available(Backend::cpu)) GTEST_SKIP() << "the cpu backend (oneDNN) is not built into this binary";
+  const Case& c = GetParam();
+  const Result ref = run(c, Backend::reference);
+  const Result cpu = run(c, Backend::cpu);
+  const double atol = 1e-5 * c.tol, rtol = 1e-4 * c.tol;
+  ASSERT_EQ(ref.outs.size(), cpu.outs.size());
+  for (size_t i = 0; i < ref.outs.size(); ++i) {
+    ASSERT_EQ(ref.outs[i].dtype(), cpu.outs[i].dtype()) << "output " << i;
+    EXPECT_EQ(ref.outs[i].shape(), cpu.outs[i].shape()) << "output " << i;
+    if (ref.outs[i].dtype() == DType::i64)
+      EXPECT_EQ(ref.outs[i].to_vector<int64_t>(), cpu.outs[i].to_vector<int64_t>()) << "output " << i;
+    else
+      EXPECT_TRUE(all_close(cpu.outs[i], ref.outs[i], atol, rtol)) << "output " << i;
+  }
+  for (size_t i = 0; i < ref.grads.size(); ++i) {
+    ASSERT_EQ(ref.grads[i].defined(), cpu.grads[i].defined()) << "gradient of input " << i;
+    if (ref.grads[i].defined()) {
+      EXPECT_TRUE(all_close(cpu.grads[i], ref.grads[i], atol, rtol)) << "gradient of input " << i;
+    }
+  }
+}
+
+// ---- the cases ---------------------------------------------------------------------------------------
+
+Fn one(std::function<Tensor(const std::vector<Tensor>&)> f) {
+  return [f](const std::vector<Tensor>& v) { return std::vector<Tensor>{f(v)}; };
+}
+
+In cl(Shape s) { return In{s, Layout::channels_last}; }
+In tr(Shape s) { return In{s, Layout::transposed}; }
+In st(Shape s) { return In{s, Layout::strided}; }
+In ex(Shape s, Shape to) { return In{s, Layout::expanded, true, -1, 1, to}; }
+In pos(Shape s) { return In{s, Layout::plain, true, 0.2, 2.0}; }
+In wide(Shape s, double lo, double hi) { return In{s, Layout::plain, true, lo, hi}; }
+
+std::vector<Case> elementwise_cases() {
+  std::vector<Case> v;
+  const std::pair<const char*, BinaryOp> bins[] = {{"add", BinaryOp::add}, {"sub", BinaryOp::sub},
+                                                   {"mul", BinaryOp::mul}, {"maximum", BinaryOp::maximum},
+                                                   {"minimum", BinaryOp::minimum}};
+  for (auto [name, op] : bins) {
+    auto f = one([op = op](const std::vector<Tensor>& x) { return binary(op, x[0], x[1]); });
+    const std::string n = name;
+    v.push_back({n + "_same", {In{{5, 7}}, In{{5, 7}}}, f});
+    v.push_back({n + "_row_broadcast", {In{{5, 7}}, In{{7}}}, f});
+    v.push_back({n + "_col_broadcast", {In{{3, 1}}, In{{3, 6}}}, f});
+    v.push_back({n + "_bias_nchw", {In{{2, 3, 5, 4}}, In{{1, 3, 1, 1}}}, f});
+    v.push_back({n + "_bias_nhwc", {cl({2, 3, 5, 4}), In{{1, 3, 1, 1}}}, f});
+    v.push_back({n + "_transposed", {tr({6, 9}), In{{6, 9}}}, f});
+    v.push_back({n + "_strided", {st({4, 5}), In{{4, 5}}}, f});
+    v.push_back({n + "_scalar", {In{{}}, In{{4, 3}}}, f});
+    v.push_back({n + "_big_broadcast", {In{{64, 33, 40}}, In{{33, 1}}}, f});
+  }
+  auto div_f = one([](const std::vector<Tensor>& x) { return div(x[0], x[1]); });
+  v.push_back({"div_same", {In{{5, 7}}, pos({5, 7})}, div_f});
+  v.push_back({"div_broadcast", {cl({2, 3, 5, 4}), pos({3, 1, 1})}, div_f});
+  v.push_back({"div_big", {In{{300, 257}}, pos({300, 257})}, div_f});
+  v.push_back({"add_expanded_operand", {ex({1, 5}, {4, 5}), In{{4, 5}}},
+               one([](const std::vector<Tensor>& x) { return add(x[0], x[1]); })});
+  for (BinaryOp op : {BinaryOp::eq, BinaryOp::gt, BinaryOp::lt}) {
+    In a{{6, 5}, Layout::plain, false}, b{{5}, Layout::plain, false};
+    v.push_back({std::string("cmp_") + binary_name(op), {a, b},
+                 one([op](const std::vector<Tensor>& x) { return binary(op, x[0], x[1]); })});
+  }
+  v.push_back({"eq_with_self", {In{{6, 5}, Layout::plain, false}},
+               one([](const std::vector<Tensor>& x) { return eq(x[0], x[0]); })});
+
+  const std::pair<const char*, std::function<Tensor(const Tensor&)>> scal[] = {
+      {"add_scalar", [](const Tensor& x) { return add(x, 0.75); }},
+      {"mul_scalar", [](const Tensor& x) { return mul(x, -1.5); }},
+      {"pow2", [](const Tensor& x) { return pow(x, 2.0); }},
+      {"pow3", [](const Tensor& x) { return pow(x, 3.0); }},
+      {"rsub", [](const Tensor& x) { return rsub(x, 2.0); }},
+      {"clamp_min", [](const Tensor& x) { return clamp_min(x, 0.1); }},
+      {"clamp_max", [](const Tensor& x) { return clamp_max(x, -0.2); }},
+      {"neg", [](const Tensor& x) { return neg(x); }},
+      {"abs", [](const Tensor& x) { return abs(x); }},
+      {"tanh", [](const Tensor& x) { return tanh(x); }},
+      {"exp", [](const Tensor& x) { return exp(x); }},
+      {"square", [](const Tensor& x) { return square(x); }},
+  };
+  for (auto& [name, fn] : scal) {
+    auto f = one([fn = fn](const std::vector<Tensor>& x) { return fn(x[0]); });
+    v.push_back({std::string(name) + "_small", {In{{3, 5}}}, f});
+    v.push_back({std::string(name) + "_nhwc", {cl({2, 3, 4, 5})}, f});
+    v.push_back({std::string(name) + "_strided", {st({7, 6})}, f});
+    v.push_back({std::string(name) + "_big", {In{{64, 1031}}}, f});
+  }
+  const std::pair<const char*, std::function<Tensor(const Tensor&)>> positive[] = {
+      {"log", [](const Tensor& x) { return log(x); }},
+      {"sqrt", [](const Tensor& x) { return sqrt(x); }},
+      {"rsqrt", [](const Tensor& x) { return rsqrt(x); }},
+      {"rdiv", [](const Tensor& x) { return rdiv(x, 1.5); }},
+      {"pow_half", [](const Tensor& x) { return pow(x, 0.5); }},
+  };
+  for (auto& [name, fn] : positive) {
+    auto f = one([fn = fn](const std::vector<Tensor>& x) { return fn(x[0]); });
+    v.push_back({std::string(name) + "_small", {pos({3, 5})}, f});
+    v.push_back({std::string(name) + "_big", {pos({50, 1001})}, f});
+  }
+  const Activation acts[] = {Activation::relu,    Activation::relu6, Activation::gelu_erf, Activation::gelu_tanh,
+                             Activation::sigmoid, Activation::silu,  Activation::hardswish};
+  for (Activation a : acts) {
+    auto f = one([a](const std::vector<Tensor>& x) { return activation(a, x[0]); });
+    const std::string n = std::string("act_") + activation_name(a);
+    v.push_back({n + "_small", {wide({3, 7}, -8, 8)}, f});
+    v.push_back({n + "_nhwc", {In{{2, 5, 3, 3}, Layout::channels_last, true, -8, 8}}, f});
+    v.push_back({n + "_strided", {In{{5, 4}, Layout::strided, true, -8, 8}}, f});
+    v.push_back({n + "_big", {wide({8, 64, 129}, -8, 8)}, f});
+  }
+  return v;
+}
+
+std::vector<Case> reduction_cases() {
+  std::vector<Case> v;
+  const std::pair<const char*, std::vector<int64_t>> dims[] = {
+      {"all", {}}, {"d0", {0}}, {"d1", {1}}, {"dlast", {-1}}, {"d023", {0, 2, 3}}, {"d12", {1, 2}}, {"d13", {1, 3}}};
+  const std::pair<const char*, std::function<Tensor(const Tensor&, std::vector<int64_t>)>> ops[] = {
+      {"sum", [](const Tensor& x, std::vector<int64_t> d) { return sum(x, d); }},
+      {"mean", [](const Tensor& x, std::vector<int64_t> d) { return mean(x, d, true); }},
+      {"amax", [](const Tensor& x, std::vector<int64_t> d) { return amax(x, d); }},
+      {"amin", [](const Tensor& x, std::vector<int64_t> d) { return amin(x, d); }},
+  };
+  for (auto& [oname, fn] : ops)
+    for (auto& [dname, d] : dims) {
+      auto f = one([fn = fn, d = d](const std::vector<Tensor>& x) { return fn(x[0], d); });
+      const std::string n = std::string(oname) + "_" + dname;
+      v.push_back({n, {In{{3, 4, 5, 6}}}, f});
+      v.push_back({n + "_nhwc", {cl({3, 4, 5, 6})}, f});
+      v.push_back({n + "_big", {In{{16, 32, 12, 13}}}, f, 2.0});
+    }
+  auto sum_rows = one([](const std::vector<Tensor>& x) { return sum(x[0], {0}); });
+  v.push_back({"sum_bias_grad_shape", {In{{4096, 24}}}, sum_rows, 2.0});
+  v.push_back({"sum_few_long_rows", {In{{2, 70000}}}, one([](const std::vector<Tensor>& x) { return sum(x[0], {1}); }), 2.0});
+  v.push_back({"sum_to_broadcast", {In{{2, 3, 4}}}, one([](const std::vector<Tensor>& x) { return sum_to(x[0], {3, 1}); })});
+  for (int64_t d : {0, 1, -1}) {
+    In a{{7, 9, 11}, Layout::plain, false};
+    v.push_back({"argmax_d" + std::to_string(d + 1), {a},
+                 one([d](const std::vector<Tensor>& x) { return argmax(x[0], d); })});
+  }
+  v.push_back({"argmax_big", {In{{256, 1000}, Layout::plain, false}},
+               one([](const std::vector<Tensor>& x) { return argmax(x[0], 1); })});
+  return v;
+}
+
+std::vector<Case> linalg_cases() {
+  std::vector<Case> v;
+  auto mm = one([](const std::vector<Tensor>& x) { return matmul(x[0], x[1]); });
+  v.push_back({"matmul_2d", {In{{7, 5}}, In{{5, 3}}}, mm});
+  v.push_back({"matmul_1x1", {In{{1, 1}}, In{{1, 1}}}, mm});
+  v.push_back({"matmul_batched", {In{{3, 4, 5}}, In{{3, 5, 6}}}, mm});
+  v.push_back({"matmul_broadcast_a", {In{{4, 5}}, In{{3, 5, 6}}}, mm});
+  v.push_back({"matmul_broadcast_b", {In{{3, 4, 5}}, In{{5, 6}}}, mm});
+  v.push_back({"matmul_broadcast_4d", {In{{2, 1, 4, 5}}, In{{3, 5, 2}}}, mm});
+  v.push_back({"matmul_transposed_b", {In{{2, 9, 8}}, tr({2, 8, 9})}, mm});
+  v.push_back({"matmul_transposed_a", {tr({2, 9, 8}), In{{2, 8, 9}}}, mm});
+  v.push_back({"matmul_strided", {st({6, 8}), In{{8, 5}}}, mm});
+  v.push_back({"matmul_attention", {In{{2, 3, 17, 16}}, tr({2, 3, 16, 17})}, mm, 2.0});
+  v.push_back({"matmul_mlp", {In{{2, 65, 48}}, In{{48, 96}}}, mm, 2.0});
+  auto lin = one([](const std::vector<Tensor>& x) { return linear(x[0], x[1], x.size() > 2 ? x[2] : Tensor()); });
+  v.push_back({"linear_bias", {In{{9, 17}}, In{{13, 17}}, In{{13}}}, lin});
+  v.push_back({"linear_nobias", {In{{9, 17}}, In{{13, 17}}}, lin});
+  v.push_back({"linear_3d", {In{{2, 5, 17}}, In{{13, 17}}, In{{13}}}, lin});
+  v.push_back({"linear_batch1", {In{{1, 4}}, In{{3, 4}}, In{{3}}}, lin});
+  v.push_back({"linear_transposed_x", {tr({5, 17}), In{{13, 17}}, In{{13}}}, lin});
+  v.push_back({"linear_vit_mlp", {In{{2, 65, 64}}, In{{256, 64}}, In{{256}}}, lin, 2.0});
+  return v;
+}
+
+struct ConvSpec {
+  const char* name;
+  int64_t N, C, H, W, O, K;
+  Conv2dParams p;
+  bool bias;
+};
+
+std::vector<Case> conv_cases() {
+  std::vector<Case> v;
+  auto P = [](int64_t s, int64_t pad, int64_t d, int64_t g) {
+    Conv2dParams p;
+    p.stride_h = p.stride_w = s;
+    p.pad_h = p.pad_w = pad;
+    p.dilation_h = p.dilation_w = d;
+    p.groups = g;
+    return p;
+  };
+  const ConvSpec specs[] = {
+      {"3x3_same", 2, 3, 9, 9, 8, 3, P(1, 1, 1, 1), true},
+      {"1x1", 1, 4, 8, 7, 6, 1, P(1, 0, 1, 1), false},
+      {"1x1_stride2", 2, 8, 9, 9, 16, 1, P(2, 0, 1, 1), false},
+      {"7x7_stem", 2, 3, 15, 14, 8, 7, P(2, 3, 1, 1), false},
+      {"3x3_stride2_odd", 2, 4, 7, 7, 6, 3, P(2, 0, 1, 1), true},
+      {"3x3_stride2_pad", 1, 5, 10, 11, 7, 3, P(2, 1, 1, 1), false},
+      {"depthwise", 2, 8, 9, 9, 8, 3, P(1, 1, 1, 8), false},
+      {"depthwise_stride2", 2, 16, 10, 10, 16, 3, P(2, 1, 1, 16), true},
+      {"groups2_dilation2", 2, 8, 10, 10, 4, 3, P(1, 2, 2, 2), false},
+      {"dilation2", 1, 3, 11, 9, 5, 3, P(1, 0, 2, 1), true},
+      {"batch1_5x5", 1, 6, 8, 8, 4, 5, P(1, 2, 1, 1), true},
+      {"1x1_spatial", 3, 5, 1, 1, 7, 1, P(1, 0, 1, 1), true},
+      {"resnet_block", 4, 16, 8, 8, 16, 3, P(1, 1, 1, 1), false},
+  };
+  for (const ConvSpec& s : specs) {
+    const Conv2dParams p = s.p;
+    auto f = one([p](const std::vector<Tensor>& x) { return conv2d(x[0], x[1], x.size() > 2 ? x[2] : Tensor(), p); });
+    std::vector<In> ins{In{{s.N, s.C, s.H, s.W}}, In{{s.O, s.C / s.p.groups, s.K, s.K}}};
+    if (s.bias) ins.push_back(In{{s.O}});
+    const double tol = s.C * s.K * s.K / s.p.groups > 64 ? 3.0 : 1.0;
+    v.push_back({std::string("conv_") + s.name, ins, f, tol});
+    ins[0].layout = Layout::channels_last;
+    v.push_back({std::string("conv_") + s.name + "_nhwc", ins, f, tol});
+    ins[1].layout = Layout::channels_last;
+    v.push_back({std::string("conv_") + s.name + "_nhwc_weights", ins, f, tol});
+  }
+  // Frozen weight: only dx (and a bias-only gradient through the sum path).
+  {
+    In x{{2, 4, 6, 6}}, w{{5, 4, 3, 3}, Layout::plain, false}, b{{5}};
+    v.push_back({"conv_frozen_weight", {x, w, b},
+                 one([](const std::vector<Tensor>& t) { return conv2d(t[0], t[1], t[2], Conv2dParams{1, 1, 1, 1}); })});
+    In xi{{2, 4, 6, 6}, Layout::plain, false};
+    v.push_back({"conv_input_no_grad", {xi, In{{5, 4, 3, 3}}},
+                 one([](const std::vector<Tensor>& t) { return conv2d(t[0], t[1], Tensor(), Conv2dParams{}); })});
+  }
+  return v;
+}
+
+std::vector<Case> norm_cases() {
+  std::vector<Case> v;
+  for (bool training : {true, false}) {
+    for (int layout = 0; layout < 3; ++layout) {
+      BatchNormParams p;
+      p.training = training;
+      Shape xs = layout == 2 ? Shape{12, 5} : Shape{3, 5, 4, 7};
+      In x{xs, layout == 1 ? Layout::channels_last : Layout::plain, true, -2, 3};
+      In rm{{5}, Layout::plain, false, -0.5, 0.5}, rv{{5}, Layout::plain, false, 0.5, 1.5};
+      const std::string n = std::string("batch_norm_") + (training ? "train" : "eval") +
+                            (layout == 0 ? "_nchw" : layout == 1 ? "_nhwc" : "_2d");
+      v.push_back({n, {x, In{{5}}, In{{5}}, rm, rv}, [p](const std::vector<Tensor>& t) {
+                     // The running statistics are outputs too: training updates them in place.
+                     Tensor rmean = t[3].clone(), rvar = t[4].clone();
+                     Tensor y = batch_norm(t[0], t[1], t[2], rmean, rvar, p);
+                     return std::vector<Tensor>{y, rmean, rvar};
+                   }});
+    }
+  }
+  {
+    BatchNormParams p;
+    v.push_back({"batch_norm_no_running_stats", {In{{2, 3, 5, 5}}, In{{3}}, In{{3}}},
+                 one([p](const std::vector<Tensor>& t) { return batch_norm(t[0], t[1], t[2], Tensor(), Tensor(), p); })});
+    v.push_back({"batch_norm_big_nhwc", {cl({16, 32, 9, 9}), In{{32}}, In{{32}}},
+                 one([p](const std::vector<Tensor>& t) { return batch_norm(t[0], t[1], t[2], Tensor(), Tensor(), p); }),
+                 3.0});
+  }
+  auto ln = one([](const std::vector<Tensor>& t) {
+    return layer_norm(t[0], t.size() > 1 ? t[1] : Tensor(), t.size() > 2 ? t[2] : Tensor(), 1e-5);
+  });
+  v.push_back({"layer_norm_affine", {In{{6, 10}, Layout::plain, true, -2, 3}, In{{10}}, In{{10}}}, ln});
+  v.push_back({"layer_norm_3d", {In{{2, 7, 24}}, In{{24}}, In{{24}}}, ln});
+  v.push_back({"layer_norm_plain", {In{{5, 9}}}, ln});
+  v.push_back({"layer_norm_gamma_only", {In{{5, 9}}, In{{9}}}, ln});
+  v.push_back({"layer_norm_transposed", {tr({8, 12}), In{{12}}, In{{12}}}, ln});
+  v.push_back({"layer_norm_vit", {In{{4, 65, 192}}, In{{192}}, In{{192}}}, ln, 2.0});
+  v.push_back({"layer_norm_frozen_affine",
+               {In{{6, 10}}, In{{10}, Layout::plain, false}, In{{10}, Layout::plain, false}}, ln});
+  return v;
+}
+
+std::vector<Case> pool_cases() {
+  std::vector<Case> v;
+  auto P = [](int64_t k, int64_t s, int64_t pad, bool ceil, bool incl) {
+    Pool2dParams p;
+    p.kernel_h = p.kernel_w = k;
+    p.stride_h = p.stride_w = s;
+    p.pad_h = p.pad_w = pad;
+    p.ceil_mode = ceil;
+    p.count_include_pad = incl;
+    return p;
+  };
+  const std::pair<const char*, Pool2dParams> specs[] = {
+      {"2x2s2", P(2, 2, 0, false, true)},   {"3x3s2p1", P(3, 2, 1, false, true)}, {"3x3s1p1", P(3, 1, 1, false, true)},
+      {"3x3s1p1_excl", P(3, 1, 1, false, false)}, {"3x3s2_ceil", P(3, 2, 0, true, true)},
+      {"2x2s2_ceil_excl", P(2, 2, 0, true, false)}, {"3x3s2p1_ceil", P(3, 2, 1, true, true)},
+  };
+  for (auto& [name, p] : specs) {
+    for (int kind = 0; kind < 2; ++kind) {
+      const Pool2dParams pp = p;
+      auto f = kind == 0 ? one([pp](const std::vector<Tensor>& t) { return max_pool2d(t[0], pp); })
+                         : one([pp](const std::vector<Tensor>& t) { return avg_pool2d(t[0], pp); });
+      const std::string n = std::string(kind == 0 ? "max_pool_" : "avg_pool_") + name;
+      v.push_back({n, {In{{2, 3, 9, 8}}}, f});
+      v.push_back({n + "_nhwc", {cl({2, 5, 7, 7})}, f});
+    }
+  }
+  {
+    const Pool2dParams p = P(3, 2, 1, false, true);
+    v.push_back({"max_pool_big_nhwc", {cl({8, 32, 16, 16})},
+                 one([p](const std::vector<Tensor>& t) { return max_pool2d(t[0], p); })});
+  }
+  auto ad = [](int64_t oh, int64_t ow) {
+    return one([oh, ow](const std::vector<Tensor>& t) { return adaptive_avg_pool2d(t[0], oh, ow); });
+  };
+  v.push_back({"adaptive_global", {In{{3, 5, 6, 7}}}, ad(1, 1)});
+  v.push_back({"adaptive_global_nhwc", {cl({3, 5, 6, 7})}, ad(1, 1)});
+  v.push_back({"adaptive_global_big_nhwc", {cl({16, 64, 8, 8})}, ad(1, 1)});
+  v.push_back({"adaptive_3x2", {In{{2, 3, 7, 5}}}, ad(3, 2)});
+  v.push_back({"adaptive_3x2_nhwc", {cl({2, 3, 7, 5})}, ad(3, 2)});
+  v.push_back({"adaptive_upsample", {In{{1, 2, 2, 3}}}, ad(4, 5)});
+  return v;
+}
+
+std::vector<Case> softmax_loss_cases() {
+  std::vector<Case> v;
+  for (bool lg : {false, true}) {
+    for (int64_t d : {-1, 0, 1}) {
+      auto f = one([lg, d](const std::vector<Tensor>& t) { return lg ? log_softmax(t[0], d) : softmax(t[0], d); });
+      const std::string n = std::string(lg ? "log_softmax" : "softmax") + "_d" + std::to_string(d + 1);
+      v.push_back({n, {wide({3, 4, 5}, -3, 3)}, f});
+    }
+    auto f = one([lg](const std::vector<Tensor>& t) { return lg ? log_softmax(t[0], -1) : softmax(t[0], -1); });
+    v.push_back({std::string(lg ? "log_softmax" : "softmax") + "_attention", {wide({2, 3, 65, 65}, -4, 4)}, f});
+    v.push_back({std::string(lg ? "log_softmax" : "softmax") + "_transposed", {tr({6, 7})}, f});
+  }
+  for (double ls : {0.0, 0.1}) {
+    auto f = one([ls](const std::vector<Tensor>& t) { return cross_entropy(t[0], t[1], ls); });
+    const std::string n = ls == 0.0 ? "cross_entropy" : "cross_entropy_smooth";
+    In labels{{16}};
+    labels.classes = 10;
+    v.push_back({n, {wide({16, 10}, -3, 3), labels}, f});
+    In labels1{{1}};
+    labels1.classes = 3;
+    v.push_back({n + "_batch1", {wide({1, 3}, -3, 3), labels1}, f});
+    In labels_big{{256}};
+    labels_big.classes = 1000;
+    v.push_back({n + "_big", {wide({256, 1000}, -3, 3), labels_big}, f});
+  }
+  for (double p : {0.1, 0.5}) {
+    v.push_back({"dropout_p" + std::to_string(int(p * 10)), {In{{33, 65}}}, one([p](const std::vector<Tensor>& t) {
+                   Generator g(4242);
+                   return dropout(t[0], p, true, &g);
+                 })});
+  }
+  v.push_back({"dropout_nhwc", {cl({2, 3, 4, 5})}, one([](const std::vector<Tensor>& t) {
+                 Generator g(7);
+                 return dropout(t[0], 0.3, true, &g);
+               })});
+  return v;
+}
+
+std::vector<Case> memory_cases() {
+  std::vector<Case> v;
+  auto catf = [](int64_t d) { return one([d](const std::vector<Tensor>& t) { return cat(t, d); }); };
+  v.push_back({"cat_d0", {In{{2, 3}}, In{{4, 3}}}, catf(0)});
+  v.push_back({"cat_d1", {In{{2, 3}}, In{{2, 5}}, In{{2, 1}}}, catf(1)});
+  v.push_back({"cat_channels_nhwc", {cl({2, 3, 4, 5}), cl({2, 6, 4, 5})}, catf(1)});
+  v.push_back({"cat_channels_big_nhwc", {cl({8, 32, 8, 8}), cl({8, 16, 8, 8})}, catf(1)});
+  v.push_back({"cat_transposed", {tr({4, 5}), In{{4, 2}}}, catf(1)});
+  v.push_back({"contiguous_of_transposed", {tr({33, 47})}, one([](const std::vector<Tensor>& t) { return t[0].contiguous(); })});
+  v.push_back({"to_channels_last_big", {In{{8, 24, 17, 19}}},
+               one([](const std::vector<Tensor>& t) { return t[0].contiguous(MemoryFormat::channels_last); })});
+  v.push_back({"to_nchw_big", {cl({8, 24, 17, 19})}, one([](const std::vector<Tensor>& t) { return t[0].contiguous(); })});
+  v.push_back({"cast_f64_roundtrip", {In{{5, 6}}}, one([](const std::vector<Tensor>& t) { return t[0].to(DType::f64).to(DType::f32); })});
+  v.push_back({"cast_bf16", {In{{5, 6}, Layout::plain, false, -100, 100}},
+               one([](const std::vector<Tensor>& t) { return t[0].to(DType::bf16).to(DType::f32); })});
+  v.push_back({"cast_f16", {In{{5, 6}, Layout::plain, false, -100, 100}},
+               one([](const std::vector<Tensor>& t) { return t[0].to(DType::f16).to(DType::f32); })});
+  v.push_back({"cast_u8_i64", {In{{5, 6}, Layout::plain, false, 0, 255}}, [](const std::vector<Tensor>& t) {
+                 return std::vector<Tensor>{t[0].to(DType::u8).to(DType::f32), t[0].to(DType::i64)};
+               }});
+  v.push_back({"fill_and_full", {}, [](const std::vector<Tensor>&) {
+                 Tensor a = Tensor::full({7, 300, 20}, 2.5);
+                 Tensor b = Tensor::zeros({3, 4}).transpose(0, 1);
+                 b.fill_(-1.25);
+                 return std::vector<Tensor>{a, b.contiguous()};
+               }});
+  v.push_back({"rand_randn", {}, [](const std::vector<Tensor>&) {
+                 Generator g(123);
+                 Tensor u = Tensor::rand({70001}, {}, &g);
+                 Tensor n = Tensor::randn({301, 7}, {}, &g);
+                 return std::vector<Tensor>{u, n};
+               }});
+  return v;
+}
+
+std::vector<Case> optimizer_cases() {
+  std::vector<Case> v;
+  auto sgd = [](SgdParams p) {
+    return [p](const std::vector<Tensor>& t) {
+      Tensor w = t[0].detach().clone(), g = t[1].detach(), buf = Tensor::zeros(w.shape());
+      sgd_step_(w, g, p.momentum != 0.0 ? buf : Tensor(), p, true);
+      sgd_step_(w, g, p.momentum != 0.0 ? buf : Tensor(), p, false);
+      return std::vector<Tensor>{w, buf};
+    };
+  };
+  SgdParams plain;
+  plain.lr = 0.1;
+  SgdParams mom;
+  mom.lr = 0.05, mom.momentum = 0.9, mom.weight_decay = 5e-4, mom.dampening = 0.1;
+  SgdParams nest = mom;
+  nest.nesterov = true, nest.dampening = 0;
+  v.push_back({"sgd_plain", {In{{1000, 37}, Layout::plain, false}, In{{1000, 37}, Layout::plain, false}}, sgd(plain)});
+  v.push_back({"sgd_momentum", {In{{1000, 37}, Layout::plain, false}, In{{1000, 37}, Layout::plain, false}}, sgd(mom)});
+  v.push_back({"sgd_nesterov", {In{{13}, Layout::plain, false}, In{{13}, Layout::plain, false}}, sgd(nest)});
+  auto adam = [](AdamParams p) {
+    return [p](const std::vector<Tensor>& t) {
+      Tensor w = t[0].detach().clone(), g = t[1].detach(), m = Tensor::zeros(w.shape()), s = Tensor::zeros(w.shape());
+      AdamParams q = p;
+      for (int64_t step = 1; step <= 3; ++step) {
+        q.step = step;
+        adam_step_(w, g, m, s, q);
+      }
+      return std::vector<Tensor>{w, m, s};
+    };
+  };
+  AdamParams a;
+  a.weight_decay = 0.01;
+  AdamParams aw = a;
+  aw.decoupled = true;
+  v.push_back({"adam", {In{{999, 41}, Layout::plain, false}, In{{999, 41}, Layout::plain, false}}, adam(a)});
+  v.push_back({"adamw", {In{{7, 3}, Layout::plain, false}, In{{7, 3}, Layout::plain, false}}, adam(aw)});
+  return v;
+}
+
+std::vector<Case> composite_cases() {
+  std::vector<Case> v;
+  // A small conv net end to end in channels-last, and an attention block, to catch layout
+  // mismatches between ops that each pass alone.
+  v.push_back({"small_convnet_nhwc",
+               {cl({4, 3, 12, 12}), In{{8, 3, 3, 3}}, In{{8}}, In{{8}}, In{{8, 1, 3, 3}}, In{{10, 8}}, In{{10}}},
+               one([](const std::vector<Tensor>& t) {
+                 BatchNormParams bp;
+                 Tensor h = conv2d(t[0], t[1], Tensor(), Conv2dParams{1, 1, 1, 1});
+                 h = relu(batch_norm(h, t[2], t[3], Tensor(), Tensor(), bp));
+                 Conv2dParams dw{2, 2, 1, 1};
+                 dw.groups = 8;
+                 h = relu6(conv2d(h, t[4], Tensor(), dw));
+                 h = max_pool2d(h, Pool2dParams{});
+                 h = adaptive_avg_pool2d(h, 1, 1).flatten(1);
+                 return linear(h, t[5], t[6]);
+               }),
+               2.0});
+  v.push_back({"attention_block", {In{{2, 9, 16}}, In{{48, 16}}, In{{48}}, In{{16}}, In{{16}}},
+               one([](const std::vector<Tensor>& t) {
+                 Tensor h = layer_norm(t[0], t[3], t[4]);
+                 Tensor qkv = linear(h, t[1], t[2]).reshape({2, 9, 3, 2, 8}).permute({2, 0, 3, 1, 4});
+                 Tensor q = qkv.select(0, 0), k = qkv.select(0, 1), vv = qkv.select(0, 2);
+                 Tensor att = softmax(mul(matmul(q, k.transpose(-1, -2)), 1.0 / std::sqrt(8.0)), -1);
+                 return gelu(matmul(att, vv).permute({0, 2, 1, 3}).reshape({2, 9, 16}));
+               }),
+               2.0});
+  return v;
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> all;
+  for (auto gen : {elementwise_cases, reduction_cases, linalg_cases, conv_cases, norm_cases, pool_cases,
+                   softmax_loss_cases, memory_cases, optimizer_cases, composite_cases})
+    for (Case& c : gen()) all.push_back(std::move(c));
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, Conformance, ::testing::ValuesIn(all_cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+// ---- backend properties --------------------------------------------------------------------------------
+
+TEST(CpuBackend, F64OnOneDnnOpsNamesTheOp) {
+  if (!backend_available(Backend::cpu)) GTEST_SKIP() << "the cpu backend (oneDNN) is not built into this binary";
+  BackendGuard guard(DeviceType::cpu, Backend::cpu);
+  const Tensor x = random_tensor({1, 2, 5, 5}, 1), w = random_tensor({3, 2, 3, 3}, 2);
+  const Tensor a = random_tensor({4, 5}, 3), b = random_tensor({5, 2}, 4);
+  auto expect_error = [](const std::function<void()>& f, const std::string& op) {
+    try {
+      f();
+      ADD_FAILURE() << op << " on f64 did not throw";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(op), std::string::npos) << msg;
+      EXPECT_NE(msg.find("f64"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("reference"), std::string::npos) << msg;
+    }
+  };
+  expect_error([&] { conv2d(x, w); }, "conv2d");
+  expect_error([&] { matmul(a, b); }, "matmul");
+  expect_error([&] { softmax(a, -1); }, "softmax");
+  expect_error([&] { layer_norm(a, Tensor(), Tensor()); }, "layer_norm");
+  expect_error([&] { max_pool2d(x, Pool2dParams{}); }, "max_pool2d");
+  // The loop ops do run in f64.
+  EXPECT_TRUE(all_close(add(a, a), mul(a, 2.0), 0, 0));
+}
+
+#ifdef DUET_HAVE_DNNL
+// One training step of a small conv net; the second identical step must find every primitive in
+// the cache.
+TEST(CpuBackend, SecondTrainingStepCreatesNoPrimitive) {
+  BackendGuard guard(DeviceType::cpu, Backend::cpu);
+  Tensor w1 = random_tensor({8, 3, 3, 3}, 1, DType::f32).set_requires_grad(true);
+  Tensor g1 = Tensor::ones({8}).set_requires_grad(true), b1 = Tensor::zeros({8}).set_requires_grad(true);
+  Tensor w2 = random_tensor({16, 8, 3, 3}, 2, DType::f32).set_requires_grad(true);
+  Tensor fc = random_tensor({10, 16}, 3, DType::f32).set_requires_grad(true);
+  Tensor fb = Tensor::zeros({10}).set_requires_grad(true);
+  Tensor rm = Tensor::zeros({8}), rv = Tensor::ones({8});
+  const Tensor x = random_tensor({4, 3, 16, 16}, 4, DType::f32).contiguous(MemoryFormat::channels_last);
+  const Tensor y = Tensor::from_vector<int64_t>({1, 3, 5, 7}, {4}, TensorOptions(DType::i64));
+  std::vector<Tensor> params{w1, g1, b1, w2, fc, fb};
+  std::vector<Tensor> bufs;
+  for (const Tensor& p : params) bufs.push_back(Tensor::zeros(p.shape()));
+  auto step = [&](bool first) {
+    BatchNormParams bp;
+    Tensor h = relu(batch_norm(conv2d(x, w1, Tensor(), Conv2dParams{1, 1, 1, 1}), g1, b1, rm, rv, bp));
+    h = max_pool2d(h, Pool2dParams{});
+    h = gelu(conv2d(h, w2, Tensor(), Conv2dParams{2, 2, 1, 1}));
+    h = adaptive_avg_pool2d(h, 1, 1).flatten(1);
+    Tensor loss = cross_entropy(softmax(linear(h, fc, fb), -1), y, 0.1);
+    loss.backward();
+    SgdParams sp;
+    sp.momentum = 0.9;
+    for (size_t i = 0; i < params.size(); ++i) {
+      sgd_step_(params[i], params[i].grad(), bufs[i], sp, first);
+      params[i].zero_grad();
+    }
+  };
+  step(true);
+  cpu_primitive_cache_reset_stats();
+  step(false);
+  const CpuCacheStats s = cpu_primitive_cache_stats();
+  EXPECT_EQ(s.misses, 0) << "the second step created primitives";
+  EXPECT_GT(s.hits, 5);
+}
+
+TEST(CpuBackend, ThreadCountIsSettable) {
+  const int before = num_threads();
+  set_num_threads(1);
+  EXPECT_EQ(num_threads(), 1);
+  {
+    BackendGuard guard(DeviceType::cpu, Backend::cpu);
+    const Tensor a = random_tensor({64, 70}, 1, DType::f32), b = random_tensor({70, 33}, 2, DType::f32);
+    const Tensor c1 = matmul(a, b);
+    set_num_threads(before);
+    const Tensor c2 = matmul(a, b);
+    EXPECT_TRUE(all_close(c1, c2, 1e-5, 1e-5));
+  }
+  set_num_threads(before);
+  EXPECT_THROW(set_num_threads(0), Error);
+}
+#endif
+
+}  // namespace
+}  // namespace duet
