@@ -48,7 +48,7 @@ void accumulate_into_leaf(TensorImpl* leaf, const Tensor& g) {
   DUET_CHECK(g.shape() == leaf->shape, "autograd: gradient of shape {} for a leaf of shape {}", shape_str(g.shape()),
              shape_str(leaf->shape));
   if (!leaf->grad.defined()) {
-    const bool exclusive = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous() &&
+    const bool exclusive = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.strides() == leaf->strides &&
                            g.offset() == 0 && static_cast<size_t>(g.numel()) * dtype_size(g.dtype()) == g.storage()->bytes;
     if (exclusive) {
       Storage& s = *g.storage();

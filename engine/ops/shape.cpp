@@ -24,7 +24,12 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
                  shape_str(xs[i].shape()), shape_str(first.shape()), dim);
     out_shape[dim] += xs[i].size(dim);
   }
-  Tensor out = Tensor::empty(out_shape, TensorOptions(first.dtype()).with_device(first.device()));
+  // Channels-last inputs give a channels-last output, so a DenseNet stays in the layout its
+  // convolutions run fastest in.
+  bool all_cl = first.dim() == 4;
+  for (const Tensor& t : xs) all_cl = all_cl && format_of(t) == MemoryFormat::channels_last;
+  Tensor out = Tensor::empty(out_shape, TensorOptions(first.dtype()).with_device(first.device()),
+                             all_cl ? MemoryFormat::channels_last : MemoryFormat::contiguous);
   std::vector<Tensor> inputs;
   inputs.reserve(xs.size());
   for (const Tensor& t : xs) inputs.push_back(t.detach());
