@@ -1,6 +1,7 @@
 // Global options and their effect on the process.
 #include "apps/run_env.h"
 #include <omp.h>
+#include <fstream>
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include "engine/backend.h"
@@ -62,5 +63,16 @@ MemoryFormat input_memory_format(const std::string& name, const RunEnv& env) {
 }
 
 const char* memory_format_label(MemoryFormat f) { return f == MemoryFormat::channels_last ? "nhwc" : "nchw"; }
+
+std::string busy_machine_note(int threads) {
+  std::ifstream f("/proc/loadavg");
+  double load = 0;
+  if (!(f >> load) || threads <= 1) return "";
+  const int cores = omp_get_num_procs();
+  if (load < static_cast<double>(cores)) return "";
+  return fmt::format("note: the machine is busy (load average {:.1f} on {} cores): {} OpenMP threads will wait on each "
+                     "other; --threads 1 can be several times faster until the load drops\n",
+                     load, cores, threads);
+}
 
 }  // namespace duet::app

@@ -38,4 +38,9 @@ RunEnv apply_global_options(const GlobalOptions& g);
 MemoryFormat input_memory_format(const std::string& name, const RunEnv& env);
 const char* memory_format_label(MemoryFormat f);  // "nhwc" / "nchw"
 
+// A one-line note when other processes already keep the cores busy (1-minute load average of
+// /proc/loadavg at least the core count) and more than one thread is asked for: OpenMP teams then
+// wait on descheduled threads at every barrier, which measured here cost 5-15x. "" otherwise.
+std::string busy_machine_note(int threads);
+
 }  // namespace duet::app

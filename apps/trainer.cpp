@@ -316,7 +316,7 @@ TrainResult run_training(const TrainConfig& c0, const GlobalOptions& g, std::ost
                      c.optim.label_smoothing > 0 ? fmt::format(" label smoothing {:g}", c.optim.label_smoothing) : "",
                      c.batch, c.epochs, c.seed);
   out << fmt::format("lr schedule {} | {} steps per epoch\n", trainer.schedule().describe(), trainer.steps_per_epoch())
-      << std::flush;
+      << busy_machine_note(env.threads) << std::flush;
 
   // The profile report's "run" line: what identifies the run, flat.
   const nlohmann::json run_config{{"command", "train"},

@@ -40,7 +40,7 @@ TASKS = {
     "cifar10": dict(dataset="cifar10", data="cifar10", model="resnet18_cifar", width_mult=0.5, image_size=32,
                     epochs=15, batch=128, lr=0.2, target=0.75, augment=dict(crop_padding=4)),
     "catdog": dict(dataset="folder", data="cats_dogs", model="resnet18", width_mult=0.5, image_size=64,
-                   epochs=60, batch=64, lr=0.1, target=0.80, augment=dict(scale_min=0.35)),
+                   epochs=100, batch=64, lr=0.1, target=0.80, augment=dict(scale_min=0.35)),
 }
 COMMON = dict(momentum=0.9, weight_decay=5e-4, label_smoothing=0.1, pct_start=0.3)
 
