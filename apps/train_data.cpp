@@ -144,8 +144,8 @@ TrainData make_data(const DataOptions& o, uint64_t seed, bool want_train, const 
     if (want_train) d.train_pipeline = cifar_pipeline(o, s, true);
     d.eval_pipeline = cifar_pipeline(o, s, false);
     d.eval_transform = transform_json(s, s, datasets::cifar10_normalization());
-    d.summary = fmt::format("cifar10 '{}': {} train / {} test images {}x{}, 10 classes", o.path, train ? train->size() : 0,
-                            test->size(), s, s);
+    d.summary = fmt::format("cifar10 '{}': {}{} test images {}x{}, 10 classes", o.path,
+                            train ? fmt::format("{} train / ", train->size()) : "", test->size(), s, s);
     if (want_train) d.summary += "; augment: " + d.train_pipeline->describe();
     return d;
   }
@@ -166,8 +166,9 @@ TrainData make_data(const DataOptions& o, uint64_t seed, bool want_train, const 
     if (want_train) d.train_pipeline = folder_train_pipeline(o, s);
     d.eval_pipeline = datasets::imagenet_eval_pipeline(s);
     d.eval_transform = transform_json((s * 8 + 3) / 7, s, datasets::imagenet_normalization());
-    d.summary = fmt::format("folder '{}': {} train / {} test images at {}x{}, {} classes (test: {})", o.path,
-                            train ? train->size() : 0, test->size(), s, s, d.class_names.size(), class_counts(*test));
+    d.summary = fmt::format("folder '{}': {}{} test images at {}x{}, {} classes (test: {})", o.path,
+                            train ? fmt::format("{} train / ", train->size()) : "", test->size(), s, s,
+                            d.class_names.size(), class_counts(*test));
     if (want_train) d.summary += "; augment: " + d.train_pipeline->describe();
     return d;
   }
