@@ -5,6 +5,7 @@
 // primitive call would cost more than the arithmetic on small tensors. f64 takes the loops.
 #include <cmath>
 #include "backends/cpu/loops.h"
+#include "backends/reference/loops.h"
 #include "engine/rng.h"
 
 namespace duet {
@@ -12,18 +13,9 @@ using namespace cpu;
 
 namespace {
 
-template <class T>
-T max_nan(T a, T b) {
-  if (std::isnan(a)) return a;
-  if (std::isnan(b)) return b;
-  return a < b ? b : a;
-}
-template <class T>
-T min_nan(T a, T b) {
-  if (std::isnan(a)) return a;
-  if (std::isnan(b)) return b;
-  return b < a ? b : a;
-}
+// max_nan/min_nan: the reference backend's NaN-propagating max/min (PyTorch's semantics).
+using ref::max_nan;
+using ref::min_nan;
 
 // x dense and out with the same strides: one flat span (see the contract in ops.def).
 template <class T, class F>

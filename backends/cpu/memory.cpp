@@ -17,19 +17,7 @@ namespace {
 using ref::BFloat16;
 using ref::Half;
 
-template <class F>
-void dispatch_any(DType t, F&& f) {
-  switch (t) {
-    case DType::f32: f(float{}); return;
-    case DType::f64: f(double{}); return;
-    case DType::f16: f(Half{}); return;
-    case DType::bf16: f(BFloat16{}); return;
-    case DType::i64: f(int64_t{}); return;
-    case DType::i32: f(int32_t{}); return;
-    case DType::u8: f(uint8_t{}); return;
-  }
-  throw Error(fmt::format("cpu backend: unknown dtype code {}", static_cast<int>(t)));
-}
+using ref::dispatch_any;
 
 inline float widen(Half v) { return ref::f16_to_float(v.bits); }
 inline float widen(BFloat16 v) { return ref::bf16_to_float(v.bits); }

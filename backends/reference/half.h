@@ -6,6 +6,9 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <fmt/format.h>
+#include "engine/dtype.h"
+#include "engine/error.h"
 
 namespace duet::ref {
 
@@ -55,6 +58,22 @@ inline uint16_t float_to_f16(float f) {
   const uint32_t dropped = x & 0x1fffu;
   if (dropped > 0x1000u || (dropped == 0x1000u && (h & 1u))) ++h;
   return sign | static_cast<uint16_t>(h);
+}
+
+// Calls f(T{}) for every storage dtype; f16 and bf16 arrive as their bit-pattern tag types.
+// Shared by the reference and cpu backends' copy/fill kernels.
+template <class F>
+void dispatch_any(DType t, F&& f) {
+  switch (t) {
+    case DType::f32: f(float{}); return;
+    case DType::f64: f(double{}); return;
+    case DType::f16: f(Half{}); return;
+    case DType::bf16: f(BFloat16{}); return;
+    case DType::i64: f(int64_t{}); return;
+    case DType::i32: f(int32_t{}); return;
+    case DType::u8: f(uint8_t{}); return;
+  }
+  throw Error(fmt::format("unknown dtype code {}", static_cast<int>(t)));
 }
 
 }  // namespace duet::ref

@@ -14,21 +14,6 @@ using namespace ref;
 
 namespace {
 
-// Calls f(T{}) for every storage dtype; f16 and bf16 arrive as their bit-pattern tag types.
-template <class F>
-void dispatch_any(DType t, F&& f) {
-  switch (t) {
-    case DType::f32: f(float{}); return;
-    case DType::f64: f(double{}); return;
-    case DType::f16: f(Half{}); return;
-    case DType::bf16: f(BFloat16{}); return;
-    case DType::i64: f(int64_t{}); return;
-    case DType::i32: f(int32_t{}); return;
-    case DType::u8: f(uint8_t{}); return;
-  }
-  throw Error(fmt::format("reference backend: unknown dtype code {}", static_cast<int>(t)));
-}
-
 // Typed pointer to element [0, ..., 0]; the 16-bit float types have no dtype_of<>, so they go
 // through raw_data() (the caller has already dispatched on the dtype).
 template <class T>
