@@ -8,6 +8,7 @@
 #include "apps/eval_cmd.h"
 #include "apps/models_cmd.h"
 #include "apps/predict_cmd.h"
+#include "apps/profile_cmd.h"
 #include "apps/profile_cmds.h"
 #include "apps/selftest_cmd.h"
 #include "apps/train_cmd.h"
@@ -26,6 +27,8 @@ const char* kFooter = R"(Start here:
       --checkpoint cifar.safetensors
   duet eval cifar.safetensors                   accuracy, loss and per-class accuracy
   duet predict -c cifar.safetensors photo.jpg   top-5 classes of an image
+  duet profile --model resnet18_cifar           per-op profile of training steps (no data needed)
+  duet profile --model mobilenet_v2 --batch 16,32,64,128   throughput and memory per batch size
   duet probe; duet report run.json; duet compare a.json b.json   the profiler's tools
 Each command has its own --help (duet train --help). Global options (--device, --backend,
 --threads, --seed) go before or after the command's name. Guide: docs/training.md.)";
@@ -40,8 +43,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   add_global_options(app, global);
   const std::vector<Command> commands{add_train_command(app, global),   add_eval_command(app, global),
                                       add_predict_command(app, global), add_models_command(app, global),
-                                      add_data_command(app, global),    add_selftest_command(app, global)};
-  add_probe_command(app);
+                                      add_data_command(app, global),    add_selftest_command(app, global),
+                                      add_profile_command(app, global)};
+  add_probe_command(app, global);
   add_report_command(app);
   add_compare_command(app);
   try {

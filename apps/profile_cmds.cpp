@@ -24,7 +24,7 @@ namespace {
 
 struct ProbeCmd {
   CLI::App* cmd = nullptr;
-  GlobalOptions* global = nullptr;  // set when the global options choose device, backend, threads
+  GlobalOptions* global = nullptr;  // --device, --backend and --threads pick what is probed
   profiler::ProbeOptions o;
   std::string threads, out;
   bool no_save = false;
@@ -171,13 +171,6 @@ void add_probe_command(CLI::App& app, GlobalOptions& global) {
   c.cmd->add_option("--thread-counts", c.threads, "CPU thread counts to measure, e.g. 1,2 (default: 1 .. --threads)");
 }
 
-void add_probe_command(CLI::App& app) {
-  ProbeCmd& c = add_probe_subcommand(app);
-  c.cmd->add_option("--device", c.o.device, "Device to probe: cpu, cuda, cuda:N")->capture_default_str();
-  c.cmd->add_option("--backend", c.o.backend, "Backend computing the GEMM (default: the device's)");
-  c.cmd->add_option("--threads", c.threads, "CPU thread counts, e.g. 1,2 (default: 1 .. all)");
-}
-
 void add_report_command(CLI::App& app) {
   ReportCmd& c = report_cmd();
   c.cmd = app.add_subcommand("report", "Print the tables of a saved profile report (duet.profile/1 JSON)");
@@ -213,7 +206,11 @@ void finish_profile(const nlohmann::json& run_config, const std::string& json_pa
                     std::ostream& out) {
   profiler::stop_session();  // idempotent: recording must be off before the capture
   const profiler::Capture cap = profiler::capture();
-  const nlohmann::json report = profiler::build_report(cap, run_config);
+  present_profile(profiler::build_report(cap, run_config), cap, json_path, trace_path, out);
+}
+
+void present_profile(const nlohmann::json& report, const profiler::Capture& cap, const std::string& json_path,
+                     const std::string& trace_path, std::ostream& out) {
   profiler::PrintOptions p;
   p.top = 20;
   out << "\n" << profiler::format_report(report, p);
@@ -224,7 +221,7 @@ void finish_profile(const nlohmann::json& run_config, const std::string& json_pa
                        csv, json_path);
   }
   if (!trace_path.empty()) {
-    profiler::write_chrome_trace(cap, trace_path, run_config);
+    profiler::write_chrome_trace(cap, trace_path, report.value("run_config", nlohmann::json::object()));
     out << fmt::format("trace: {} (open in https://ui.perfetto.dev or chrome://tracing)\n", trace_path);
   }
 }

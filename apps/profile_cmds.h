@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 #include <nlohmann/json.hpp>
+#include "engine/profiler/capture.h"
 #include "engine/profiler/session.h"
 #include "engine/profiler/sweep.h"
 
@@ -21,8 +22,6 @@ struct GlobalOptions;  // apps/run_env.h
 // probe with the global options: --device / --backend pick what is probed and --threads the
 // largest thread count measured (1 .. N), whether given before or after `probe`.
 void add_probe_command(CLI::App& app, GlobalOptions& global);
-// probe with its own --device, --backend and --threads LIST options (no global options).
-void add_probe_command(CLI::App& app);
 void add_compare_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 // After app.parse(): runs whichever of probe / compare / report was given and returns true, or
@@ -39,6 +38,9 @@ void start_profile(const profiler::SessionOptions& o);
 // op table as CSV beside it, <name>.ops.csv) and the Chrome trace. An empty path skips that file.
 void finish_profile(const nlohmann::json& run_config, const std::string& json_path, const std::string& trace_path,
                     std::ostream& out);
+// The printing and writing half of finish_profile, for a report already built from `cap`.
+void present_profile(const nlohmann::json& report, const profiler::Capture& cap, const std::string& json_path,
+                     const std::string& trace_path, std::ostream& out);
 
 // The end of `duet profile --batch 16,32,...`: prints the sweep table and writes the sweep JSON
 // (schema duet.sweep/1) when json_path is not empty.

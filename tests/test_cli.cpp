@@ -2,8 +2,11 @@
 // and the small commands (models, data, selftest, eval/predict on a freshly trained checkpoint).
 #include <unistd.h>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include "apps/cli.h"
+#include <nlohmann/json.hpp>
+#include "engine/profiler/sweep.h"
 #include "tests/test_support.h"
 
 using namespace duet;
@@ -60,7 +63,7 @@ TEST(Cli, HelpHasExamples) {
   const CliResult r = duet_cli({"--help"});
   EXPECT_EQ(r.status, 0);
   EXPECT_TRUE(contains(r.out, "duet train --model small_cnn --dataset synthetic --profile")) << r.out;
-  for (const char* cmd : {"train", "eval", "predict", "models", "data", "selftest", "probe", "report", "compare"})
+  for (const char* cmd : {"train", "eval", "predict", "models", "data", "selftest", "profile", "probe", "report", "compare"})
     EXPECT_TRUE(contains(r.out, cmd)) << cmd;
   const CliResult t = duet_cli({"train", "--help"});
   EXPECT_EQ(t.status, 0);
@@ -75,6 +78,50 @@ TEST(Cli, ModelsListsParametersAndFlops) {
   EXPECT_TRUE(contains(r.out, "24346")) << r.out;  // parameters at width 16
   const CliResult none = duet_cli({"models", "nothing_like_this"});
   EXPECT_EQ(none.status, 1);
+}
+
+// `duet profile` with one batch size writes a per-op report of exactly the timed steps; with a
+// list it writes a sweep with one point per size.
+TEST(Cli, ProfileOneBatchAndSweep) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("duet_test_cli_profile_{}", ::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string report = (dir / "r.json").string(), sweep = (dir / "s.json").string();
+  const std::vector<std::string> common{"profile", "--model",   "small_cnn", "--width-mult", "0.25", "--image-size",
+                                        "8",       "--classes", "3",         "--steps",      "3",    "--warmup", "1",
+                                        "--backend", "reference"};
+  std::vector<std::string> one = common;
+  one.insert(one.end(), {"--batch", "4", "--out", report});
+  const CliResult a = duet_cli(one);
+  ASSERT_EQ(a.status, 0) << a.err;
+  EXPECT_TRUE(contains(a.out, "conv2d.backward_weight")) << a.out;
+  EXPECT_TRUE(contains(a.out, "small_cnn batch 4:")) << a.out;
+  const nlohmann::json r = nlohmann::json::parse(std::ifstream(report));
+  EXPECT_EQ(r["phases"]["steps"], 3);
+  EXPECT_EQ(r["run_config"]["command"], "profile");
+  EXPECT_EQ(r["run_config"]["batch"], 4);
+
+  std::vector<std::string> two = common;
+  two.insert(two.end(), {"--batch", "2,5", "--out", sweep});
+  const CliResult b = duet_cli(two);
+  ASSERT_EQ(b.status, 0) << b.err;
+  EXPECT_TRUE(contains(b.out, "throughput by batch size")) << b.out;
+  const std::vector<profiler::SweepPoint> pts = profiler::sweep_points_from_json(nlohmann::json::parse(std::ifstream(sweep)));
+  ASSERT_EQ(pts.size(), 2u);
+  EXPECT_EQ(pts[0].batch, 2);
+  EXPECT_EQ(pts[1].batch, 5);
+  for (const auto& p : pts) {
+    EXPECT_TRUE(p.error.empty()) << p.error;
+    EXPECT_EQ(p.steps, 3);
+    ASSERT_TRUE(p.images_per_s && p.peak_bytes);
+    EXPECT_GT(*p.images_per_s, 0);
+    EXPECT_GT(*p.peak_bytes, 0);
+  }
+  // A bigger batch holds more activations at its peak.
+  EXPECT_GT(*pts[1].peak_bytes, *pts[0].peak_bytes);
+  EXPECT_EQ(duet_cli({"profile", "--model", "small_cnn", "--batch", "4,0"}).status, 1);
+  EXPECT_EQ(duet_cli({"profile", "--model", "no_such_model"}).status, 1);
+  fs::remove_all(dir);
 }
 
 TEST(Cli, SelftestWithoutCudaSaysSo) {
