@@ -1,5 +1,6 @@
 // Model construction and weight initialisation from files.
 #include "apps/model_setup.h"
+#include <cmath>
 #include <ostream>
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -7,6 +8,7 @@
 #include "engine/error.h"
 #include "engine/serialize.h"
 #include "models/registry.h"
+#include "models/vit.h"
 
 namespace duet::app {
 
@@ -40,9 +42,30 @@ std::string head_prefix(const nn::Module& model) {
   return head;
 }
 
+namespace {
+// A ViT's weights trained at another image size (or patch grid): resize the file's position
+// embedding to the model's grid, as torchvision's interpolate_embeddings does.
+void adapt_pos_embedding(const nn::Module& model, NamedTensors& tensors, std::ostream& out) {
+  const std::string name = "encoder.pos_embedding";
+  Tensor want;
+  for (const auto& [n, t] : model.named_parameters())
+    if (n == name) want = t;
+  if (!want.defined()) return;
+  for (auto& [n, t] : tensors) {
+    if (n != name || t.shape() == want.shape() || t.dim() != 3 || t.size(2) != want.size(2)) continue;
+    const auto grid = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(want.size(1) - 1))));
+    const Shape was = t.shape();
+    t = models::interpolate_pos_embedding(t, grid);
+    out << fmt::format("{}: {} resized to {} (bicubic, as torchvision's interpolate_embeddings) for this image size\n",
+                       name, shape_str(was), shape_str(t.shape()));
+  }
+}
+}  // namespace
+
 void init_from(nn::Module& model, const std::string& path, bool freeze, std::ostream& out) {
   const SafetensorsFile f = read_safetensors(path);
-  const NamedTensors tensors = model_tensors(f);
+  NamedTensors tensors = model_tensors(f);
+  adapt_pos_embedding(model, tensors, out);
   const std::string head = head_prefix(model);
   // Same head shape: a fine-tune of the same task; else a new head for this dataset's classes.
   bool head_fits = false;

@@ -1,5 +1,6 @@
 // Vision Transformer (torchvision/models/vision_transformer.py), attention included.
 #include "models/vit.h"
+#include <algorithm>
 #include <cmath>
 #include <regex>
 #include "engine/allocator.h"
@@ -180,6 +181,65 @@ ViTConfig vit_config(const std::string& name, int64_t num_classes, int64_t image
 
 std::shared_ptr<VisionTransformer> vit(const std::string& name, int64_t num_classes, int64_t image_size) {
   return std::make_shared<VisionTransformer>(vit_config(name, num_classes, image_size));
+}
+
+// ---- position embeddings for another image size ------------------------------------------------
+namespace {
+// Keys' cubic convolution kernel with A = -0.75, PyTorch's choice for bicubic upsampling.
+double cubic_inner(double x) { return ((1.25 * x - 2.25) * x) * x + 1.0; }                // |x| <= 1
+double cubic_outer(double x) { return ((-0.75 * x + 3.75) * x - 6.0) * x + 3.0; }         // 1 < |x| < 2
+
+// out[j] = sum_k w[j][k] * in[clamp(i0(j) - 1 + k)]: the 1-D resampling matrix, align_corners=True.
+std::vector<std::vector<double>> bicubic_matrix(int64_t in, int64_t out) {
+  std::vector<std::vector<double>> m(static_cast<size_t>(out), std::vector<double>(static_cast<size_t>(in), 0.0));
+  const double scale = out > 1 ? static_cast<double>(in - 1) / static_cast<double>(out - 1) : 0.0;
+  for (int64_t j = 0; j < out; ++j) {
+    const double src = scale * static_cast<double>(j);
+    const auto i0 = static_cast<int64_t>(std::floor(src));
+    const double t = src - static_cast<double>(i0);
+    const double w[4] = {cubic_outer(t + 1.0), cubic_inner(t), cubic_inner(1.0 - t), cubic_outer(2.0 - t)};
+    for (int k = 0; k < 4; ++k) {
+      const int64_t i = std::clamp<int64_t>(i0 - 1 + k, 0, in - 1);  // border pixels repeat
+      m[static_cast<size_t>(j)][static_cast<size_t>(i)] += w[k];
+    }
+  }
+  return m;
+}
+}  // namespace
+
+Tensor interpolate_pos_embedding(const Tensor& pos, int64_t new_grid) {
+  DUET_CHECK(pos.defined() && pos.dim() == 3 && pos.size(0) == 1 && pos.size(1) >= 2,
+             "interpolate_pos_embedding: pos_embedding has shape {}, expected [1, 1 + grid*grid, hidden]",
+             shape_or_undefined(pos));
+  const int64_t n = pos.size(1) - 1, hidden = pos.size(2);
+  const auto grid = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(n))));
+  DUET_CHECK(grid * grid == n, "interpolate_pos_embedding: {} patch positions are not a square grid (pos_embedding {})",
+             n, shape_str(pos.shape()));
+  DUET_CHECK(new_grid >= 1, "interpolate_pos_embedding: new grid {} must be at least 1", new_grid);
+  const std::vector<double> in = pos.to(Device::cpu()).to(DType::f64).contiguous().to_vector<double>();
+  const auto m = bicubic_matrix(grid, new_grid);
+  std::vector<double> out(static_cast<size_t>((1 + new_grid * new_grid) * hidden));
+  std::copy(in.begin(), in.begin() + hidden, out.begin());  // the class token's embedding
+  // Separable: rows first (grid x grid -> new_grid x grid), then columns.
+  std::vector<double> rows(static_cast<size_t>(new_grid * grid * hidden), 0.0);
+  for (int64_t y = 0; y < new_grid; ++y)
+    for (int64_t sy = 0; sy < grid; ++sy) {
+      const double w = m[static_cast<size_t>(y)][static_cast<size_t>(sy)];
+      if (w == 0.0) continue;
+      for (int64_t x = 0; x < grid * hidden; ++x)
+        rows[static_cast<size_t>(y * grid * hidden + x)] += w * in[static_cast<size_t>(hidden + sy * grid * hidden + x)];
+    }
+  for (int64_t y = 0; y < new_grid; ++y)
+    for (int64_t x = 0; x < new_grid; ++x)
+      for (int64_t sx = 0; sx < grid; ++sx) {
+        const double w = m[static_cast<size_t>(x)][static_cast<size_t>(sx)];
+        if (w == 0.0) continue;
+        for (int64_t d = 0; d < hidden; ++d)
+          out[static_cast<size_t>(hidden + (y * new_grid + x) * hidden + d)] +=
+              w * rows[static_cast<size_t>((y * grid + sx) * hidden + d)];
+      }
+  return Tensor::from_vector(out, {1, 1 + new_grid * new_grid, hidden}, TensorOptions(pos.dtype()))
+      .to(pos.device());
 }
 
 }  // namespace duet::models

@@ -84,4 +84,11 @@ public:
 ViTConfig vit_config(const std::string& name, int64_t num_classes, int64_t image_size = 0);
 std::shared_ptr<VisionTransformer> vit(const std::string& name, int64_t num_classes, int64_t image_size = 0);
 
+// Pretrained weights for another image size (torchvision's interpolate_embeddings): the class
+// token's embedding is kept and the grid of patch embeddings, [1, 1 + g*g, D], is resized to
+// new_grid x new_grid by bicubic interpolation (A = -0.75, align_corners=True), as torchvision
+// does, so a checkpoint fine-tuned at 224 px can start a 32 px run and match PyTorch. Computed on
+// the host in double; returns the input's dtype on the input's device.
+Tensor interpolate_pos_embedding(const Tensor& pos_embedding, int64_t new_grid);
+
 }  // namespace duet::models

@@ -227,5 +227,23 @@ INSTANTIATE_TEST_SUITE_P(Zoo, ModelGolden,
                                            "mobilenet_v1", "mobilenet_v2", "vit", "convnext"),
                          [](const auto& info) { return info.param; });
 
+// ViT position embeddings resized for another image size, against torchvision's
+// interpolate_embeddings (tests/golden/make_vit_pos_interp.py): down to 2x2 and 3x3, up to 8x8
+// and 13x13 from a 5x5 grid; the class token's embedding passes through.
+TEST(ModelGoldens, VitPosEmbeddingInterpolationMatchesTorchvision) {
+  std::map<std::string, Tensor> t;
+  for (auto& [name, v] : load_safetensors((fixture_dir() / "vit_pos_interp.safetensors").string())) t[name] = v;
+  ASSERT_TRUE(t.count("pos_embedding"));
+  for (int64_t grid : {2, 3, 8, 13}) {
+    const Tensor want = t.at(fmt::format("grid{}", grid));
+    const Tensor got = models::interpolate_pos_embedding(t.at("pos_embedding"), grid);
+    ASSERT_EQ(got.shape(), want.shape()) << "grid " << grid;
+    const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
+    for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], w[i], 1e-12) << "grid " << grid << " element " << i;
+  }
+  EXPECT_THROW(models::interpolate_pos_embedding(Tensor::zeros({1, 7, 4}), 3), Error);  // 6 is no square
+}
+
 }  // namespace
 }  // namespace duet
+

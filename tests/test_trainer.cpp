@@ -14,6 +14,7 @@
 #include "apps/checkpoint.h"
 #include "apps/lr_schedule.h"
 #include "apps/model_file.h"
+#include "apps/model_setup.h"
 #include "apps/predict.h"
 #include "apps/progress.h"
 #include "apps/trainer.h"
@@ -295,6 +296,28 @@ TEST(Checkpoint, RoundTripsStateAndConfig) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--init-from"), std::string::npos) << e.what();
   }
+  fs::remove_all(dir);
+}
+
+// Weights of a ViT trained at 32 px (8x8 patches of 4) start a 16 px run (4x4): the position
+// embedding is resized, everything else loads as is, and the head is new for 3 classes.
+TEST(Checkpoint, InitFromViTAtAnotherImageSize) {
+  const fs::path dir = temp_dir("vit_resize");
+  auto src = build_model({.name = "vit_tiny_p4", .width_mult = 1.0}, 10, 32);
+  save_state_dict((dir / "vit32.safetensors").string(), *src);
+  auto dst = build_model({.name = "vit_tiny_p4", .width_mult = 1.0}, 3, 16);
+  std::ostringstream out;
+  init_from(*dst, (dir / "vit32.safetensors").string(), false, out);
+  EXPECT_NE(out.str().find("encoder.pos_embedding: [1, 65, 192] resized to [1, 17, 192]"), std::string::npos)
+      << out.str();
+  Tensor pos_src, pos_dst;
+  for (const auto& [n, t] : src->named_parameters())
+    if (n == "encoder.pos_embedding") pos_src = t;
+  for (const auto& [n, t] : dst->named_parameters())
+    if (n == "encoder.pos_embedding") pos_dst = t;
+  ASSERT_EQ(pos_dst.shape(), (Shape{1, 17, 192}));
+  // The class token's embedding is carried over unchanged.
+  EXPECT_EQ(pos_dst.slice(1, 0, 1).to_vector<float>(), pos_src.slice(1, 0, 1).to_vector<float>());
   fs::remove_all(dir);
 }
 
