@@ -10,6 +10,9 @@
 #include <vector>
 #include "tests/test_support.h"
 #ifdef DUET_HAVE_DNNL
+#include "backends/cpu/depthwise.h"
+#endif
+#ifdef DUET_HAVE_DNNL
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/threads.h"
 #endif
@@ -103,9 +106,7 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 class Conformance : public ::testing::TestWithParam<Case> {};
 
-TEST_P(Conformance, CpuMatchesReference) {
-  if (!backend_available(Backend::cpu)) GTEST_SKIP() << "the cpu backend (oneDNN) is not built into this binary";
-  const Case& c = GetParam();
+void expect_cpu_matches_reference(const Case& c) {
   const Result ref = run(c, Backend::reference);
   const Result cpu = run(c, Backend::cpu);
   const double atol = 1e-5 * c.tol, rtol = 1e-4 * c.tol;
@@ -124,6 +125,11 @@ TEST_P(Conformance, CpuMatchesReference) {
       EXPECT_TRUE(all_close(cpu.grads[i], ref.grads[i], atol, rtol)) << "gradient of input " << i;
     }
   }
+}
+
+TEST_P(Conformance, CpuMatchesReference) {
+  if (!backend_available(Backend::cpu)) GTEST_SKIP() << "the cpu backend (oneDNN) is not built into this binary";
+  expect_cpu_matches_reference(GetParam());
 }
 
 // ---- the cases ---------------------------------------------------------------------------------------
@@ -299,6 +305,10 @@ std::vector<Case> conv_cases() {
       {"3x3_stride2_pad", 1, 5, 10, 11, 7, 3, P(2, 1, 1, 1), false},
       {"depthwise", 2, 8, 9, 9, 8, 3, P(1, 1, 1, 8), false},
       {"depthwise_stride2", 2, 16, 10, 10, 16, 3, P(2, 1, 1, 16), true},
+      // MobileNet's last stages at 32x32 inputs: maps smaller than the kernel.
+      {"depthwise_1x1_spatial", 3, 24, 1, 1, 24, 3, P(1, 1, 1, 24), true},
+      {"depthwise_2x2_stride2", 2, 20, 2, 2, 20, 3, P(2, 1, 1, 20), false},
+      {"depthwise_dilation2_5x5", 2, 17, 9, 8, 17, 5, P(1, 4, 2, 17), true},
       {"groups2_dilation2", 2, 8, 10, 10, 4, 3, P(1, 2, 2, 2), false},
       {"dilation2", 1, 3, 11, 9, 5, 3, P(1, 0, 2, 1), true},
       {"batch1_5x5", 1, 6, 8, 8, 4, 5, P(1, 2, 1, 1), true},
@@ -332,18 +342,23 @@ std::vector<Case> conv_cases() {
 std::vector<Case> norm_cases() {
   std::vector<Case> v;
   for (bool training : {true, false}) {
-    for (int layout = 0; layout < 3; ++layout) {
+    // Layouts: NCHW, NHWC, [N, C], and NHWC maps of 1x1 (whose strides of size-1 dims differ from
+    // a contiguous tensor's although the memory order is the same: MobileNet's last stage at 32 px).
+    for (int layout = 0; layout < 4; ++layout) {
       BatchNormParams p;
       p.training = training;
-      Shape xs = layout == 2 ? Shape{12, 5} : Shape{3, 5, 4, 7};
+      Shape xs = layout == 2 ? Shape{12, 5} : layout == 3 ? Shape{6, 1, 1, 5} : Shape{3, 5, 4, 7};
       In x{xs, layout == 1 ? Layout::channels_last : Layout::plain, true, -2, 3};
       In rm{{5}, Layout::plain, false, -0.5, 0.5}, rv{{5}, Layout::plain, false, 0.5, 1.5};
       const std::string n = std::string("batch_norm_") + (training ? "train" : "eval") +
-                            (layout == 0 ? "_nchw" : layout == 1 ? "_nhwc" : "_2d");
-      v.push_back({n, {x, In{{5}}, In{{5}}, rm, rv}, [p](const std::vector<Tensor>& t) {
+                            (layout == 0 ? "_nchw" : layout == 1 ? "_nhwc" : layout == 2 ? "_2d" : "_nhwc_1x1");
+      const bool nhwc_1x1 = layout == 3;
+      v.push_back({n, {x, In{{5}}, In{{5}}, rm, rv}, [p, nhwc_1x1](const std::vector<Tensor>& t) {
                      // The running statistics are outputs too: training updates them in place.
                      Tensor rmean = t[3].clone(), rvar = t[4].clone();
-                     Tensor y = batch_norm(t[0], t[1], t[2], rmean, rvar, p);
+                     // [6, 1, 1, 5] permuted: strides [5, 1, 5, 5], as a channels-last conv writes it.
+                     const Tensor x = nhwc_1x1 ? t[0].permute({0, 3, 1, 2}) : t[0];
+                     Tensor y = batch_norm(x, t[1], t[2], rmean, rvar, p);
                      return std::vector<Tensor>{y, rmean, rvar};
                    }});
     }
@@ -630,6 +645,23 @@ TEST(CpuBackend, SecondTrainingStepCreatesNoPrimitive) {
   const CpuCacheStats s = cpu_primitive_cache_stats();
   EXPECT_EQ(s.misses, 0) << "the second step created primitives";
   EXPECT_GT(s.hits, 5);
+}
+
+// duet's own depthwise kernels (backends/cpu/depthwise.h) on every depthwise case, forced on
+// (the automatic policy gives them only the shapes oneDNN has no depthwise kernel for).
+TEST(CpuBackend, OwnDepthwiseKernelsMatchReference) {
+  struct PolicyGuard {
+    PolicyGuard() { cpu::set_depthwise_policy(cpu::DepthwisePolicy::always); }
+    ~PolicyGuard() { cpu::set_depthwise_policy(cpu::DepthwisePolicy::automatic); }
+  } always;
+  int n = 0;
+  for (const Case& c : conv_cases()) {
+    if (c.name.find("depthwise") == std::string::npos) continue;
+    SCOPED_TRACE(c.name);
+    expect_cpu_matches_reference(c);
+    ++n;
+  }
+  EXPECT_GE(n, 15);
 }
 
 TEST(CpuBackend, ThreadCountIsSettable) {

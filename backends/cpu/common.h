@@ -117,6 +117,14 @@ inline dnnl::memory::desc md_of(const Tensor& t) {
   if (t.dim() == 0) return dnnl::memory::desc({1}, dt::f32, dims{1});
   return dnnl::memory::desc(to_dims(t.shape()), dt::f32, to_dims(t.strides()));
 }
+// Same shape and the same element order in memory. Strides of size-1 dimensions do not matter
+// ([N, C, 1, 1] is both NCHW and NHWC), so they are not compared.
+inline bool same_layout(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape()) return false;
+  for (int64_t d = 0; d < a.dim(); ++d)
+    if (a.size(d) > 1 && a.stride(d) != b.stride(d)) return false;
+  return true;
+}
 inline dnnl::memory::desc md_flat(int64_t n) { return dnnl::memory::desc({n}, dt::f32, tag::a); }
 inline dnnl::memory mem(const dnnl::memory::desc& d, const Tensor& t) {
   return dnnl::memory(d, engine(), t.raw_data());

@@ -3,8 +3,9 @@
 // place; NCHW ones are reordered to the blocked layout the primitive picks (format `any`), since
 // oneDNN's plain-NCHW path is im2col+GEMM. Weights always go through a reorder to the primitive's
 // blocked layout in a per-thread scratch buffer (and the weight gradient back). oneDNN's dilation
-// is PyTorch's - 1. See docs/cpu_backend.md for the measured layout trade-off.
+// is PyTorch's - 1. Depthwise shapes oneDNN has no fast kernel for run on duet's (depthwise.h). See docs/cpu_backend.md for the measured layout trade-off.
 #include "backends/cpu/common.h"
+#include "backends/cpu/depthwise.h"
 
 namespace duet {
 using namespace cpu;
@@ -101,6 +102,23 @@ dnnl::memory::desc activation_md(const Tensor& t) {
   return dnnl::memory::desc(to_dims(t.shape()), dt::f32, tag::any);
 }
 
+// oneDNN's kernels made for depthwise convolution are named "jit_dw" and "brdgmm_dw"; any other
+// choice for a depthwise shape (im2col + GEMM, reference loops, or the dense grouped-conv jit
+// that computes 16x16 channel blocks of which one diagonal is used) is its fallback.
+template <class PD>
+bool generic_impl(const PD& pd) {
+  return std::string(pd.impl_info_str()).find("_dw") == std::string::npos;
+}
+
+// Depthwise convolutions run on duet's own kernels (depthwise.h) when the policy says always, or,
+// under the automatic policy, when oneDNN's choice for the shape is one of its generic paths.
+bool own_depthwise_always(bool applicable) { return applicable && depthwise_policy() == DepthwisePolicy::always; }
+template <class PD>
+bool own_depthwise_instead_of(bool applicable, const PD& pd) {
+  return applicable && depthwise_policy() == DepthwisePolicy::automatic && generic_impl(pd);
+}
+constexpr const char* kOwnDepthwise = "duet:depthwise_nhwc";
+
 struct ConvFwd {
   dnnl::convolution_forward::primitive_desc pd;
   dnnl::convolution_forward prim;
@@ -125,6 +143,12 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, co
   require_f32("conv2d", x);
   if (y.numel() == 0) return;
   guarded("conv2d", {&x, &w, &bias}, [&] {
+    const bool dw = depthwise_applicable(x, w, y, p);
+    const auto own = [&] {
+      profiler::note_impl(kOwnDepthwise);
+      depthwise_forward(x, w, bias, y, p);
+    };
+    if (own_depthwise_always(dw)) return own();
     auto e = cached<ConvFwd>(conv_key("conv_fwd", x, w, bias, y, p), [&] {
       ConvFwd r;
       if (bias.defined()) r.bias = bias_md(bias);
@@ -136,6 +160,7 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, co
       r.y = reordered(md_of(y), r.pd.dst_desc(), true);
       return r;
     });
+    if (own_depthwise_instead_of(dw, e->pd)) return own();
     note(e->pd);
     dnnl::memory ym = output_mem(e->y, y, 2);
     std::unordered_map<int, dnnl::memory> args{
@@ -151,6 +176,12 @@ void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const T
   if (dx.numel() == 0) return;
   if (dy.numel() == 0) return fill(dx, 0.0);
   guarded("conv2d_backward_data", {&dy, &w, &dx}, [&] {
+    const bool dw = depthwise_applicable(dx, w, dy, p);
+    const auto own = [&] {
+      profiler::note_impl(kOwnDepthwise);
+      depthwise_backward_data(dy, w, dx, p);
+    };
+    if (own_depthwise_always(dw)) return own();
     auto e = cached<ConvBwdData>(conv_key("conv_bwd_data", dy, w, dx, Tensor(), p), [&] {
       ConvBwdData r;
       const ConvGeometry g = geometry(p);
@@ -167,6 +198,7 @@ void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const T
       r.dx = reordered(md_of(dx), r.pd.diff_src_desc(), true);
       return r;
     });
+    if (own_depthwise_instead_of(dw, e->pd)) return own();
     note(e->pd);
     dnnl::memory dxm = output_mem(e->dx, dx, 2);
     e->prim.execute(stream(), {{DNNL_ARG_DIFF_DST, input_mem(e->dy, dy, 1)},
@@ -186,6 +218,12 @@ void CpuBackend::conv2d_backward_weight(const Tensor& x, const Tensor& dy, const
     return;
   }
   guarded("conv2d_backward_weight", {&x, &dy, &dw}, [&] {
+    const bool depthwise = depthwise_applicable(x, dw, dy, p);
+    const auto own = [&] {
+      profiler::note_impl(kOwnDepthwise);
+      depthwise_backward_weight(x, dy, dw, dbias, p);
+    };
+    if (own_depthwise_always(depthwise)) return own();
     auto e = cached<ConvBwdWeights>(conv_key("conv_bwd_w", x, dy, dw, dbias, p), [&] {
       ConvBwdWeights r;
       const ConvGeometry g = geometry(p);
@@ -205,6 +243,7 @@ void CpuBackend::conv2d_backward_weight(const Tensor& x, const Tensor& dy, const
       r.dw = reordered(weights_md(dw, p.groups), r.pd.diff_weights_desc(), true);
       return r;
     });
+    if (own_depthwise_instead_of(depthwise, e->pd)) return own();
     note(e->pd);
     dnnl::memory dwm = output_mem(e->dw, dw, 0);
     std::unordered_map<int, dnnl::memory> args{

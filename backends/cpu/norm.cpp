@@ -169,14 +169,14 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
     return;
   }
   guarded("batch_norm", {&x, &gamma, &beta}, [&] {
-    DUET_CHECK(x.strides() == y.strides(), "batch_norm on backend 'cpu': x and y must share a layout");
+    DUET_CHECK(same_layout(x, y), "batch_norm on backend 'cpu': x and y must share a layout");
     const float eps = static_cast<float>(p.eps);
     Key key("bn_fwd");
     key.add(x).add(double(eps)).add(int64_t(p.training));
     auto e = cached<BnFwd>(key, [&] {
       BnFwd r;
       r.x = md_of(x);
-      r.y = md_of(y);
+      r.y = r.x;  // same_layout: y differs at most in the strides of size-1 dims
       r.vec = dnnl::memory::desc({C}, dt::f32, tag::a);
       nf flags = nf::use_scale | nf::use_shift;
       if (!p.training) flags = flags | nf::use_global_stats;
@@ -277,14 +277,14 @@ void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Te
     return;
   }
   guarded("batch_norm_backward", {&dy, &x}, [&] {
-    DUET_CHECK(dy.strides() == x.strides() && (!dx.defined() || dx.strides() == x.strides()),
+    DUET_CHECK(same_layout(dy, x) && (!dx.defined() || same_layout(dx, x)),
                "batch_norm_backward on backend 'cpu': dy, x and dx must share a layout");
     Key key("bn_bwd");
     key.add(x);
     auto e = cached<BnBwd>(key, [&] {
       BnBwd r;
       r.x = md_of(x);
-      r.dy = md_of(dy);
+      r.dy = r.x;
       r.vec = dnnl::memory::desc({C}, dt::f32, tag::a);
       const nf flags = nf::use_scale | nf::use_shift;
       const auto hint = bn_fwd_pd(r.x, 0.f, flags, true);

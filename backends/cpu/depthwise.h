@@ -1,0 +1,32 @@
+// Depthwise convolution (groups = input channels = output channels) on channels-last activations,
+// duet's own OpenMP kernels. oneDNN 2.6 has fast jit kernels for most depthwise shapes, but when
+// the input is tiny (MobileNet's last stages at 32x32 inputs: 1x1 and 2x2 maps with a 3x3 kernel)
+// it falls back to im2col + GEMM, its reference loops or its dense grouped-conv kernel: measured
+// here (1 thread) at 13.5 ms forward and 29.5 ms backward for [64, 960, 1, 1] with a 3x3 kernel
+// (these kernels: 0.1 and 0.2 ms), and 0.84 ms backward for [64, 576, 2, 2] stride 2 (0.17 ms).
+// Where oneDNN has its depthwise kernels it stays: they are 2-3x faster than these loops. These kernels keep
+// the channel loop innermost (contiguous in NHWC, so it vectorises) and touch every input once per
+// kernel tap; the weight gradient sums per-thread partials in a fixed order, so results do not
+// depend on timing.
+#pragma once
+#include "engine/op_params.h"
+#include "engine/tensor.h"
+
+namespace duet::cpu {
+
+// Which depthwise convolutions these kernels take: automatic (where oneDNN would use no depthwise
+// kernel of its own), always (every applicable one: tests use it) or never.
+enum class DepthwisePolicy { automatic, always, never };
+void set_depthwise_policy(DepthwisePolicy p);
+DepthwisePolicy depthwise_policy();
+
+// f32 depthwise with channel multiplier 1 and every activation's channels contiguous (stride 1:
+// channels-last, or any layout when H = W = 1).
+bool depthwise_applicable(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p);
+
+void depthwise_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv2dParams& p);
+void depthwise_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p);
+void depthwise_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& dbias,
+                               const Conv2dParams& p);
+
+}  // namespace duet::cpu
