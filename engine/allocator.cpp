@@ -1,5 +1,7 @@
 #include "engine/allocator.h"
+#include <unistd.h>
 #include <cstdlib>
+#include <string>
 #include <new>
 #include "engine/error.h"
 
@@ -60,19 +62,116 @@ void Allocator::retag(size_t bytes, MemTag from, MemTag to) {
   if (s_.by_tag[t] > s_.peak_by_tag[t]) s_.peak_by_tag[t] = s_.by_tag[t];
 }
 
+namespace {
+size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+bool sanitized_build() {
+#if defined(__SANITIZE_ADDRESS__)
+  return true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  return true;
+#else
+  return false;
+#endif
+#else
+  return false;
+#endif
+}
+
+int64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : int64_t{8} << 30;
+}
+}  // namespace
+
+CpuAllocator::CpuAllocator() {
+  const char* env = std::getenv("DUET_CPU_CACHE");
+  caching_.store(!sanitized_build() && !(env && std::string(env) == "0"));
+  // A quarter of the machine: room for a training step's activations at any batch size that
+  // fits, while an unusual run (many shapes) cannot hold most of the memory hostage.
+  cache_limit_ = physical_memory_bytes() / 4;
+}
+
+CpuAllocator::~CpuAllocator() {
+  std::lock_guard<std::mutex> lk(cache_mu_);
+  release_cached_locked();
+}
+
+size_t CpuAllocator::size_class(size_t bytes) {
+  if (bytes < kCacheMin) return round_up(bytes == 0 ? kAlignment : bytes, kAlignment);
+  // Quarter steps between powers of two: 64K, 80K, 96K, 112K, 128K, 160K, ...
+  size_t pow2 = kCacheMin;
+  while (pow2 * 2 <= bytes) pow2 *= 2;
+  const size_t step = pow2 / 4;
+  return round_up(bytes, step);
+}
+
 void* CpuAllocator::allocate(size_t bytes, MemTag tag) {
-  // aligned_alloc needs a size that is a multiple of the alignment; zero-byte tensors still get
-  // a unique pointer so that storage identity works.
-  const size_t rounded = ((bytes + kAlignment - 1) / kAlignment) * kAlignment;
-  void* p = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
-  if (!p) throw Error(fmt::format("out of host memory: could not allocate {} bytes for a {} buffer", bytes, mem_tag_name(tag)));
+  const size_t cls = size_class(bytes);
+  void* p = nullptr;
+  if (caching_ && cls >= kCacheMin) {
+    std::lock_guard<std::mutex> lk(cache_mu_);
+    auto it = free_.find(cls);
+    if (it != free_.end() && !it->second.empty()) {
+      p = it->second.back();
+      it->second.pop_back();
+      cached_bytes_ -= static_cast<int64_t>(cls);
+      set_cached(cached_bytes_);
+    }
+  }
+  if (!p) {
+    p = std::aligned_alloc(kAlignment, cls);
+    if (!p && caching_) {
+      release_cached();  // memory is short: give the cache back and try once more
+      p = std::aligned_alloc(kAlignment, cls);
+    }
+    if (!p)
+      throw Error(fmt::format("out of host memory: could not allocate {} bytes for a {} buffer", bytes, mem_tag_name(tag)));
+  }
   count_alloc(bytes, tag);
   return p;
 }
 
 void CpuAllocator::deallocate(void* p, size_t bytes, MemTag tag) {
-  std::free(p);
   count_free(bytes, tag);
+  const size_t cls = size_class(bytes);
+  if (caching_ && cls >= kCacheMin) {
+    std::lock_guard<std::mutex> lk(cache_mu_);
+    if (cached_bytes_ + static_cast<int64_t>(cls) > cache_limit_) release_cached_locked();
+    if (static_cast<int64_t>(cls) <= cache_limit_) {
+      free_[cls].push_back(p);
+      cached_bytes_ += static_cast<int64_t>(cls);
+      set_cached(cached_bytes_);
+      return;
+    }
+  }
+  std::free(p);
+}
+
+void CpuAllocator::release_cached_locked() {
+  for (auto& [cls, blocks] : free_)
+    for (void* b : blocks) std::free(b);
+  free_.clear();
+  cached_bytes_ = 0;
+  set_cached(0);
+}
+
+void CpuAllocator::release_cached() {
+  std::lock_guard<std::mutex> lk(cache_mu_);
+  release_cached_locked();
+}
+
+void CpuAllocator::set_caching(bool on) {
+  std::lock_guard<std::mutex> lk(cache_mu_);
+  if (!on) release_cached_locked();
+  caching_.store(on);
+}
+
+void CpuAllocator::set_cache_limit(int64_t bytes) {
+  std::lock_guard<std::mutex> lk(cache_mu_);
+  cache_limit_ = bytes;
+  if (cached_bytes_ > cache_limit_) release_cached_locked();
 }
 
 CpuAllocator& cpu_allocator() {

@@ -61,3 +61,52 @@ TEST(Allocator, PeakSeesTemporariesOfOneStep) {
   EXPECT_EQ(a.stats().current, base);
   EXPECT_GE(a.stats().peak - base, 3 * 4000);
 }
+
+// The cache of large host blocks: a freed block of a size class is handed out again for the next
+// request of that class, counted as cached while it waits, and released on demand.
+TEST(Allocator, CachesLargeBlocksBySizeClass) {
+  CpuAllocator& a = cpu_allocator();
+  if (!a.caching()) GTEST_SKIP() << "the host block cache is off in this build (sanitizers or DUET_CPU_CACHE=0)";
+  a.release_cached();
+  EXPECT_EQ(a.stats().cached, 0);
+  EXPECT_EQ(CpuAllocator::size_class(100), 128u);                   // small: 64-byte rounding only
+  EXPECT_EQ(CpuAllocator::size_class(64 << 10), size_t{64} << 10);   // classes start at 64 KiB
+  EXPECT_EQ(CpuAllocator::size_class((64 << 10) + 1), size_t{80} << 10);
+  EXPECT_EQ(CpuAllocator::size_class(1000000), size_t{1048576});     // 960 KiB < 1e6 <= 1 MiB
+  EXPECT_EQ(CpuAllocator::size_class(1048577), size_t{1310720});    // next quarter step: 1.25 MiB
+
+  const void* first = nullptr;
+  {
+    Tensor x = Tensor::empty({250000});  // 1,000,000 bytes: class 1 MiB
+    first = x.raw_data();
+  }
+  EXPECT_EQ(a.stats().cached, 1048576);
+  {
+    Tensor y = Tensor::empty({255000});  // 1,020,000 bytes: the same class, the same block
+    EXPECT_EQ(y.raw_data(), first);
+    EXPECT_EQ(a.stats().cached, 0);
+  }
+  {
+    Tensor z = Tensor::empty({300000});  // 1.2 MB: another class, a new block
+    EXPECT_NE(z.raw_data(), first);
+  }
+  EXPECT_EQ(a.stats().cached, 1048576 + 1310720);
+  a.release_cached();
+  EXPECT_EQ(a.stats().cached, 0);
+
+  // A limit below a block's class: nothing is kept.
+  const int64_t limit = a.cache_limit();
+  a.set_cache_limit(1 << 20);
+  { Tensor w = Tensor::empty({1 << 20}); }  // 4 MiB > limit
+  EXPECT_EQ(a.stats().cached, 0);
+  a.set_cache_limit(limit);
+}
+
+TEST(Allocator, CacheCanBeTurnedOff) {
+  CpuAllocator& a = cpu_allocator();
+  const bool was = a.caching();
+  a.set_caching(false);
+  { Tensor x = Tensor::empty({1 << 18}); }
+  EXPECT_EQ(a.stats().cached, 0);
+  a.set_caching(was);
+}
