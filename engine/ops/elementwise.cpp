@@ -193,7 +193,12 @@ Tensor activation(Activation act, const Tensor& x_in) {
     be.activation(act, x, out);
   }
   if (should_record({&x_in})) {
-    const Tensor xd = x.detach();
+    // ReLU and ReLU6 keep their output, not their input, for backward: the masks agree (x > 0 iff
+    // y > 0; 0 < x < 6 iff 0 < y < 6), and the output is what the next layer keeps anyway, so
+    // the input (a batch norm's output in a ResNet) is freed after the forward, as PyTorch's
+    // in-place ReLU achieves: one activation less per conv-bn-relu.
+    const bool from_output = act == Activation::relu || act == Activation::relu6;
+    const Tensor xd = from_output ? out.detach() : x.detach();
     record(name, {&x_in}, {&out}, [=](const std::vector<Tensor>& gs) {
       const Tensor dy = same_layout(gs[0], xd);
       Tensor dx = empty_like_layout(xd, xd.shape());
