@@ -823,6 +823,78 @@ TEST(ProfilerSweep, BatchListsAndTable) {
   EXPECT_NE(t.find("out of memory"), std::string::npos) << t;
 }
 
+// ---- plots ------------------------------------------------------------------------------------
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+// scripts/plot_profile.py on small generated reports and a sweep: every plot is a PNG, and bad
+// input is a message and a non-zero exit. Needs /usr/bin/python3 (or $DUET_PLOT_PYTHON) with
+// Debian's matplotlib; skips, saying so, without it.
+TEST(ProfilerPlots, ScriptDrawsEveryPlotAndRefusesBadInput) {
+  const char* env = std::getenv("DUET_PLOT_PYTHON");  // another interpreter to try, or one that is absent
+  const std::string python = env ? env : "/usr/bin/python3";
+  if (std::system((python + " -c 'import matplotlib' > /dev/null 2>&1").c_str()) != 0)
+    GTEST_SKIP() << python << " with matplotlib not found (Debian: apt-get install python3-matplotlib): "
+                 << "scripts/plot_profile.py not run";
+  const std::string script = std::string(DUET_SOURCE_DIR) + "/scripts/plot_profile.py";
+  ASSERT_TRUE(fs::exists(script)) << script;
+  TempDir dir;
+  json r = small_training_report(3);
+  r["roofline"] = {{"probe", "probe-test.json"}, {"note", ""}, {"created", "2026-01-01T00:00:00Z"}, {"device", "cpu"},
+                   {"backend", "cpu"}, {"threads", 1}, {"gemm_gflops", 100.0}, {"copy_gbs", 10.0},
+                   {"ridge_flop_per_byte", 10.0}};
+  profiler::write_report(r, dir.file("run.json"));
+  profiler::write_report(small_training_report(2, TimingMode::throughput), dir.file("tp.json"));
+  std::vector<profiler::SweepPoint> pts;
+  for (int64_t b : {4, 8, 16}) pts.push_back(profiler::sweep_point_from_report(b, r));
+  profiler::SweepPoint failed;
+  failed.batch = 32;
+  failed.error = "out of memory";
+  pts.push_back(failed);
+  profiler::write_file_atomic(dir.file("sweep.json"), profiler::sweep_json({{"model", "tiny"}}, pts).dump());
+  auto run = [&](const std::string& args) {
+    const std::string log = dir.file("log.txt");
+    const int rc = std::system((python + " " + script + " " + args + " > " + log + " 2>&1").c_str());
+    return std::make_pair(rc, slurp(log));
+  };
+  const auto [rc, log] = run(dir.file("run.json") + " --sweep " + dir.file("sweep.json") + " --out " + dir.file("plots"));
+  ASSERT_EQ(rc, 0) << log;
+  for (const char* png : {"run.roofline.png", "run.top_ops.png", "run.steps.png", "sweep.throughput.png"}) {
+    const std::string bytes = slurp(dir.file(std::string("plots/") + png));
+    EXPECT_GT(bytes.size(), 1000u) << png;
+    EXPECT_EQ(bytes.substr(0, 4), "\x89PNG") << png;
+    EXPECT_NE(log.find(png), std::string::npos) << log;
+  }
+  // A throughput report has no op table: only the step plot, and a line that says why.
+  const auto [rc_tp, log_tp] = run(dir.file("tp.json") + " --out " + dir.file("plots"));
+  EXPECT_EQ(rc_tp, 0) << log_tp;
+  EXPECT_NE(log_tp.find("no op table (throughput mode)"), std::string::npos) << log_tp;
+  EXPECT_TRUE(fs::exists(dir.file("plots/tp.steps.png")));
+  EXPECT_FALSE(fs::exists(dir.file("plots/tp.roofline.png")));
+  // Bad input: a clear message, a non-zero exit, no traceback.
+  write_text(dir.file("v2.json"), R"({"schema": "duet.profile/2"})");
+  write_text(dir.file("broken.json"), "{");
+  json odd = r;
+  odd["op_table"][0]["flops"] = "many";
+  write_text(dir.file("odd.json"), odd.dump());
+  const std::pair<std::string, std::string> bad[] = {
+      {dir.file("odd.json"), "a field is missing or of the wrong type"},
+      {dir.file("missing.json"), "does not exist"},
+      {dir.file("v2.json"), "has schema 'duet.profile/2', expected 'duet.profile/1'"},
+      {dir.file("broken.json"), "is not valid JSON"},
+      {"--sweep " + dir.file("run.json"), "has schema 'duet.profile/1', expected 'duet.sweep/1'"},
+  };
+  for (const auto& [args, message] : bad) {
+    const auto [rc_bad, log_bad] = run(args + " --out " + dir.file("plots"));
+    EXPECT_NE(rc_bad, 0) << args;
+    EXPECT_NE(log_bad.find(message), std::string::npos) << args << ": " << log_bad;
+    EXPECT_EQ(log_bad.find("Traceback"), std::string::npos) << args << ": " << log_bad;
+  }
+}
+
 TEST(ProfilerFiles, AtomicWriteReplacesWholeFiles) {
   TempDir dir;
   const std::string p = dir.file("a/b/c.txt");
