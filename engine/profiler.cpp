@@ -1,7 +1,6 @@
 #include "engine/profiler.h"
 #include <algorithm>
 #include <charconv>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include "engine/backend.h"
@@ -32,8 +31,19 @@ std::atomic<bool> g_enabled{false};
 
 namespace {
 struct ThreadBuffer {
-  // A deque grows by chunks: a long run never pays for moving all its events in one step.
-  std::deque<OpEvent> events;
+  // Events in chunks of kChunk, each reserved once: appending never moves earlier events, so a
+  // long run has no step that pays for copying all its events into a bigger buffer (a vector's
+  // growth), and allocates once per kChunk events (a std::deque of events this size allocates
+  // every two).
+  static constexpr size_t kChunk = 4096;
+  std::vector<std::vector<OpEvent>> events;
+  OpEvent& append() {
+    if (events.empty() || events.back().size() == kChunk) {
+      events.emplace_back();
+      events.back().reserve(kChunk);
+    }
+    return events.back().emplace_back();
+  }
   std::vector<PhaseMark> marks;
   std::string name;
   int thread = 0;
@@ -181,7 +191,8 @@ std::vector<OpEvent> collect() {
   std::vector<OpEvent> all;
   {
     std::lock_guard<std::mutex> lk(g_buffers_mu);
-    for (auto& b : buffers()) all.insert(all.end(), b->events.begin(), b->events.end());
+    for (auto& b : buffers())
+      for (const auto& chunk : b->events) all.insert(all.end(), chunk.begin(), chunk.end());
   }
   std::stable_sort(all.begin(), all.end(), [](const OpEvent& a, const OpEvent& b) { return a.start_ns < b.start_ns; });
   return all;
@@ -268,7 +279,7 @@ void OpScope::end() {
   const int64_t end_ns = now_ns();
   const Allocator::Usage u = device_allocator(device_).usage();
   ThreadBuffer& b = my_buffer();
-  OpEvent& e = b.events.emplace_back();
+  OpEvent& e = b.append();
   e.end_ns = end_ns;
   e.start_ns = start_ns_;
   e.name = name_;
