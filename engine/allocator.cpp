@@ -25,6 +25,16 @@ MemoryStats Allocator::stats() const {
   return s_;
 }
 
+Allocator::Usage Allocator::usage() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return {s_.current, s_.peak};
+}
+
+namespace {
+thread_local int64_t t_allocated = 0;
+}
+int64_t thread_allocated_bytes() { return t_allocated; }
+
 void Allocator::reset_peak() {
   std::lock_guard<std::mutex> lk(mu_);
   s_.peak = s_.current;
@@ -32,6 +42,7 @@ void Allocator::reset_peak() {
 }
 
 void Allocator::count_alloc(size_t bytes, MemTag tag) {
+  t_allocated += static_cast<int64_t>(bytes);
   std::lock_guard<std::mutex> lk(mu_);
   const int i = static_cast<int>(tag);
   s_.current += static_cast<int64_t>(bytes);

@@ -34,6 +34,11 @@ public:
   virtual void deallocate(void* p, size_t bytes, MemTag tag) = 0;
   virtual const char* name() const = 0;
   MemoryStats stats() const;
+  // current and peak only: what the profiler reads around every op (stats() copies every counter)
+  struct Usage {
+    int64_t current = 0, peak = 0;
+  };
+  Usage usage() const;
   void reset_peak();
 
 protected:
@@ -87,6 +92,11 @@ private:
 };
 
 CpuAllocator& cpu_allocator();
+
+// Bytes the calling thread has had allocated, on any device, since it started. The profiler
+// takes the difference across an op, so another thread's allocations (a data loader worker's)
+// never count against an op.
+int64_t thread_allocated_bytes();
 
 // The tag new tensors get on this thread (activation unless a guard says otherwise).
 MemTag current_mem_tag();

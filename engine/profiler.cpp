@@ -1,5 +1,6 @@
 #include "engine/profiler.h"
 #include <algorithm>
+#include <charconv>
 #include <memory>
 #include <mutex>
 #include "engine/backend.h"
@@ -30,7 +31,19 @@ std::atomic<bool> g_enabled{false};
 
 namespace {
 struct ThreadBuffer {
-  std::vector<OpEvent> events;
+  // Events in chunks of kChunk, each reserved once: appending never moves earlier events, so a
+  // long run has no step that pays for copying all its events into a bigger buffer (a vector's
+  // growth), and allocates once per kChunk events (a std::deque of events this size allocates
+  // every two).
+  static constexpr size_t kChunk = 4096;
+  std::vector<std::vector<OpEvent>> events;
+  OpEvent& append() {
+    if (events.empty() || events.back().size() == kChunk) {
+      events.emplace_back();
+      events.back().reserve(kChunk);
+    }
+    return events.back().emplace_back();
+  }
   std::vector<PhaseMark> marks;
   std::string name;
   int thread = 0;
@@ -64,6 +77,19 @@ bool g_step_open = false;
 StepEvent g_open_step;
 
 StepEvent::DeviceMemory memory_of(Device d) { return {d, device_allocator(d).stats()}; }
+
+// "[64, 3, 32, 32]" appended in place (shape_str's text, without its temporaries: this runs for
+// every input of every recorded op).
+void append_shape(std::string& out, const std::vector<int64_t>& shape) {
+  out += '[';
+  char buf[24];
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) out += ", ";
+    const auto r = std::to_chars(buf, buf + sizeof buf, shape[i]);
+    out.append(buf, r.ptr);
+  }
+  out += ']';
+}
 }  // namespace
 
 void enable(bool on) {
@@ -165,7 +191,8 @@ std::vector<OpEvent> collect() {
   std::vector<OpEvent> all;
   {
     std::lock_guard<std::mutex> lk(g_buffers_mu);
-    for (auto& b : buffers()) all.insert(all.end(), b->events.begin(), b->events.end());
+    for (auto& b : buffers())
+      for (const auto& chunk : b->events) all.insert(all.end(), chunk.begin(), chunk.end());
   }
   std::stable_sort(all.begin(), all.end(), [](const OpEvent& a, const OpEvent& b) { return a.start_ns < b.start_ns; });
   return all;
@@ -211,9 +238,6 @@ void note_impl(const std::string& impl) {
 }
 
 void OpScope::begin(const char* name, Backend backend, std::initializer_list<const Tensor*> inputs) {
-  active_ = true;
-  name_ = name;
-  backend_ = backend;
   bool first = true;
   for (const Tensor* t : inputs) {
     if (!t || !t->defined()) continue;
@@ -224,10 +248,26 @@ void OpScope::begin(const char* name, Backend backend, std::initializer_list<con
     } else {
       shapes_ += ' ';
     }
-    shapes_ += shape_str(t->shape());
+    append_shape(shapes_, t->shape());
   }
+  start(name, backend);
+}
+
+void OpScope::begin_creation(const char* name, Backend backend, const std::vector<int64_t>& out_shape, DType dtype,
+                             Device device) {
+  dtype_ = dtype;
+  device_ = device;
+  append_shape(shapes_, out_shape);
+  start(name, backend);
+}
+
+void OpScope::start(const char* name, Backend backend) {
+  active_ = true;
+  name_ = name;
+  backend_ = backend;
   t_impl.clear();
-  alloc_before_ = device_allocator(device_).stats().allocated_total;
+  alloc_before_ = thread_allocated_bytes();
+  peak_before_ = device_allocator(device_).usage().peak;
   // Per-op timing on an asynchronous device: drain earlier queued work so this op's clock
   // starts when it can start (the per-op mode is labelled as synchronised in reports).
   if (backend == Backend::cuda) duet::backend(Backend::cuda).synchronize();
@@ -236,8 +276,11 @@ void OpScope::begin(const char* name, Backend backend, std::initializer_list<con
 
 void OpScope::end() {
   if (backend_ == Backend::cuda) duet::backend(Backend::cuda).synchronize();
-  OpEvent e;
-  e.end_ns = now_ns();
+  const int64_t end_ns = now_ns();
+  const Allocator::Usage u = device_allocator(device_).usage();
+  ThreadBuffer& b = my_buffer();
+  OpEvent& e = b.append();
+  e.end_ns = end_ns;
   e.start_ns = start_ns_;
   e.name = name_;
   e.phase = t_phase;
@@ -248,14 +291,12 @@ void OpScope::end() {
   e.impl = std::move(t_impl);
   e.flops = flops_;
   e.bytes = bytes_;
-  const MemoryStats s = device_allocator(device_).stats();
-  e.bytes_allocated = s.allocated_total - alloc_before_;
-  e.live_bytes = s.current;
-  e.peak_bytes = s.peak;
+  e.bytes_allocated = thread_allocated_bytes() - alloc_before_;
+  e.live_bytes = u.current;
+  e.peak_bytes = u.peak;
+  e.peak_before = peak_before_;
   e.device = device_;
-  ThreadBuffer& b = my_buffer();
   e.thread = b.thread;
-  b.events.push_back(std::move(e));
 }
 
 }  // namespace profiler

@@ -1,5 +1,5 @@
-// Profiler events, recorded at the dispatch point and nowhere else. Off by default: then an op
-// pays one relaxed atomic load. On: each dispatched op appends one OpEvent to a per-thread
+// Profiler events, recorded by each op's front-end around the op (OpScope) and nowhere else. Off by
+// default: then an op pays one relaxed atomic load. On: each dispatched op appends one OpEvent to a per-thread
 // buffer (no lock on the hot path); collect() merges the buffers.
 #pragma once
 #include <atomic>
@@ -35,9 +35,10 @@ struct OpEvent {
   std::string impl;    // which implementation ran (oneDNN impl name, cuDNN algorithm), if known
   int64_t start_ns = 0, end_ns = 0;  // steady clock
   double flops = 0, bytes = 0;
-  int64_t bytes_allocated = 0;  // allocated inside the op (outputs and workspace)
+  int64_t bytes_allocated = 0;  // allocated by the op's thread inside the op: outputs, workspace, temporaries
   int64_t live_bytes = 0;       // device memory in use after the op
   int64_t peak_bytes = 0;       // device high-water mark after the op
+  int64_t peak_before = 0;      // device high-water mark when the op started (peak_bytes above it: reached inside)
   int thread = 0;
   Device device{};              // where the op's first input lives (whose allocator the bytes are)
 };
@@ -135,15 +136,35 @@ private:
 // A backend names the implementation it picked for the op in flight ("brg:avx512_core").
 void note_impl(const std::string& impl);
 
-// Opens at the dispatch point, closes when the kernel returns. The cost functor runs only when
-// profiling is on, so formulas cost nothing otherwise.
+// One op's window: opened by the front-end before it allocates the op's outputs, closed when the
+// kernel returns. The op's time, the bytes its thread allocated (outputs, workspace, temporaries)
+// and the memory peak it reached all belong to this window. Off, the constructor is one relaxed
+// atomic load and set_cost() a test of a member; the cost functor runs only when profiling is on.
+//
+//   profiler::OpScope op("conv2d", be.kind(), {&x, &w});   // before the output exists
+//   Tensor y = Tensor::empty(...);
+//   op.set_cost([&] { return cost::conv2d(x.shape(), w.shape(), y.shape(), elem, bias); });
+//   be.conv2d(x, w, bias, y, p);
 class OpScope {
 public:
+  OpScope(const char* name, Backend backend, std::initializer_list<const Tensor*> inputs) {
+    if (enabled()) begin(name, backend, inputs);
+  }
+  // For ops that allocate nothing (in-place kernels, the optimizers, a wait): open and cost at once.
   template <class CostFn>
-  OpScope(const char* name, Backend backend, std::initializer_list<const Tensor*> inputs, CostFn&& cost) {
-    if (!enabled()) return;
-    begin(name, backend, inputs);
-    OpCost c = cost();
+  OpScope(const char* name, Backend backend, std::initializer_list<const Tensor*> inputs, CostFn&& cost)
+      : OpScope(name, backend, inputs) {
+    set_cost(cost);
+  }
+  // For ops that create their output (a filled or random new tensor): described by the output
+  // they are about to allocate, since they have no input.
+  OpScope(const char* name, Backend backend, const std::vector<int64_t>& out_shape, DType dtype, Device device) {
+    if (enabled()) begin_creation(name, backend, out_shape, dtype, device);
+  }
+  template <class CostFn>
+  void set_cost(CostFn&& cost) {
+    if (!active_) return;
+    const OpCost c = cost();
     flops_ = c.flops;
     bytes_ = c.bytes;
   }
@@ -155,6 +176,9 @@ public:
 
 private:
   void begin(const char* name, Backend backend, std::initializer_list<const Tensor*> inputs);
+  void begin_creation(const char* name, Backend backend, const std::vector<int64_t>& out_shape, DType dtype,
+                      Device device);
+  void start(const char* name, Backend backend);
   void end();
   bool active_ = false;
   const char* name_ = nullptr;
@@ -163,7 +187,7 @@ private:
   Device device_{};
   std::string shapes_;
   double flops_ = 0, bytes_ = 0;
-  int64_t start_ns_ = 0, alloc_before_ = 0;
+  int64_t start_ns_ = 0, alloc_before_ = 0, peak_before_ = 0;
 };
 
 }  // namespace profiler

@@ -85,8 +85,14 @@ Tensor Tensor::empty(const Shape& shape, TensorOptions o, MemoryFormat f) {
 
 Tensor Tensor::full(const Shape& shape, double value, TensorOptions o) {
   const bool rg = o.requires_grad;
-  Tensor t = empty(shape, o.with_grad(false));
-  t.fill_(value);
+  Tensor t;
+  {
+    BackendImpl& be = duet::backend(default_backend(o.device.type));
+    profiler::OpScope scope("fill", be.kind(), shape, o.dtype, o.device);  // the new tensor is the fill's
+    t = empty(shape, o.with_grad(false));
+    scope.set_cost([&] { return cost::elementwise({}, {&t}, 0); });
+    be.fill(t, value);
+  }
   if (rg) t.set_requires_grad(true);
   return t;
 }
@@ -102,13 +108,17 @@ Tensor Tensor::arange(int64_t n, TensorOptions o) {
 
 static Tensor random_tensor(const Shape& shape, TensorOptions o, Generator* g, bool normal) {
   const bool rg = o.requires_grad;
-  Tensor t = Tensor::empty(shape, o.with_grad(false));
-  detail::check_float(normal ? "randn" : "rand", "dtype", t);
+  const char* name = normal ? "randn" : "rand";
+  DUET_CHECK(o.dtype == DType::f32 || o.dtype == DType::f64, "{}: argument 'dtype' has dtype {}, expected f32 or f64",
+             name, dtype_name(o.dtype));
   Generator& gen = g ? *g : default_generator();
-  const uint64_t offset = gen.reserve(static_cast<uint64_t>(t.numel()) * (normal ? 2 : 1));
-  BackendImpl& be = backend(t.backend());
+  BackendImpl& be = backend(default_backend(o.device.type));
+  Tensor t;
   {
-    profiler::OpScope scope(normal ? "randn" : "rand", be.kind(), {&t}, [&] { return cost::elementwise({}, {&t}, 1); });
+    profiler::OpScope scope(name, be.kind(), shape, o.dtype, o.device);  // the new tensor is the op's
+    t = Tensor::empty(shape, o.with_grad(false));
+    scope.set_cost([&] { return cost::elementwise({}, {&t}, 1); });
+    const uint64_t offset = gen.reserve(static_cast<uint64_t>(t.numel()) * (normal ? 2 : 1));
     if (normal)
       be.normal(t, 0.0, 1.0, gen.seed, offset);
     else
@@ -432,11 +442,6 @@ Tensor Tensor::flatten(int64_t start, int64_t end) const {
 // ---- copies ------------------------------------------------------------------------------------
 // The copy kernel runs on the backend of whichever side is not the host, so host<->device
 // transfers go through the device's backend.
-static BackendImpl& copy_backend(const Tensor& src, const Tensor& dst) {
-  if (src.device().type == DeviceType::cuda) return backend(Backend::cuda);
-  return backend(dst.backend());
-}
-
 void Tensor::copy_(const Tensor& src) const {
   DUET_NEED_DEFINED("copy_()");
   DUET_CHECK(src.defined(), "copy_(): the source tensor is undefined");
@@ -445,11 +450,7 @@ void Tensor::copy_(const Tensor& src) const {
     detail::broadcast_shapes("copy_", src.shape(), shape());  // validates
     s = detail::expand_nograd(src, shape());
   }
-  BackendImpl& be = copy_backend(s, *this);
-  const bool cross = s.device() != device();
-  profiler::PhaseGuard phase(cross ? Phase::copy : profiler::current_phase());
-  profiler::OpScope scope(cross ? "copy.device" : "copy", be.kind(), {&s}, [&] { return cost::elementwise({&s}, {this}, 0); });
-  be.copy(s, *this);
+  detail::copy_into(s, device(), [this] { return *this; });
 }
 
 void Tensor::fill_(double value) const {
@@ -461,23 +462,23 @@ void Tensor::fill_(double value) const {
 
 Tensor Tensor::contiguous(MemoryFormat f) const {
   if (is_contiguous(f)) return *this;
-  Tensor out = empty(shape(), TensorOptions(dtype()).with_device(device()), f);
-  out.copy_(*this);
+  Tensor out = detail::copy_into(*this, device(), [&] { return empty(shape(), TensorOptions(dtype()).with_device(device()), f); });
   if (should_record({this})) record("contiguous", {this}, {&out}, [](const std::vector<Tensor>& g) { return g; });
   return out;
 }
 
 Tensor Tensor::clone() const {
-  Tensor out = empty_like(*this);
-  out.copy_(*this);
+  Tensor out = detail::copy_into(*this, device(), [&] { return empty_like(*this); });
   if (should_record({this})) record("clone", {this}, {&out}, [](const std::vector<Tensor>& g) { return g; });
   return out;
 }
 
 Tensor Tensor::to(Device d) const {
   if (d == device()) return *this;
-  Tensor out = Tensor::empty(shape(), TensorOptions(dtype()).with_device(d), is_dense() ? suggest_memory_format() : MemoryFormat::contiguous);
-  out.copy_(*this);
+  Tensor out = detail::copy_into(*this, d, [&] {
+    return empty(shape(), TensorOptions(dtype()).with_device(d),
+                 is_dense() ? suggest_memory_format() : MemoryFormat::contiguous);
+  });
   const Device from = device();
   if (should_record({this}))
     record("to_device", {this}, {&out}, [from](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0].to(from)}; });
@@ -486,8 +487,10 @@ Tensor Tensor::to(Device d) const {
 
 Tensor Tensor::to(DType t) const {
   if (t == dtype()) return *this;
-  Tensor out = empty(shape(), TensorOptions(t).with_device(device()), is_dense() ? suggest_memory_format() : MemoryFormat::contiguous);
-  out.copy_(*this);
+  Tensor out = detail::copy_into(*this, device(), [&] {
+    return empty(shape(), TensorOptions(t).with_device(device()),
+                 is_dense() ? suggest_memory_format() : MemoryFormat::contiguous);
+  });
   const DType from = dtype();
   if (should_record({this}) && is_floating(t))
     record("to_dtype", {this}, {&out}, [from](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0].to(from)}; });

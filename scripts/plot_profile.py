@@ -13,6 +13,7 @@ Only the report's documented fields are read (docs/profiler.md), so it works on 
 """
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -26,6 +27,7 @@ PHASE_COLORS = {
     "optimizer": "#2ca02c", "comm": "#9467bd", "other": "#7f7f7f", "untracked": "#d3d3d3",
 }
 PHASES = ["data", "copy", "forward", "backward", "optimizer", "comm", "other"]
+DPI = 110
 
 
 def load(path, schema):
@@ -49,20 +51,50 @@ def subtitle(report):
     return f"{' '.join(parts)}\n{m.get('cpu_model', '?')}, timing: {report.get('timing_mode', '?')}"
 
 
+PHASE_SHORT = {"forward": "fwd", "backward": "bwd", "optimizer": "opt", "data": "data", "copy": "copy",
+               "comm": "comm", "other": "other"}
+
+
+def place_labels(ax, points, taken=None):
+    """Labels next to points without overlapping each other: for each (x, y, text), the first
+    of a few offsets whose box (estimated from the text length) is free and inside the axes.
+    `taken`: display-space boxes (x0, y0, x1, y1) already used."""
+    fig = ax.figure
+    fig.canvas.draw()  # fixes the transforms after the limits are set
+    frame = ax.get_window_extent()
+    taken = list(taken or [])
+    offsets = [(5, 4), (5, -11), (-5, 4), (-5, -11), (5, 14), (5, -21), (-5, 14), (-5, -21), (5, 24), (5, -31)]
+    char_w, line_h = 5.4, 10.0  # fontsize 7 at DPI, in pixels
+    for x, y, text in points:
+        px, py = ax.transData.transform((x, y))
+        w = char_w * len(text)
+        choice = offsets[0]
+        for dx, dy in offsets:
+            x0 = px + dx if dx > 0 else px + dx - w
+            box = (x0, py + dy, x0 + w, py + dy + line_h)
+            inside = box[0] >= frame.x0 and box[2] <= frame.x1 and box[1] >= frame.y0 and box[3] <= frame.y1
+            if inside and all(box[2] < b[0] or box[0] > b[2] or box[3] < b[1] or box[1] > b[3] for b in taken):
+                choice = (dx, dy)
+                break
+        dx, dy = choice
+        x0 = px + dx if dx > 0 else px + dx - w
+        taken.append((x0, py + dy, x0 + w, py + dy + line_h))
+        far = abs(dy) > 10  # a leader line when the label had to move away from its point
+        ax.annotate(text, (x, y), fontsize=7, xytext=(dx, dy), textcoords="offset pixels",
+                    ha="left" if dx > 0 else "right", va="bottom",
+                    arrowprops=dict(arrowstyle="-", color="0.5", lw=0.5, shrinkA=0, shrinkB=4) if far else None)
+
+
 def roofline(report, out, top):
     rows = [r for r in report["op_table"] if r["flops"] > 0 and r["bytes"] > 0 and r["self_ns"] > 0]
     roof = report.get("roofline", {})
-    fig, ax = plt.subplots(figsize=(10, 6.5))
+    fig, ax = plt.subplots(figsize=(10, 6.5), dpi=DPI)
     if rows:
         step_ns = max(1, sum(r["self_ns"] for r in rows))
         for r in rows:
             size = 30 + 900 * r["self_ns"] / step_ns
             ax.scatter(r["flop_per_byte"], r["gflops"], s=size, alpha=0.7,
                        color=PHASE_COLORS.get(r["phase"], "k"), edgecolors="k", linewidths=0.5)
-        labelled = sorted(rows, key=lambda r: -r["self_ns"])[:top]
-        for r in labelled:
-            ax.annotate(r["key"], (r["flop_per_byte"], r["gflops"]), fontsize=7,
-                        xytext=(4, 4), textcoords="offset points")
         xs = [r["flop_per_byte"] for r in rows]
         ys = [r["gflops"] for r in rows]
         lo, hi = min(xs) / 3, max(xs) * 3
@@ -72,29 +104,49 @@ def roofline(report, out, top):
         gemm, copy = roof["gemm_gflops"], roof["copy_gbs"]
         ridge = gemm / copy
         lo, hi = min(lo, ridge / 10), max(hi, ridge * 10)
-        xs_roof = [lo, ridge, hi]
-        ax.plot(xs_roof, [lo * copy, gemm, gemm], color="k", linewidth=2)
+        ax.plot([lo, ridge, hi], [lo * copy, gemm, gemm], color="k", linewidth=2)
         ax.axvline(ridge, color="k", linestyle=":", linewidth=1)
         ax.text(ridge, gemm * 1.08, f"ridge {ridge:.1f} FLOP/B", fontsize=8, ha="center")
-        ax.text(lo * 1.2, gemm * 1.08, f"GEMM {gemm:.0f} GFLOP/s", fontsize=8)
-        ax.text(lo * 1.2, lo * 1.2 * copy * 1.3, f"copy {copy:.1f} GB/s", fontsize=8, rotation=0)
+        ax.text(hi / 1.2, gemm * 1.08, f"GEMM {gemm:.0f} GFLOP/s (compute roof)", fontsize=8, ha="right")
         title_roof = f"ceilings from probe ({roof.get('device')}, {roof.get('threads')} threads)"
         ax.set_ylim(min(ys + [lo * copy]) / 3, gemm * 2)
     else:
         title_roof = "no probe: run `duet probe` for the ceilings"
+        ax.set_ylim(min(ys) / 3, max(ys) * 3)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     ax.set_xlabel("arithmetic intensity (FLOP / byte, minimum bytes moved)")
     ax.set_ylabel("achieved GFLOP/s (self time)")
     ax.set_title(f"roofline: {title_roof}\n{subtitle(report)}", fontsize=10)
+    fig.tight_layout()  # before the labels: they are placed in the final display coordinates
+    taken = []
+    if roof.get("probe"):
+        # The memory roof's label along its slope, halfway between the left edge and the ridge.
+        fig.canvas.draw()
+        x_mid = (lo * ridge) ** 0.5
+        (x0, y0), (x1, y1) = ax.transData.transform([(lo, lo * copy), (ridge, gemm)])
+        angle = math.degrees(math.atan2(y1 - y0, x1 - x0))
+        label = ax.text(x_mid, x_mid * copy * 1.15, f"copy {copy:.1f} GB/s (memory roof)", fontsize=8,
+                        rotation=angle, rotation_mode="anchor", ha="center", va="bottom")
+        box = label.get_window_extent(renderer=fig.canvas.get_renderer())
+        taken.append((box.x0, box.y0, box.x1, box.y1))
+    if rows:
+        # An op name that occurs in several phases (add forward and backward) gets its phase.
+        phases_of = {}
+        for r in rows:
+            phases_of.setdefault(r["key"], set()).add(r["phase"])
+        labelled = sorted(rows, key=lambda r: -r["self_ns"])[:top]
+        place_labels(ax, [(r["flop_per_byte"], r["gflops"],
+                           r["key"] + (f" ({PHASE_SHORT.get(r['phase'], r['phase'])})"
+                                       if len(phases_of[r["key"]]) > 1 else ""))
+                          for r in labelled], taken)
     ax.grid(True, which="both", alpha=0.3)
     handles = [plt.Line2D([], [], marker="o", linestyle="", color=PHASE_COLORS[p], label=p)
                for p in PHASES if any(r["phase"] == p for r in rows)]
     if handles:
         ax.legend(handles=handles, loc="lower right", fontsize=8, title="phase (size: time)")
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    fig.savefig(out, dpi=DPI)
     plt.close(fig)
 
 
@@ -102,21 +154,21 @@ def top_ops(report, out, top):
     rows = sorted(report["op_table"], key=lambda r: -r["self_ns"])[:top]
     steps = max(1, report["totals"].get("steps", 0))
     unit = "ms per step" if report["totals"].get("steps", 0) else "ms total"
-    fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1.8))
+    fig, ax = plt.subplots(figsize=(10, 0.4 * len(rows) + 1.8), dpi=DPI)
     names = [f"{r['key']} [{r['phase']}]" for r in rows][::-1]
     vals = [r["self_ns"] * 1e-6 / steps for r in rows][::-1]
     colors = [PHASE_COLORS.get(r["phase"], "k") for r in rows][::-1]
     bars = ax.barh(names, vals, color=colors)
     basis = "step" if report["totals"].get("pct_basis") == "step" else "op time"
     for b, r in zip(bars, rows[::-1]):
-        ax.text(b.get_width(), b.get_y() + b.get_height() / 2, f" {100 * r['pct']:.1f}% of {basis}",
-                va="center", fontsize=8)
+        ax.text(b.get_width(), b.get_y() + b.get_height() / 2,
+                f" {b.get_width():.3g} ms, {100 * r['pct']:.1f}% of {basis}", va="center", fontsize=8)
     ax.set_xlabel(f"self time ({unit})")
-    ax.set_xlim(0, max(vals + [1e-9]) * 1.3)
+    ax.set_xlim(0, max(vals + [1e-9]) * 1.35)
     ax.set_title(f"top {len(rows)} ops by self time\n{subtitle(report)}", fontsize=10)
     ax.tick_params(axis="y", labelsize=8)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    fig.savefig(out, dpi=DPI)
     plt.close(fig)
 
 
@@ -126,7 +178,8 @@ def steps_plot(report, out):
         return False
     per_op = report.get("timing_mode") == "per-op"
     labels = [str(s["step"]) for s in steps] + ["mean"]
-    fig, ax = plt.subplots(figsize=(max(8.5, 0.5 * len(labels) + 3), 5.5))
+    positions = list(range(len(steps))) + [len(steps) + 0.8]  # the mean bar set apart
+    fig, ax = plt.subplots(figsize=(min(12.0, max(8.5, 0.3 * len(labels) + 3)), 5.0), dpi=DPI)
     bottom = [0.0] * len(labels)
     mean_key = "mean_ops_ns" if per_op else "mean_wall_ns"
     for p in PHASES + (["untracked"] if per_op else []):
@@ -138,8 +191,12 @@ def steps_plot(report, out):
             vals = [d.get(p, 0) * 1e-6 for d in src] + [mean.get(p, 0) * 1e-6]
         if not any(v > 0 for v in vals):
             continue
-        ax.bar(labels, vals, bottom=bottom, color=PHASE_COLORS[p], label=p)
+        ax.bar(positions, vals, bottom=bottom, color=PHASE_COLORS[p], label=p, width=0.8)
         bottom = [b + v for b, v in zip(bottom, vals)]
+    every = max(1, math.ceil(len(steps) / 40))  # at most ~40 step numbers on the axis
+    ticks = [i for i in range(len(steps)) if i % every == 0] + [len(labels) - 1]
+    ax.set_xticks([positions[i] for i in ticks])
+    ax.set_xticklabels([labels[i] for i in ticks], fontsize=8)
     ax.set_xlabel("step")
     ax.set_ylabel("ms")
     what = "op time per phase + untracked" if per_op else "wall time per phase"
@@ -148,7 +205,7 @@ def steps_plot(report, out):
     ax.set_title(f"step breakdown ({what}{ips_text})\n{subtitle(report)}", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    fig.savefig(out, dpi=DPI)
     plt.close(fig)
     return True
 
@@ -157,26 +214,37 @@ def sweep_plot(sweep, out):
     pts = sweep["points"]
     ok = [p for p in pts if p.get("images_per_s")]
     bad = [p for p in pts if not p.get("images_per_s")]
-    fig, ax = plt.subplots(figsize=(8, 5))
-    ax.plot([p["batch"] for p in ok], [p["images_per_s"] for p in ok], marker="o")
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=DPI)
+    ax.plot([p["batch"] for p in ok], [p["images_per_s"] for p in ok], marker="o", color="#1f77b4",
+            label="images/s")
     for p in ok:
         ax.annotate(f"{p['images_per_s']:.0f}", (p["batch"], p["images_per_s"]), fontsize=8,
                     xytext=(0, 6), textcoords="offset points", ha="center")
+    ax.set_ylim(0, max([p["images_per_s"] for p in ok] + [1]) * 1.2)
     for p in bad:
         ax.axvline(p["batch"], color="r", linestyle=":")
         ax.text(p["batch"], ax.get_ylim()[1] * 0.5, f"failed: {p.get('error') or '?'}",
                 rotation=90, color="r", fontsize=8, va="center")
+    mem = [p for p in pts if p.get("peak_bytes")]
+    if mem:  # what the batch costs in memory, on its own axis
+        ax2 = ax.twinx()
+        ax2.plot([p["batch"] for p in mem], [p["peak_bytes"] / 2**20 for p in mem], marker="s", linestyle="--",
+                 color="0.45", label="peak MiB")
+        ax2.set_ylabel("peak memory (MiB, allocator)", color="0.35")
+        ax2.set_ylim(0, max(p["peak_bytes"] for p in mem) / 2**20 * 1.2)
+        lines = ax.get_lines()[:1] + ax2.get_lines()
+        ax.legend(lines, [ln.get_label() for ln in lines], loc="lower right", fontsize=8)
     ax.set_xscale("log", base=2)
     ax.set_xticks([p["batch"] for p in pts])
     ax.set_xticklabels([str(p["batch"]) for p in pts])
+    ax.minorticks_off()
     ax.set_xlabel("batch size")
-    ax.set_ylabel("images/s")
-    ax.set_ylim(0, max([p["images_per_s"] for p in ok] + [1]) * 1.15)
+    ax.set_ylabel("images/s (throughput mode)")
     rc = sweep.get("run_config", {})
-    ax.set_title("throughput vs batch size " + " ".join(f"{k}={v}" for k, v in rc.items()), fontsize=10)
+    ax.set_title("throughput vs batch size\n" + " ".join(f"{k}={v}" for k, v in rc.items()), fontsize=10)
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    fig.savefig(out, dpi=DPI)
     plt.close(fig)
 
 
@@ -191,6 +259,16 @@ def main():
         ap.error("give a report, --sweep, or both")
     os.makedirs(a.out, exist_ok=True)
     written = []
+    try:
+        plot_all(a, written)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        sys.exit(f"plot_profile: a field is missing or of the wrong type ({type(e).__name__}: {e}): the input does "
+                 f"not follow its schema (docs/profiler.md); `duet report FILE` says which section")
+    for w in written:
+        print(w)
+
+
+def plot_all(a, written):
     if a.report:
         r = load(a.report, "duet.profile/1")
         base = os.path.join(a.out, os.path.splitext(os.path.basename(a.report))[0])
@@ -207,8 +285,6 @@ def main():
         base = os.path.join(a.out, os.path.splitext(os.path.basename(a.sweep))[0])
         sweep_plot(s, base + ".throughput.png")
         written.append(base + ".throughput.png")
-    for w in written:
-        print(w)
 
 
 if __name__ == "__main__":

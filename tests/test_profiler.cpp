@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 #include <gtest/gtest.h>
 #include "engine/duet.h"
 #include "engine/profiler/capture.h"
@@ -374,6 +375,104 @@ TEST(ProfilerMemory, PeakIsNamedAtTheOpThatAllocatedIt) {
   profiler::clear();
 }
 
+// Ops open their window before allocating their outputs, so every op counts at least its
+// outputs' bytes (workspace comes on top), forward and backward.
+TEST(ProfilerMemory, OpsCountTheirOutputsAsAllocated) {
+  const Tensor x = Tensor::randn({2, 3, 8, 8}).set_requires_grad(true);
+  const Tensor w = Tensor::randn({4, 3, 3, 3}).set_requires_grad(true);
+  const Tensor g = Tensor::ones({4}).set_requires_grad(true), b = Tensor::zeros({4}).set_requires_grad(true);
+  const Tensor nhwc = Tensor::randn({2, 3, 8, 8}).contiguous(MemoryFormat::channels_last);
+  Tensor y;
+  auto ev = record([&] {
+    y = conv2d(x, w, Tensor(), {.pad_h = 1, .pad_w = 1});
+    Tensor h = relu(batch_norm(y, g, b, Tensor(), Tensor(), {}));
+    sum(h).backward();
+    (void)Tensor::zeros({100});
+    (void)Tensor::randn({50});
+    (void)nhwc.contiguous();
+    (void)matmul(Tensor::ones({5, 7}), Tensor::ones({7, 3}));
+  });
+  const int64_t f = 4;  // bytes per f32
+  EXPECT_GE(find(ev, "conv2d").bytes_allocated, 2 * 4 * 8 * 8 * f);       // y
+  EXPECT_GE(find(ev, "batch_norm").bytes_allocated, (2 * 4 * 8 * 8 + 2 * 4) * f);  // y, saved mean and invstd
+  EXPECT_GE(find(ev, "relu").bytes_allocated, 2 * 4 * 8 * 8 * f);
+  EXPECT_GE(find(ev, "sum").bytes_allocated, f);
+  EXPECT_GE(find(ev, "relu.backward").bytes_allocated, 2 * 4 * 8 * 8 * f);
+  EXPECT_GE(find(ev, "batch_norm.backward").bytes_allocated, (2 * 4 * 8 * 8 + 2 * 4) * f);  // dx, dgamma, dbeta
+  EXPECT_GE(find(ev, "conv2d.backward_data").bytes_allocated, 2 * 3 * 8 * 8 * f);
+  EXPECT_GE(find(ev, "conv2d.backward_weight").bytes_allocated, 4 * 3 * 3 * 3 * f);
+  EXPECT_GE(find(ev, "matmul").bytes_allocated, 5 * 3 * f);
+  EXPECT_GE(find(ev, "randn").bytes_allocated, 50 * f);
+  int64_t fills = 0, copies = 0;
+  for (const OpEvent& e : ev) {
+    if (std::string(e.name) == "fill" && e.shapes == "[100]") fills = e.bytes_allocated;
+    if (std::string(e.name) == "copy" && e.shapes == "[2, 3, 8, 8]") copies = std::max(copies, e.bytes_allocated);
+  }
+  EXPECT_GE(fills, 100 * f);   // zeros: the new tensor is the fill's
+  EXPECT_GE(copies, 2 * 3 * 8 * 8 * f);  // contiguous(): the new tensor is the copy's
+  EXPECT_EQ(find(ev, "randn").shapes, "[50]");  // a creation op is described by its output
+}
+
+// Another thread's allocations (a loader worker's) do not count against the op running here.
+TEST(ProfilerMemory, AllocationsOfOtherThreadsAreNotTheOps) {
+  auto ev = record([&] {
+    profiler::OpScope op("waits", Backend::reference, {}, [] { return OpCost{}; });
+    std::thread([] { Tensor t = Tensor::empty({1 << 18}); }).join();
+  });
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].bytes_allocated, 0);
+}
+
+// The peak is named at the op whose output made it: mul's 16 MiB outer product here, freed
+// before the next ops run (an op that allocated while it was alive would be the new peak).
+TEST(ProfilerMemory, PeakSiteIsTheOpWhoseOutputMadeIt) {
+  const Tensor col = Tensor::randn({2048, 1}), row = Tensor::randn({1, 2048});
+  profiler::start_session({.telemetry_ms = 0});
+  profiler::step_begin(0);
+  (void)relu(col);
+  {
+    profiler::ScopeGuard scope("outer");
+    (void)mul(col, row);  // [2048, 2048] f32: 16 MiB, freed at once
+  }
+  (void)add(col, col);
+  (void)relu(col);
+  profiler::step_end();
+  profiler::stop_session();
+  const json r = profiler::build_report(profiler::capture(), json::object(), {.use_probe = false});
+  const json& cpu = r["memory"]["devices"][0];
+  ASSERT_TRUE(cpu["peak_op"].is_object()) << cpu.dump();
+  EXPECT_EQ(cpu["peak_op"]["name"], "mul");
+  EXPECT_EQ(cpu["peak_op"]["scope"], "outer");
+  EXPECT_EQ(cpu["peak_op"]["inside"], true);
+  EXPECT_GE(cpu["peak_op"]["bytes_allocated"].get<int64_t>(), int64_t{16} << 20);
+  EXPECT_EQ(cpu["peak_note"], "");
+  const std::string text = profiler::format_memory(r);
+  EXPECT_NE(text.find("peak reached at op #"), std::string::npos) << text;
+  EXPECT_NE(text.find("mul (other, outer, [2048, 1] [1, 2048]) in step 0"), std::string::npos) << text;
+  EXPECT_NE(text.find("16.0 MiB allocated by it"), std::string::npos) << text;
+  profiler::clear();
+}
+
+// A peak made between ops (a raw allocation no op owns) is not pinned on the next op: it is the
+// op the peak was first seen at, marked as not inside it, with a note.
+TEST(ProfilerMemory, PeakBetweenOpsIsSaidToBeOutsideThem) {
+  const Tensor a = Tensor::randn({16});
+  profiler::start_session({.telemetry_ms = 0});
+  (void)add(a, a);
+  { Tensor raw = Tensor::empty({4 << 20}); }  // 16 MiB by no op, freed before the next one
+  (void)add(a, a);
+  profiler::stop_session();
+  const json r = profiler::build_report(profiler::capture(), json::object(), {.use_probe = false});
+  const json& cpu = r["memory"]["devices"][0];
+  ASSERT_TRUE(cpu["peak_op"].is_object()) << cpu.dump();
+  EXPECT_EQ(cpu["peak_op"]["index"], 1);
+  EXPECT_EQ(cpu["peak_op"]["inside"], false);
+  EXPECT_NE(cpu["peak_note"].get<std::string>().find("already reached when op #1 add started"), std::string::npos)
+      << cpu["peak_note"];
+  EXPECT_NE(profiler::format_memory(r).find("peak reached before op #1 add"), std::string::npos);
+  profiler::clear();
+}
+
 // ---- trace ------------------------------------------------------------------------------------
 
 TEST(ProfilerTrace, EveryEventHasTheRequiredFields) {
@@ -468,6 +567,101 @@ TEST(ProfilerReport, BadFilesGiveClearErrors) {
   write_text(dir.file("badrec.json"), r.dump());
   expect_error(dir.file("badrec.json"), "lacks field 'self_ns'");
   expect_error(dir.path.string(), "is a folder");
+  write_text(dir.file("empty.json"), "");
+  expect_error(dir.file("empty.json"), "not valid JSON");
+  write_text(dir.file("array.json"), "[1, 2]");
+  expect_error(dir.file("array.json"), "is a JSON array, expected an object");
+  write_text(dir.file("sweep.json"), R"({"schema": "duet.sweep/1", "points": []})");
+  expect_error(dir.file("sweep.json"), "has schema 'duet.sweep/1': this duet reads 'duet.profile/1'");
+  r = small_training_report(1);
+  r["memory"]["devices"][0]["current"] = "lots";
+  write_text(dir.file("badmem.json"), r.dump());
+  expect_error(dir.file("badmem.json"), "its \"memory\" section has a field missing or of the wrong type");
+  r = small_training_report(1);
+  r["totals"].erase("device");
+  write_text(dir.file("nodevice.json"), r.dump());
+  expect_error(dir.file("nodevice.json"), "totals.device is null");
+}
+
+// duet.sweep/1 documents (the throughput plot's input) are checked as strictly as reports.
+TEST(ProfilerSweep, BadSweepDocumentsGiveClearErrors) {
+  auto message = [](const json& j) {
+    try {
+      (void)profiler::sweep_points_from_json(j);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(json::array()).find("not a sweep document"), std::string::npos);
+  EXPECT_NE(message({{"schema", 1}}).find("not a sweep document"), std::string::npos);
+  EXPECT_NE(message({{"schema", "duet.sweep/1"}}).find("lacks its \"points\" array"), std::string::npos);
+  EXPECT_NE(message({{"schema", "duet.sweep/1"}, {"points", {3}}}).find("point 0 is a JSON number"), std::string::npos);
+  const json no_batch = {{"schema", "duet.sweep/1"}, {"points", {{{"batch", "16"}, {"steps", 3}}}}};
+  EXPECT_NE(message(no_batch).find("point 0 lacks an integer \"batch\""), std::string::npos);
+  const json odd = {{"schema", "duet.sweep/1"},
+                    {"points", {{{"batch", 16}, {"steps", 3}, {"images_per_s", "fast"}, {"error", 7}}}}};
+  const auto pts = profiler::sweep_points_from_json(odd);  // optional fields of the wrong type are absent
+  ASSERT_EQ(pts.size(), 1u);
+  EXPECT_FALSE(pts[0].images_per_s);
+  EXPECT_TRUE(pts[0].error.empty());
+}
+
+// Every path in a report (first element of each array), for the mutation test below.
+void json_paths(const json& j, const json::json_pointer& at, std::vector<json::json_pointer>& out) {
+  if (j.is_object()) {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      out.push_back(at / it.key());
+      json_paths(it.value(), at / it.key(), out);
+    }
+  } else if (j.is_array() && !j.empty()) {
+    out.push_back(at / 0);
+    json_paths(j[0], at / 0, out);
+  }
+}
+
+// A report that is valid JSON with the right schema but a field removed or of the wrong type
+// (hand-edited, truncated by another tool, written by a buggy script) is a duet::Error naming
+// the report, or reads fine; never another exception, never a crash. Every reader is exercised:
+// the text views, the CSV, compare in both positions.
+TEST(ProfilerReport, AnyFieldMissingOrOfTheWrongTypeIsAClearError) {
+  const json good = small_training_report(2);
+  std::vector<json::json_pointer> paths;
+  json_paths(good, json::json_pointer(), paths);
+  ASSERT_GT(paths.size(), 100u);
+  const std::vector<json> bad = {nullptr, "x", json::array(), json::object(), -1, true};
+  int errors = 0, fine = 0;
+  for (const auto& p : paths) {
+    for (size_t v = 0; v <= bad.size(); ++v) {
+      json r = good;
+      if (v == bad.size()) {
+        const json::json_pointer parent = p.parent_pointer();
+        if (r.at(parent).is_object()) r.at(parent).erase(p.back());
+        else r.at(parent).erase(0);
+      } else {
+        r.at(p) = bad[v];
+      }
+      const std::string what = p.to_string() + (v == bad.size() ? " removed" : " = " + bad[v].dump());
+      try {
+        profiler::validate_report(r, "mutated.json");
+        profiler::PrintOptions all;
+        all.layers = all.per_step = true;
+        (void)profiler::format_report(r, all);
+        (void)profiler::report_csv(r, {});
+        for (const json& cmp : {profiler::compare({{"good", good}, {"mutated.json", r}}),
+                                profiler::compare({{"mutated.json", r}, {"good", good}})})
+          (void)profiler::format_compare(cmp);
+        ++fine;
+      } catch (const Error& e) {
+        ++errors;
+        EXPECT_NE(std::string(e.what()).find("mutated.json"), std::string::npos) << what << ": " << e.what();
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << what << ": not a duet::Error: " << e.what();
+      }
+    }
+  }
+  EXPECT_GT(errors, 0);
+  EXPECT_GT(fine, 0);
 }
 
 TEST(ProfilerCompare, AReportAgainstItselfHasRatiosOfOne) {
@@ -527,6 +721,17 @@ TEST(ProfilerCompare, NeedsTwoReportsAndValidFiles) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("nope.json' does not exist"), std::string::npos) << e.what();
+  }
+  // A report of another schema version is refused by name, in either position.
+  write_text(dir.file("v2.json"), R"({"schema": "duet.profile/2", "phases": {}})");
+  for (const auto& files : {std::vector<std::string>{dir.file("ok.json"), dir.file("v2.json")},
+                            std::vector<std::string>{dir.file("v2.json"), dir.file("ok.json")}}) {
+    try {
+      profiler::compare_files(files);
+      ADD_FAILURE() << "a duet.profile/2 report was compared";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("v2.json' has schema 'duet.profile/2'"), std::string::npos) << e.what();
+    }
   }
 }
 
@@ -616,6 +821,78 @@ TEST(ProfilerSweep, BatchListsAndTable) {
   EXPECT_TRUE(j["points"][1]["images_per_s"].is_null());
   const std::string t = profiler::format_sweep_table(back);
   EXPECT_NE(t.find("out of memory"), std::string::npos) << t;
+}
+
+// ---- plots ------------------------------------------------------------------------------------
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+// scripts/plot_profile.py on small generated reports and a sweep: every plot is a PNG, and bad
+// input is a message and a non-zero exit. Needs /usr/bin/python3 (or $DUET_PLOT_PYTHON) with
+// Debian's matplotlib; skips, saying so, without it.
+TEST(ProfilerPlots, ScriptDrawsEveryPlotAndRefusesBadInput) {
+  const char* env = std::getenv("DUET_PLOT_PYTHON");  // another interpreter to try, or one that is absent
+  const std::string python = env ? env : "/usr/bin/python3";
+  if (std::system((python + " -c 'import matplotlib' > /dev/null 2>&1").c_str()) != 0)
+    GTEST_SKIP() << python << " with matplotlib not found (Debian: apt-get install python3-matplotlib): "
+                 << "scripts/plot_profile.py not run";
+  const std::string script = std::string(DUET_SOURCE_DIR) + "/scripts/plot_profile.py";
+  ASSERT_TRUE(fs::exists(script)) << script;
+  TempDir dir;
+  json r = small_training_report(3);
+  r["roofline"] = {{"probe", "probe-test.json"}, {"note", ""}, {"created", "2026-01-01T00:00:00Z"}, {"device", "cpu"},
+                   {"backend", "cpu"}, {"threads", 1}, {"gemm_gflops", 100.0}, {"copy_gbs", 10.0},
+                   {"ridge_flop_per_byte", 10.0}};
+  profiler::write_report(r, dir.file("run.json"));
+  profiler::write_report(small_training_report(2, TimingMode::throughput), dir.file("tp.json"));
+  std::vector<profiler::SweepPoint> pts;
+  for (int64_t b : {4, 8, 16}) pts.push_back(profiler::sweep_point_from_report(b, r));
+  profiler::SweepPoint failed;
+  failed.batch = 32;
+  failed.error = "out of memory";
+  pts.push_back(failed);
+  profiler::write_file_atomic(dir.file("sweep.json"), profiler::sweep_json({{"model", "tiny"}}, pts).dump());
+  auto run = [&](const std::string& args) {
+    const std::string log = dir.file("log.txt");
+    const int rc = std::system((python + " " + script + " " + args + " > " + log + " 2>&1").c_str());
+    return std::make_pair(rc, slurp(log));
+  };
+  const auto [rc, log] = run(dir.file("run.json") + " --sweep " + dir.file("sweep.json") + " --out " + dir.file("plots"));
+  ASSERT_EQ(rc, 0) << log;
+  for (const char* png : {"run.roofline.png", "run.top_ops.png", "run.steps.png", "sweep.throughput.png"}) {
+    const std::string bytes = slurp(dir.file(std::string("plots/") + png));
+    EXPECT_GT(bytes.size(), 1000u) << png;
+    EXPECT_EQ(bytes.substr(0, 4), "\x89PNG") << png;
+    EXPECT_NE(log.find(png), std::string::npos) << log;
+  }
+  // A throughput report has no op table: only the step plot, and a line that says why.
+  const auto [rc_tp, log_tp] = run(dir.file("tp.json") + " --out " + dir.file("plots"));
+  EXPECT_EQ(rc_tp, 0) << log_tp;
+  EXPECT_NE(log_tp.find("no op table (throughput mode)"), std::string::npos) << log_tp;
+  EXPECT_TRUE(fs::exists(dir.file("plots/tp.steps.png")));
+  EXPECT_FALSE(fs::exists(dir.file("plots/tp.roofline.png")));
+  // Bad input: a clear message, a non-zero exit, no traceback.
+  write_text(dir.file("v2.json"), R"({"schema": "duet.profile/2"})");
+  write_text(dir.file("broken.json"), "{");
+  json odd = r;
+  odd["op_table"][0]["flops"] = "many";
+  write_text(dir.file("odd.json"), odd.dump());
+  const std::pair<std::string, std::string> bad[] = {
+      {dir.file("odd.json"), "a field is missing or of the wrong type"},
+      {dir.file("missing.json"), "does not exist"},
+      {dir.file("v2.json"), "has schema 'duet.profile/2', expected 'duet.profile/1'"},
+      {dir.file("broken.json"), "is not valid JSON"},
+      {"--sweep " + dir.file("run.json"), "has schema 'duet.profile/1', expected 'duet.sweep/1'"},
+  };
+  for (const auto& [args, message] : bad) {
+    const auto [rc_bad, log_bad] = run(args + " --out " + dir.file("plots"));
+    EXPECT_NE(rc_bad, 0) << args;
+    EXPECT_NE(log_bad.find(message), std::string::npos) << args << ": " << log_bad;
+    EXPECT_EQ(log_bad.find("Traceback"), std::string::npos) << args << ": " << log_bad;
+  }
 }
 
 TEST(ProfilerFiles, AtomicWriteReplacesWholeFiles) {

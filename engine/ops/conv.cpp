@@ -37,18 +37,19 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w, const Tensor& bias, const Con
   const MemoryFormat f = format_of(x_in);
   const Tensor x = in_format(x_in.detach(), f);
   const Tensor wk = w.is_dense() ? w.detach() : w.detach().contiguous();
-  Tensor y = Tensor::empty({N, O, OH, OW}, TensorOptions(x.dtype()).with_device(x.device()), f);
   BackendImpl& be = backend_of(x);
   const size_t elem = dtype_size(x.dtype());
+  Tensor y;
   {
-    profiler::OpScope scope("conv2d", be.kind(), {&x, &w},
-                            [&] { return cost::conv2d(x.shape(), w.shape(), y.shape(), elem, bias.defined()); });
+    profiler::OpScope scope("conv2d", be.kind(), {&x, &w});
+    y = Tensor::empty({N, O, OH, OW}, TensorOptions(x.dtype()).with_device(x.device()), f);
+    scope.set_cost([&] { return cost::conv2d(x.shape(), w.shape(), y.shape(), elem, bias.defined()); });
     be.conv2d(x, wk, bias, y, p);
   }
   if (should_record({&x_in, &w, &bias})) {
     const bool need_x = x_in.requires_grad(), need_w = w.requires_grad();
     const bool need_b = bias.defined() && bias.requires_grad();
-    const Shape xs = x.shape(), ys = y.shape();
+    const Shape xs = x.shape(), ys = y.shape(), ws = wk.shape();
     // Keep x only if the weight gradient needs it: inference-style inputs are not held.
     const Tensor xd = need_w ? x : Tensor();
     const Tensor wd = need_x ? wk : Tensor();
@@ -59,16 +60,16 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w, const Tensor& bias, const Con
       BackendImpl& b = backend_of(dy);
       Tensor dx, dw, db;
       if (need_x) {
-        dx = Tensor::empty(xs, TensorOptions(dt).with_device(dev), f);
         profiler::OpScope scope("conv2d.backward_data", b.kind(), {&dy, &wd},
                                 [&] { return cost::conv2d(xs, wd.shape(), ys, elem, false); });
+        dx = Tensor::empty(xs, TensorOptions(dt).with_device(dev), f);
         b.conv2d_backward_data(dy, wd, dx, p);
       }
       if (need_w) {
-        dw = Tensor::empty(wk.shape(), TensorOptions(dt).with_device(dev));
-        if (need_b) db = Tensor::empty({ys[1]}, TensorOptions(dt).with_device(dev));
         profiler::OpScope scope("conv2d.backward_weight", b.kind(), {&xd, &dy},
-                                [&] { return cost::conv2d(xs, dw.shape(), ys, elem, need_b); });
+                                [&] { return cost::conv2d(xs, ws, ys, elem, need_b); });
+        dw = Tensor::empty(ws, TensorOptions(dt).with_device(dev));
+        if (need_b) db = Tensor::empty({ys[1]}, TensorOptions(dt).with_device(dev));
         b.conv2d_backward_weight(xd, dy, dw, db, p);
       } else if (need_b) {
         db = sum(dy, {0, 2, 3});  // bias-only gradient (frozen weight)

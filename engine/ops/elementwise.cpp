@@ -21,14 +21,16 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   check_float(name, "a", a);
   check_same(name, "b", b, "a", a);
   const Shape s = broadcast_shapes(name, a.shape(), b.shape());
-  Tensor out = a.shape() == s ? empty_like_layout(a, s)
-             : b.shape() == s ? empty_like_layout(b, s)
-                              : Tensor::empty(s, TensorOptions(a.dtype()).with_device(a.device()));
   const Tensor ae = a.shape() == s ? a : expand_nograd(a, s);
   const Tensor bx = b.shape() == s ? b : expand_nograd(b, s);
   BackendImpl& be = backend_of(a);
+  Tensor out;
   {
-    profiler::OpScope scope(name, be.kind(), {&a, &b}, [&] { return cost::elementwise({&a, &b}, {&out}, 1); });
+    profiler::OpScope scope(name, be.kind(), {&a, &b});
+    out = a.shape() == s ? empty_like_layout(a, s)
+        : b.shape() == s ? empty_like_layout(b, s)
+                         : Tensor::empty(s, TensorOptions(a.dtype()).with_device(a.device()));
+    scope.set_cost([&] { return cost::elementwise({&a, &b}, {&out}, 1); });
     be.binary(op, ae, bx, out);
   }
   const bool differentiable = op != BinaryOp::eq && op != BinaryOp::gt && op != BinaryOp::lt;
@@ -85,10 +87,12 @@ Tensor scalar_op(ScalarOp op, const Tensor& x_in, double s) {
   const char* name = scalar_op_name(op);
   check_float(name, "x", x_in);
   const Tensor x = dense(x_in);
-  Tensor out = empty_like_layout(x, x.shape());
   BackendImpl& be = backend_of(x);
+  Tensor out;
   {
-    profiler::OpScope scope(name, be.kind(), {&x}, [&] { return cost::elementwise({&x}, {&out}, 1); });
+    profiler::OpScope scope(name, be.kind(), {&x});
+    out = empty_like_layout(x, x.shape());
+    scope.set_cost([&] { return cost::elementwise({&x}, {&out}, 1); });
     be.scalar_op(op, x, s, out);
   }
   if (should_record({&x_in})) {
@@ -127,10 +131,12 @@ Tensor unary(UnaryOp op, const Tensor& x_in) {
   const char* name = unary_name(op);
   check_float(name, "x", x_in);
   const Tensor x = dense(x_in);
-  Tensor out = empty_like_layout(x, x.shape());
   BackendImpl& be = backend_of(x);
+  Tensor out;
   {
-    profiler::OpScope scope(name, be.kind(), {&x}, [&] { return cost::elementwise({&x}, {&out}, 1); });
+    profiler::OpScope scope(name, be.kind(), {&x});
+    out = empty_like_layout(x, x.shape());
+    scope.set_cost([&] { return cost::elementwise({&x}, {&out}, 1); });
     be.unary(op, x, out);
   }
   if (should_record({&x_in})) {
@@ -186,10 +192,12 @@ Tensor activation(Activation act, const Tensor& x_in) {
   const char* name = activation_name(act);
   check_float(name, "x", x_in);
   const Tensor x = dense(x_in);
-  Tensor out = empty_like_layout(x, x.shape());
   BackendImpl& be = backend_of(x);
+  Tensor out;
   {
-    profiler::OpScope scope(name, be.kind(), {&x}, [&] { return cost::elementwise({&x}, {&out}, activation_flops(act)); });
+    profiler::OpScope scope(name, be.kind(), {&x});
+    out = empty_like_layout(x, x.shape());
+    scope.set_cost([&] { return cost::elementwise({&x}, {&out}, activation_flops(act)); });
     be.activation(act, x, out);
   }
   if (should_record({&x_in})) {
@@ -201,13 +209,11 @@ Tensor activation(Activation act, const Tensor& x_in) {
     const Tensor xd = from_output ? out.detach() : x.detach();
     record(name, {&x_in}, {&out}, [=](const std::vector<Tensor>& gs) {
       const Tensor dy = same_layout(gs[0], xd);
-      Tensor dx = empty_like_layout(xd, xd.shape());
       BackendImpl& b = backend_of(xd);
-      {
-        profiler::OpScope scope(activation_backward_name(act), b.kind(), {&xd, &dy},
-                                [&] { return cost::elementwise({&xd, &dy}, {&dx}, activation_flops(act) + 1); });
-        b.activation_backward(act, xd, dy, dx);
-      }
+      profiler::OpScope scope(activation_backward_name(act), b.kind(), {&xd, &dy});
+      Tensor dx = empty_like_layout(xd, xd.shape());
+      scope.set_cost([&] { return cost::elementwise({&xd, &dy}, {&dx}, activation_flops(act) + 1); });
+      b.activation_backward(act, xd, dy, dx);
       return std::vector<Tensor>{dx};
     });
   }

@@ -1,6 +1,11 @@
 // Helpers shared by the op front-ends: argument checks that produce actionable messages, the
 // backend lookup, and output allocation that keeps the input's dense layout (so channels-last
 // activations stay channels-last through elementwise ops, as in PyTorch).
+//
+// Profiling rule for front-ends: open the op's profiler::OpScope after the inputs are converted
+// (those conversions are copy ops of their own) and before the outputs are allocated, then
+// set_cost() once the outputs exist. The op's bytes_allocated then counts its outputs, and the
+// memory peak is named at the op whose output reached it.
 #pragma once
 #include <initializer_list>
 #include <string>
@@ -39,5 +44,21 @@ Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b);
 Tensor expand_nograd(const Tensor& t, const Shape& shape);
 
 std::string dims_str(const std::vector<int64_t>& d);
+
+// One copy op from src into the tensor make_dst() returns, which must live on device `to` and
+// have src's shape. The destination is made inside the op's window, so a copy into a new tensor
+// (contiguous, clone, to, same_layout) counts the new tensor's bytes as its own; copy_ hands in
+// the existing tensor.
+template <class MakeDst>
+Tensor copy_into(const Tensor& src, Device to, MakeDst&& make_dst) {
+  BackendImpl& be = backend(src.device().type == DeviceType::cuda ? Backend::cuda : default_backend(to.type));
+  const bool cross = src.device() != to;
+  profiler::PhaseGuard phase(cross ? Phase::copy : profiler::current_phase());
+  profiler::OpScope scope(cross ? "copy.device" : "copy", be.kind(), {&src});
+  Tensor dst = make_dst();
+  scope.set_cost([&] { return cost::elementwise({&src}, {&dst}, 0); });
+  be.copy(src, dst);
+  return dst;
+}
 
 }  // namespace duet::detail

@@ -26,9 +26,9 @@ Tensor bmm(const Tensor& a, const Tensor& b, const char* name) {
   NoGradGuard no_grad;  // callers record their own node
   const Operand oa = as_operand(a), ob = as_operand(b);
   const int64_t B = std::max(a.size(0), b.size(0)), M = a.size(1), K = a.size(2), N = b.size(2);
-  Tensor out = Tensor::empty({B, M, N}, TensorOptions(a.dtype()).with_device(a.device()));
   BackendImpl& be = backend_of(a);
   profiler::OpScope scope(name, be.kind(), {&a, &b}, [&] { return cost::matmul(B, M, N, K, dtype_size(a.dtype())); });
+  Tensor out = Tensor::empty({B, M, N}, TensorOptions(a.dtype()).with_device(a.device()));
   be.matmul(oa.t, ob.t, out, oa.trans, ob.trans);
   return out;
 }
@@ -105,11 +105,12 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   out_shape.back() = outf;
   const Tensor x2 = x.detach().reshape({-1, in}).contiguous();
   const Tensor w2 = w.is_contiguous() ? w : w.detach().contiguous();
-  Tensor y = Tensor::empty({x2.size(0), outf}, TensorOptions(x.dtype()).with_device(x.device()));
   BackendImpl& be = backend_of(x);
+  Tensor y;
   {
     profiler::OpScope scope("linear", be.kind(), {&x2, &w, &bias},
                             [&] { return cost::matmul(1, x2.size(0), outf, in, dtype_size(x.dtype()), bias.defined()); });
+    y = Tensor::empty({x2.size(0), outf}, TensorOptions(x.dtype()).with_device(x.device()));
     be.linear(x2, w2, bias, y);
   }
   y = y.view(out_shape);

@@ -39,12 +39,14 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, c
   }
   const MemoryFormat f = format_of(x_in);
   const Tensor x = in_format(x_in.detach(), f);
-  Tensor y = x.dim() == 4 ? Tensor::empty(x.shape(), opts, f) : Tensor::empty(x.shape(), opts);
-  Tensor save_mean = Tensor::empty({C}, opts), save_invstd = Tensor::empty({C}, opts);
   BackendImpl& be = backend_of(x);
   const size_t elem = dtype_size(x.dtype());
+  Tensor y, save_mean, save_invstd;
   {
     profiler::OpScope scope("batch_norm", be.kind(), {&x}, [&] { return cost::batch_norm(x.shape(), elem, p.training); });
+    y = x.dim() == 4 ? Tensor::empty(x.shape(), opts, f) : Tensor::empty(x.shape(), opts);
+    save_mean = Tensor::empty({C}, opts);
+    save_invstd = Tensor::empty({C}, opts);
     be.batch_norm(x, gamma.detach(), beta.detach(), rm, rv, y, save_mean, save_invstd, p);
   }
   if (should_record({&x_in, &gamma, &beta})) {
@@ -55,11 +57,11 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, c
       Tensor dx, dgamma, dbeta;
       if (training) {
         const Tensor dy = in_format(gs[0], x.dim() == 4 ? f : MemoryFormat::contiguous);
+        BackendImpl& b = backend_of(dy);
+        profiler::OpScope scope("batch_norm.backward", b.kind(), {&dy, &x}, [&] { return cost::batch_norm_backward(x.shape(), elem); });
         if (need_x) dx = Tensor::empty_like(x);
         if (need_g) dgamma = Tensor::empty({C}, opts);
         if (need_b) dbeta = Tensor::empty({C}, opts);
-        BackendImpl& b = backend_of(dy);
-        profiler::OpScope scope("batch_norm.backward", b.kind(), {&dy, &x}, [&] { return cost::batch_norm_backward(x.shape(), elem); });
         b.batch_norm_backward(dy, x, gd, save_mean, save_invstd, dx, dgamma, dbeta);
       } else {
         // y = (x - mean) * invstd * gamma + beta with constant statistics.
@@ -93,13 +95,15 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, d
   const TensorOptions opts = TensorOptions(x_in.dtype()).with_device(x_in.device());
   const Tensor x = x_in.detach().contiguous();
   const int64_t rows = x.numel() / std::max<int64_t>(D, 1);
-  Tensor y = Tensor::empty(x.shape(), opts);
-  Tensor mean = Tensor::empty({rows}, opts), rstd = Tensor::empty({rows}, opts);
   BackendImpl& be = backend_of(x);
   const size_t elem = dtype_size(x.dtype());
   const Tensor gd = gamma.defined() ? gamma.detach() : Tensor(), bd = beta.defined() ? beta.detach() : Tensor();
+  Tensor y, mean, rstd;
   {
     profiler::OpScope scope("layer_norm", be.kind(), {&x}, [&] { return cost::layer_norm(x.shape(), elem); });
+    y = Tensor::empty(x.shape(), opts);
+    mean = Tensor::empty({rows}, opts);
+    rstd = Tensor::empty({rows}, opts);
     be.layer_norm(x, gd, bd, y, mean, rstd, eps);
   }
   if (should_record({&x_in, &gamma, &beta})) {
@@ -108,11 +112,11 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, d
     record("layer_norm", {&x_in, &gamma, &beta}, {&y}, [=](const std::vector<Tensor>& gs) {
       const Tensor dy = gs[0].contiguous();
       Tensor dx, dgamma, dbeta;
+      BackendImpl& b = backend_of(dy);
+      profiler::OpScope scope("layer_norm.backward", b.kind(), {&dy, &x}, [&] { return cost::layer_norm_backward(x.shape(), elem); });
       if (need_x) dx = Tensor::empty(x.shape(), opts);
       if (need_g) dgamma = Tensor::empty({D}, opts);
       if (need_b) dbeta = Tensor::empty({D}, opts);
-      BackendImpl& b = backend_of(dy);
-      profiler::OpScope scope("layer_norm.backward", b.kind(), {&dy, &x}, [&] { return cost::layer_norm_backward(x.shape(), elem); });
       b.layer_norm_backward(dy, x, gd, mean, rstd, dx, dgamma, dbeta);
       return std::vector<Tensor>{dx, dgamma, dbeta};
     });

@@ -27,21 +27,22 @@ Tensor max_pool2d(const Tensor& x_in, const Pool2dParams& p) {
   const Shape ys = pooled_shape("max_pool2d", x_in, p);
   const MemoryFormat f = format_of(x_in);
   const Tensor x = in_format(x_in.detach(), f);
-  Tensor y = Tensor::empty(ys, TensorOptions(x.dtype()).with_device(x.device()), f);
   BackendImpl& be = backend_of(x);
   const size_t elem = dtype_size(x.dtype());
+  Tensor y;
   {
     profiler::OpScope scope("max_pool2d", be.kind(), {&x}, [&] { return cost::pool2d(x.shape(), ys, p.kernel_h, p.kernel_w, elem); });
+    y = Tensor::empty(ys, TensorOptions(x.dtype()).with_device(x.device()), f);
     be.max_pool2d(x, y, p);
   }
   if (should_record({&x_in})) {
     const Tensor yd = y.detach();
     record("max_pool2d", {&x_in}, {&y}, [=](const std::vector<Tensor>& gs) {
       const Tensor dy = in_format(gs[0], f);
-      Tensor dx = Tensor::empty(x.shape(), TensorOptions(x.dtype()).with_device(x.device()), f);
       BackendImpl& b = backend_of(dy);
       profiler::OpScope scope("max_pool2d.backward", b.kind(), {&dy, &x},
                               [&] { return cost::pool2d(x.shape(), ys, p.kernel_h, p.kernel_w, elem); });
+      Tensor dx = Tensor::empty(x.shape(), TensorOptions(x.dtype()).with_device(x.device()), f);
       b.max_pool2d_backward(x, yd, dy, dx, p);
       return std::vector<Tensor>{dx};
     });
@@ -53,11 +54,12 @@ Tensor avg_pool2d(const Tensor& x_in, const Pool2dParams& p) {
   const Shape ys = pooled_shape("avg_pool2d", x_in, p);
   const MemoryFormat f = format_of(x_in);
   const Tensor x = in_format(x_in.detach(), f);
-  Tensor y = Tensor::empty(ys, TensorOptions(x.dtype()).with_device(x.device()), f);
   BackendImpl& be = backend_of(x);
   const size_t elem = dtype_size(x.dtype());
+  Tensor y;
   {
     profiler::OpScope scope("avg_pool2d", be.kind(), {&x}, [&] { return cost::pool2d(x.shape(), ys, p.kernel_h, p.kernel_w, elem); });
+    y = Tensor::empty(ys, TensorOptions(x.dtype()).with_device(x.device()), f);
     be.avg_pool2d(x, y, p);
   }
   if (should_record({&x_in})) {
@@ -65,9 +67,9 @@ Tensor avg_pool2d(const Tensor& x_in, const Pool2dParams& p) {
     const DType dt = x.dtype();
     record("avg_pool2d", {&x_in}, {&y}, [=](const std::vector<Tensor>& gs) {
       const Tensor dy = in_format(gs[0], f);
-      Tensor dx = Tensor::empty(xs, TensorOptions(dt).with_device(dy.device()), f);
       BackendImpl& b = backend_of(dy);
       profiler::OpScope scope("avg_pool2d.backward", b.kind(), {&dy}, [&] { return cost::pool2d(xs, ys, p.kernel_h, p.kernel_w, elem); });
+      Tensor dx = Tensor::empty(xs, TensorOptions(dt).with_device(dy.device()), f);
       b.avg_pool2d_backward(dy, dx, p);
       return std::vector<Tensor>{dx};
     });
@@ -82,12 +84,13 @@ Tensor adaptive_avg_pool2d(const Tensor& x_in, int64_t out_h, int64_t out_w) {
   const MemoryFormat f = format_of(x_in);
   const Tensor x = in_format(x_in.detach(), f);
   const Shape ys{x.size(0), x.size(1), out_h, out_w};
-  Tensor y = Tensor::empty(ys, TensorOptions(x.dtype()).with_device(x.device()), f);
   BackendImpl& be = backend_of(x);
   const size_t elem = dtype_size(x.dtype());
   const int64_t kh = (x.size(2) + out_h - 1) / out_h, kw = (x.size(3) + out_w - 1) / out_w;
+  Tensor y;
   {
     profiler::OpScope scope("adaptive_avg_pool2d", be.kind(), {&x}, [&] { return cost::pool2d(x.shape(), ys, kh, kw, elem); });
+    y = Tensor::empty(ys, TensorOptions(x.dtype()).with_device(x.device()), f);
     be.adaptive_avg_pool2d(x, y);
   }
   if (should_record({&x_in})) {
@@ -95,9 +98,9 @@ Tensor adaptive_avg_pool2d(const Tensor& x_in, int64_t out_h, int64_t out_w) {
     const DType dt = x.dtype();
     record("adaptive_avg_pool2d", {&x_in}, {&y}, [=](const std::vector<Tensor>& gs) {
       const Tensor dy = in_format(gs[0], f);
-      Tensor dx = Tensor::empty(xs, TensorOptions(dt).with_device(dy.device()), f);
       BackendImpl& b = backend_of(dy);
       profiler::OpScope scope("adaptive_avg_pool2d.backward", b.kind(), {&dy}, [&] { return cost::pool2d(xs, ys, kh, kw, elem); });
+      Tensor dx = Tensor::empty(xs, TensorOptions(dt).with_device(dy.device()), f);
       b.adaptive_avg_pool2d_backward(dy, dx);
       return std::vector<Tensor>{dx};
     });

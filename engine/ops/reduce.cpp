@@ -39,10 +39,11 @@ Tensor reduce_impl(ReduceOp op, const Tensor& x_in, std::vector<int64_t> dims_in
   const Shape keep = kept_shape(x_shape, dims);
   if (x_in.dim() == 0) return x_in.clone();  // reducing a scalar over no dims is the identity
   const Tensor x = x_in.contiguous();
-  Tensor out = Tensor::empty(keep, TensorOptions(x.dtype()).with_device(x.device()));
   BackendImpl& be = backend_of(x);
+  Tensor out;
   {
     profiler::OpScope scope(name, be.kind(), {&x}, [&] { return cost::reduce(x.shape(), keep, dtype_size(x.dtype())); });
+    out = Tensor::empty(keep, TensorOptions(x.dtype()).with_device(x.device()));
     be.reduce(op, x, dims, out);
   }
   if (should_record({&x_in})) {
@@ -106,10 +107,11 @@ Tensor argmax(const Tensor& x_in, int64_t dim, bool keepdim) {
   dim = wrap_dim(dim, x_in.dim(), "argmax");
   const Tensor x = x_in.contiguous();
   const Shape keep = kept_shape(x.shape(), {dim});
-  Tensor out = Tensor::empty(keep, TensorOptions(DType::i64).with_device(x.device()));
   BackendImpl& be = backend_of(x);
+  Tensor out;
   {
     profiler::OpScope scope("argmax", be.kind(), {&x}, [&] { return cost::reduce(x.shape(), keep, dtype_size(x.dtype())); });
+    out = Tensor::empty(keep, TensorOptions(DType::i64).with_device(x.device()));
     be.argmax(x, dim, out);
   }
   return keepdim ? out : out.view(dropped_shape(x.shape(), {dim}));

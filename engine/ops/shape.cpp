@@ -28,16 +28,16 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
   // convolutions run fastest in.
   bool all_cl = first.dim() == 4;
   for (const Tensor& t : xs) all_cl = all_cl && format_of(t) == MemoryFormat::channels_last;
-  Tensor out = Tensor::empty(out_shape, TensorOptions(first.dtype()).with_device(first.device()),
-                             all_cl ? MemoryFormat::channels_last : MemoryFormat::contiguous);
   std::vector<Tensor> inputs;
   inputs.reserve(xs.size());
   for (const Tensor& t : xs) inputs.push_back(t.detach());
   BackendImpl& be = backend_of(first);
+  Tensor out;
   {
-    profiler::OpScope scope("cat", be.kind(), {&first}, [&] {
-      return OpCost{0, 2.0 * static_cast<double>(out.nbytes())};
-    });
+    profiler::OpScope scope("cat", be.kind(), {&first});
+    out = Tensor::empty(out_shape, TensorOptions(first.dtype()).with_device(first.device()),
+                        all_cl ? MemoryFormat::channels_last : MemoryFormat::contiguous);
+    scope.set_cost([&] { return OpCost{0, 2.0 * static_cast<double>(out.nbytes())}; });
     be.concat(inputs, dim, out);
   }
   bool any = false;

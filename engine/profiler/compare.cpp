@@ -74,11 +74,7 @@ nlohmann::json row_json(const std::string& key_name, const std::string& key, con
           {"share", values(r.share, known)}};
 }
 
-}  // namespace
-
-nlohmann::json compare(const std::vector<NamedReport>& rs) {
-  DUET_CHECK(rs.size() >= 2, "compare needs at least 2 reports, got {}", rs.size());
-  for (const NamedReport& r : rs) validate_report(r.report, r.name);
+nlohmann::json compare_valid(const std::vector<NamedReport>& rs) {
   nlohmann::json out;
   out["schema"] = "duet.compare/1";
   nlohmann::json warnings = nlohmann::json::array(), notes = nlohmann::json::array();
@@ -130,7 +126,7 @@ nlohmann::json compare(const std::vector<NamedReport>& rs) {
   for (Phase p : report_phase_order()) {
     const char* name = phase_name(p);
     bool any = false;
-    for (const NamedReport& r : rs) any = any || r.report["phases"]["mean_ops_ns"].value(name, 0.0) > 0;
+    for (const NamedReport& r : rs) any = any || member(r.report["phases"], "mean_ops_ns").value(name, 0.0) > 0;
     if (any) add_phase(std::string(name) + " (ops)", [&](const nlohmann::json& r) {
       return r["phases"]["mean_ops_ns"].value(name, 0.0) * 1e-6;
     }, has_ops);
@@ -139,19 +135,19 @@ nlohmann::json compare(const std::vector<NamedReport>& rs) {
             has_ops);
   // Wall time per phase exists in both timing modes: the rows that compare per-op with throughput.
   bool all_wall = true;
-  for (const NamedReport& r : rs) all_wall = all_wall && r.report["phases"]["mean_wall_ns"].is_object();
+  for (const NamedReport& r : rs) all_wall = all_wall && member(r.report["phases"], "mean_wall_ns").is_object();
   if (all_wall)
     for (Phase p : report_phase_order()) {
       const char* name = phase_name(p);
       bool any = false;
-      for (const NamedReport& r : rs) any = any || r.report["phases"]["mean_wall_ns"].value(name, 0.0) > 0;
+      for (const NamedReport& r : rs) any = any || member(r.report["phases"], "mean_wall_ns").value(name, 0.0) > 0;
       if (any) add_phase(std::string(name) + " (wall)", [&](const nlohmann::json& r) {
         return r["phases"]["mean_wall_ns"].value(name, 0.0) * 1e-6;
       }, all);
     }
   add_phase("step", [](const nlohmann::json& r) { return r["phases"].value("mean_step_ns", 0.0) * 1e-6; }, all);
   std::vector<bool> has_ips;
-  for (const NamedReport& r : rs) has_ips.push_back(r.report["phases"]["images_per_s"].is_number());
+  for (const NamedReport& r : rs) has_ips.push_back(member(r.report["phases"], "images_per_s").is_number());
   add_phase("images/s", [](const nlohmann::json& r) {
     const auto& v = r["phases"]["images_per_s"];
     return v.is_number() ? v.get<double>() : 0.0;
@@ -203,6 +199,21 @@ nlohmann::json compare(const std::vector<NamedReport>& rs) {
   out["warnings"] = warnings;
   out["notes"] = notes;
   return out;
+}
+}  // namespace
+
+nlohmann::json compare(const std::vector<NamedReport>& rs) {
+  DUET_CHECK(rs.size() >= 2, "compare needs at least 2 reports, got {}", rs.size());
+  for (const NamedReport& r : rs) validate_report(r.report, r.name);
+  try {
+    return compare_valid(rs);
+  } catch (const nlohmann::json::exception& e) {  // validate_report reads what the views read; compare reads a little more
+    std::vector<std::string> names;
+    for (const NamedReport& r : rs) names.push_back("'" + r.name + "'");
+    throw Error(fmt::format("compare: one of the reports {} has a field missing or of the wrong type ({}): it does not "
+                            "follow duet.profile/1 (docs/profiler.md)",
+                            fmt::join(names, ", "), e.what()));
+  }
 }
 
 nlohmann::json compare_files(const std::vector<std::string>& paths) {

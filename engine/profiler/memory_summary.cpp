@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <fmt/format.h>
 #include "engine/profiler/steps.h"
+#include "engine/profiler/records.h"
 #include "engine/profiler/text_table.h"
 
 namespace duet::profiler {
@@ -34,7 +35,11 @@ nlohmann::json memory_json(const Capture& c) {
       j["peak_op"] = nullptr;
       j["peak_note"] = "no op of this device was recorded";
     } else {
+      // Ops open before they allocate their outputs, so a peak an op's outputs or workspace made
+      // rose inside its window. One that was already there when the op started was reached
+      // between ops: by an allocation outside any op, or by another thread.
       const OpEvent& e = c.ops[at];
+      const bool inside = e.peak_bytes > e.peak_before;
       j["peak_op"] = {{"index", at},
                       {"name", e.name},
                       {"phase", phase_name(e.phase)},
@@ -43,12 +48,18 @@ nlohmann::json memory_json(const Capture& c) {
                       {"step", step_at(c, e.start_ns)},
                       {"peak_bytes", e.peak_bytes},
                       {"live_bytes_after", e.live_bytes},
-                      {"bytes_allocated", e.bytes_allocated}};
-      j["peak_note"] = d.stats.peak > best
-                           ? fmt::format("the allocator's peak ({}) is higher than any recorded op saw ({}): it was "
-                                         "reached outside the recorded ops (before profiling, or between ops)",
-                                         fmt_bytes(static_cast<double>(d.stats.peak)), fmt_bytes(static_cast<double>(best)))
-                           : "";
+                      {"bytes_allocated", e.bytes_allocated},
+                      {"inside", inside}};
+      if (d.stats.peak > best)
+        j["peak_note"] = fmt::format("the allocator's peak ({}) is higher than any recorded op saw ({}): it was "
+                                     "reached outside the recorded ops (before profiling, or after the last op)",
+                                     fmt_bytes(static_cast<double>(d.stats.peak)), fmt_bytes(static_cast<double>(best)));
+      else if (!inside)
+        j["peak_note"] = fmt::format("the peak was already reached when op #{} {} started: an allocation between ops "
+                                     "made it (code outside any op, or another thread), not this op",
+                                     at, e.name);
+      else
+        j["peak_note"] = "";
     }
     devices.push_back(j);
   }
@@ -64,14 +75,16 @@ std::string format_memory(const nlohmann::json& r) {
                      fmt_bytes(d.value("peak", 0.0)));
     if (d.value("cached", 0.0) > 0) s += fmt::format(", cached {}", fmt_bytes(d.value("cached", 0.0)));
     s += fmt::format(", {} allocations, {} frees\n", d.value("allocations", int64_t{0}), d.value("frees", int64_t{0}));
-    const auto& op = d["peak_op"];
+    const auto& op = member(d, "peak_op");
     if (op.is_object()) {
-      s += fmt::format("  peak reached at op #{} {} ({}{}{}, {})", op.value("index", int64_t{0}),
+      s += fmt::format("  peak reached {} op #{} {} ({}{}{}, {})", op.value("inside", true) ? "at" : "before",
+                       op.value("index", int64_t{0}),
                        op.value("name", std::string("?")), op.value("phase", std::string("?")),
                        op.value("scope", std::string()).empty() ? "" : ", ",
                        op.value("scope", std::string()), op.value("shapes", std::string()));
-      if (op["step"].is_number()) s += fmt::format(" in step {}", op["step"].get<int64_t>());
-      s += fmt::format(": {} live after it\n", fmt_bytes(op.value("live_bytes_after", 0.0)));
+      if (member(op, "step").is_number()) s += fmt::format(" in step {}", member(op, "step").get<int64_t>());
+      s += fmt::format(": {} live after it, {} allocated by it\n", fmt_bytes(op.value("live_bytes_after", 0.0)),
+                       fmt_bytes(op.value("bytes_allocated", 0.0)));
     }
     const std::string note = d.value("peak_note", std::string());
     if (!note.empty()) s += "  note: " + note + "\n";
@@ -79,9 +92,9 @@ std::string format_memory(const nlohmann::json& r) {
     t.column("tag", TextTable::left);
     t.column("current MiB");
     t.column("peak MiB");
-    for (auto it = d["by_tag"].begin(); it != d["by_tag"].end(); ++it) {
+    for (auto it = member(d, "by_tag").begin(); it != member(d, "by_tag").end(); ++it) {
       const double cur = it.value().get<double>();
-      const double peak = d["peak_by_tag"].value(it.key(), 0.0);
+      const double peak = member(d, "peak_by_tag").value(it.key(), 0.0);
       if (cur == 0 && peak == 0) continue;
       t.row({it.key(), fmt_mib(cur), fmt_mib(peak)});
     }
@@ -90,7 +103,7 @@ std::string format_memory(const nlohmann::json& r) {
   const auto& p = m.at("process");
   auto opt = [](const nlohmann::json& v) { return v.is_number() ? fmt_bytes(v.get<double>()) : std::string("n/a"); };
   s += fmt::format("  process: RSS {} now, {} at most (VmRSS/VmHWM; includes code, libraries and caches)\n",
-                   opt(p["rss_bytes"]), opt(p["hwm_bytes"]));
+                   opt(member(p, "rss_bytes")), opt(member(p, "hwm_bytes")));
   return s;
 }
 

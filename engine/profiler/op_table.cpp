@@ -188,7 +188,7 @@ std::string format_op_table(const std::vector<TableRow>& rows, size_t top, bool 
   for (const char* h : {"mean us", "GFLOP", "GFLOP/s", "MB", "GB/s", "FLOP/B"}) t.column(h);
   t.column("bound", TextTable::left);
   t.column("roof");
-  t.column("alloc MB");
+  t.column("alloc MiB");
   if (by_shape) t.column("impl", TextTable::left);
   auto add = [&](const TableRow& r, bool total) {
     std::vector<std::string> c{r.key, r.phase, r.backend};
@@ -221,7 +221,7 @@ std::string format_layer_table(const std::vector<TableRow>& rows, size_t top, co
   t.column(pct_label);
   for (const char* h : {"GFLOP/s", "GB/s"}) t.column(h);
   t.column("bound", TextTable::left);
-  t.column("alloc MB");
+  t.column("alloc MiB");
   auto add = [&](const TableRow& r, bool total) {
     t.row({r.key, r.phase, r.ops, std::to_string(r.calls), fmt_ms(r.per_step_ns), fmt_ms(static_cast<double>(r.self_ns)),
            fmt_pct(r.pct), opt_rate(r.gflops, r.flops > 0), opt_rate(r.gbs, r.bytes > 0), total ? "" : r.bound,

@@ -233,11 +233,18 @@ std::optional<Ceilings> find_ceilings(const nlohmann::json& machine, const std::
   };
   if (!path.empty()) {
     const nlohmann::json file = load_probe(path);  // an explicit path that is broken is an error
-    DUET_CHECK(same_cpu(file["machine"], machine),
-               "probe file '{}' was measured on '{}' ({} CPUs), not on this report's machine '{}' ({} CPUs)", path,
-               file["machine"].value("cpu_model", std::string("?")), file["machine"].value("logical_cpus", 0),
-               machine.value("cpu_model", std::string("?")), machine.value("logical_cpus", 0));
-    auto c = ceilings_in(file, path, device, threads);
+    std::optional<Ceilings> c;
+    try {
+      DUET_CHECK(same_cpu(file["machine"], machine),
+                 "probe file '{}' was measured on '{}' ({} CPUs), not on this report's machine '{}' ({} CPUs)", path,
+                 file["machine"].value("cpu_model", std::string("?")), file["machine"].value("logical_cpus", 0),
+                 machine.value("cpu_model", std::string("?")), machine.value("logical_cpus", 0));
+      c = ceilings_in(file, path, device, threads);
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(fmt::format("probe file '{}' has a field missing or of the wrong type ({}): run `duet probe` to "
+                              "rewrite it",
+                              path, e.what()));
+    }
     if (!c) return say(fmt::format("no probe: '{}' has no measurement of device {}", path, device));
     return c;
   }
@@ -254,6 +261,7 @@ std::optional<Ceilings> find_ceilings(const nlohmann::json& machine, const std::
         auto c = ceilings_in(file, entry.path().string(), device, threads);
         if (c && (!best || c->created > best->created)) best = c;  // ISO-8601 UTC sorts as text
       } catch (const Error&) {  // someone else's broken cache file is not this report's problem
+      } catch (const nlohmann::json::exception&) {
       }
     }
   }

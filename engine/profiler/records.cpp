@@ -87,4 +87,12 @@ OpRecord op_record_from_json(const nlohmann::json& j) {
   return r;
 }
 
+const nlohmann::json& member(const nlohmann::json& j, const std::string& key) {
+  static const nlohmann::json null;
+  if (!j.is_object()) return null;
+  const auto it = j.find(key);
+  return it == j.end() ? null : *it;
+}
+const nlohmann::json& member(const nlohmann::json& j, const char* key) { return member(j, std::string(key)); }
+
 }  // namespace duet::profiler

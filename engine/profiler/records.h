@@ -28,4 +28,10 @@ nlohmann::json to_json(const OpRecord& r);
 // Throws duet::Error naming the missing or mistyped field.
 OpRecord op_record_from_json(const nlohmann::json& j);
 
+// j[key] for code that reads a saved report: null when j is not an object or has no such key.
+// (nlohmann's const operator[] is undefined behaviour for a missing key, and a report read
+// from a file may lack any key.)
+const nlohmann::json& member(const nlohmann::json& j, const char* key);
+const nlohmann::json& member(const nlohmann::json& j, const std::string& key);
+
 }  // namespace duet::profiler

@@ -1,6 +1,7 @@
 #include "engine/profiler/report.h"
 #include <algorithm>
 #include <ctime>
+#include <functional>
 #include <map>
 #include <fmt/format.h>
 #include "engine/error.h"
@@ -173,11 +174,55 @@ void validate_report(const nlohmann::json& r, const std::string& source) {
   const std::string mode = r["timing_mode"].get<std::string>();
   DUET_CHECK(mode == "per-op" || mode == "throughput", "report '{}': timing_mode is '{}', expected per-op or throughput",
              source, mode);
+  DUET_CHECK(member(r["totals"], "device").is_string(), "report '{}': totals.device is {}, expected a device name (\"cpu\")",
+             source, member(r["totals"], "device").dump());
   for (const auto& rec : r["op_records"]) {
     try {
       (void)op_record_from_json(rec);
     } catch (const Error& e) {
       throw Error(fmt::format("report '{}': {}", source, e.what()));
+    }
+  }
+  // Every view of the report, section by section: a field missing or of the wrong type deep
+  // inside a section becomes a duet::Error naming the report and the section here, not a JSON
+  // library exception from whichever view reads it first.
+  PrintOptions none;
+  none.ops = none.steps = none.memory = none.telemetry = false;
+  const std::pair<const char*, std::function<void()>> views[] = {
+      {"\"machine\", \"run_config\", \"roofline\" or \"totals\"", [&] { (void)format_header(r); }},
+      {"\"op_records\"",
+       [&] {
+         PrintOptions p = none;
+         p.ops = p.layers = true;
+         (void)format_report(r, p);
+         (void)report_csv(r, {});
+       }},
+      {"\"phases\" or \"steps\"",
+       [&] {
+         PrintOptions p = none;
+         p.steps = p.per_step = true;
+         (void)format_report(r, p);
+       }},
+      {"\"memory\"",
+       [&] {
+         PrintOptions p = none;
+         p.memory = true;
+         (void)format_report(r, p);
+       }},
+      {"\"telemetry\"",
+       [&] {
+         PrintOptions p = none;
+         p.telemetry = true;
+         (void)format_report(r, p);
+       }},
+  };
+  for (const auto& [section, read] : views) {
+    try {
+      read();
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(fmt::format("report '{}': its {} section has a field missing or of the wrong type ({}): it does not "
+                              "follow {} (docs/profiler.md); re-create it with a profiled run",
+                              source, section, e.what(), kReportSchema));
     }
   }
 }
@@ -232,12 +277,12 @@ std::string format_header(const nlohmann::json& r) {
   const nlohmann::json& m = r.at("machine");
   std::vector<std::string> isa;
   if (m.contains("isa"))
-    for (auto it = m["isa"].begin(); it != m["isa"].end(); ++it)
+    for (auto it = member(m, "isa").begin(); it != member(m, "isa").end(); ++it)
       if (it.value() == true) isa.push_back(it.key());
   s += fmt::format("machine: {} ({}), {} logical CPUs, {} threads used, ISA {}, oneDNN {}", m.value("cpu_model", std::string("?")),
                    m.value("hostname", std::string("?")), m.value("logical_cpus", 0), m.value("threads_used", 0),
                    isa.empty() ? std::string("-") : fmt::format("{}", fmt::join(isa, " ")),
-                   m["onednn"].is_string() ? m["onednn"].get<std::string>() : std::string("n/a"));
+                   member(m, "onednn").is_string() ? member(m, "onednn").get<std::string>() : std::string("n/a"));
   if (m.contains("cuda") && m["cuda"].is_object()) s += fmt::format(", cuda {}", m["cuda"].dump());
   s += "\n";
   const auto c = ceilings_of(r);
@@ -296,9 +341,9 @@ std::string format_report(const nlohmann::json& r, const PrintOptions& o) {
   if (o.telemetry && r.contains("telemetry") && r["telemetry"].is_object()) {
     const auto& tl = r["telemetry"];
     std::vector<std::string> parts;
-    for (const auto& ch : tl["channels"]) {
+    for (const auto& ch : member(tl, "channels")) {
       const std::string name = ch.value("name", std::string("?")), unit = ch.value("unit", std::string());
-      const auto& sm = tl["summary"][name];
+      const auto& sm = member(member(tl, "summary"), name);
       if (!sm.is_object()) {
         parts.push_back(name + " n/a");
         continue;
@@ -309,7 +354,7 @@ std::string format_report(const nlohmann::json& r, const PrintOptions& o) {
         parts.push_back(fmt::format("{} mean {}{} max {}{}", name, fmt_rate(sm.value("mean", 0.0)), unit,
                                     fmt_rate(sm.value("max", 0.0)), unit));
     }
-    s += fmt::format("\ntelemetry ({} samples every {} ms): {}\n", tl["samples"].size(), tl.value("interval_ms", 0),
+    s += fmt::format("\ntelemetry ({} samples every {} ms): {}\n", member(tl, "samples").size(), tl.value("interval_ms", 0),
                      fmt::join(parts, "; "));
   }
   return s;

@@ -1,6 +1,7 @@
 #include "engine/profiler/steps.h"
 #include <algorithm>
 #include <fmt/format.h>
+#include "engine/profiler/records.h"
 #include "engine/profiler/text_table.h"
 
 namespace duet::profiler {
@@ -136,7 +137,7 @@ std::string format_step_breakdown(const nlohmann::json& r, bool per_step) {
   if (n == 0) return "step breakdown: no steps were marked (profiler::step_begin / step_end)\n";
   const bool per_op = mode == "per-op";
   const double step = ph.value("mean_step_ns", 0.0);
-  const bool wall = ph["mean_wall_ns"].is_object();
+  const bool wall = member(ph, "mean_wall_ns").is_object();
   std::string s = fmt::format("step breakdown ({} timing; mean of {} steps)\n", mode, n);
   TextTable t;
   t.column("phase", TextTable::left);
@@ -149,8 +150,8 @@ std::string format_step_breakdown(const nlohmann::json& r, bool per_step) {
   auto pct = [&](double v) { return step > 0 ? fmt_pct(v / step) : std::string("-"); };
   for (Phase p : report_phase_order()) {
     const char* name = phase_name(p);
-    const double o = ph["mean_ops_ns"].value(name, 0.0);
-    const double w = wall ? ph["mean_wall_ns"].value(name, 0.0) : 0.0;
+    const double o = member(ph, "mean_ops_ns").value(name, 0.0);
+    const double w = wall ? member(ph, "mean_wall_ns").value(name, 0.0) : 0.0;
     if (o == 0 && w == 0) continue;
     std::vector<std::string> row{name,
                                  per_op ? fmt_ms(o) : "-", per_op ? pct(o) : "-"};
@@ -176,16 +177,16 @@ std::string format_step_breakdown(const nlohmann::json& r, bool per_step) {
   s += fmt::format("  step time: mean {} ms, median {} ms, min {} ms, max {} ms", fmt_ms(step),
                    fmt_ms(ph.value("median_step_ns", 0.0)), fmt_ms(ph.value("min_step_ns", 0.0)),
                    fmt_ms(ph.value("max_step_ns", 0.0)));
-  if (ph["images_per_s"].is_number())
+  if (member(ph, "images_per_s").is_number())
     s += fmt::format("; {:.0f} images/step; {:.1f} images/s (all images / all step time)",
-                     ph.value("images", 0.0) / static_cast<double>(n), ph["images_per_s"].get<double>());
+                     ph.value("images", 0.0) / static_cast<double>(n), member(ph, "images_per_s").get<double>());
   s += "\n";
   if (!per_op) s += "  (throughput mode: no per-op events, so no ops column; wall times come from phase marks)\n";
   if (per_step && r.contains("steps")) {
     // Only the phases that occur at all (comm is empty without data parallelism).
     std::vector<Phase> used;
     for (Phase p : report_phase_order())
-      if (ph["mean_ops_ns"].value(phase_name(p), 0.0) > 0 || (wall && ph["mean_wall_ns"].value(phase_name(p), 0.0) > 0))
+      if (member(ph, "mean_ops_ns").value(phase_name(p), 0.0) > 0 || (wall && member(ph, "mean_wall_ns").value(phase_name(p), 0.0) > 0))
         used.push_back(p);
     TextTable st;
     st.column("step");
@@ -195,13 +196,13 @@ std::string format_step_breakdown(const nlohmann::json& r, bool per_step) {
     st.column("untracked");
     st.column("live MiB");
     st.column("peak MiB");
-    for (const auto& b : r["steps"]) {
-      const nlohmann::json& src = per_op ? b["ops_ns"] : b["wall_ns"];
+    for (const auto& b : member(r, "steps")) {
+      const nlohmann::json& src = per_op ? member(b, "ops_ns") : member(b, "wall_ns");
       std::vector<std::string> row{std::to_string(b.value("step", int64_t{0})), fmt_ms(b.value("dur_ns", 0.0)),
                                    std::to_string(b.value("images", int64_t{0}))};
       for (Phase p : used) row.push_back(src.is_object() ? fmt_ms(src.value(phase_name(p), 0.0)) : "-");
       row.push_back(per_op ? fmt_ms(b.value("untracked_ns", 0.0)) : "-");
-      const auto& mem = b["memory"];
+      const auto& mem = member(b, "memory");
       const nlohmann::json m = mem.is_array() && !mem.empty() ? mem.back() : nlohmann::json::object();
       row.push_back(fmt_mib(m.value("current", 0.0)));
       row.push_back(fmt_mib(m.value("peak", 0.0)));

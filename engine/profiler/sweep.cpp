@@ -2,6 +2,7 @@
 #include <charconv>
 #include <fmt/format.h>
 #include "engine/error.h"
+#include "engine/profiler/records.h"
 #include "engine/profiler/text_table.h"
 
 namespace duet::profiler {
@@ -28,7 +29,7 @@ SweepPoint sweep_point_from_report(int64_t batch, const nlohmann::json& r) {
   p.batch = batch;
   const auto& ph = r.at("phases");
   p.steps = ph.value("steps", int64_t{0});
-  if (ph["images_per_s"].is_number()) p.images_per_s = ph["images_per_s"].get<double>();
+  if (member(ph, "images_per_s").is_number()) p.images_per_s = member(ph, "images_per_s").get<double>();
   if (p.steps > 0) p.median_step_ms = ph.value("median_step_ns", 0.0) * 1e-6;
   const std::string dev = r.at("totals").value("device", std::string("cpu"));
   for (const auto& d : r.at("memory").at("devices"))
@@ -60,20 +61,22 @@ nlohmann::json sweep_json(const nlohmann::json& run_config, const std::vector<Sw
 }
 
 std::vector<SweepPoint> sweep_points_from_json(const nlohmann::json& j) {
-  DUET_CHECK(j.is_object() && j.value("schema", std::string()) == "duet.sweep/1",
-             "not a sweep document: expected \"schema\": \"duet.sweep/1\"");
-  DUET_CHECK(j.contains("points") && j["points"].is_array(), "sweep document lacks its \"points\" array");
+  DUET_CHECK(member(j, "schema") == "duet.sweep/1", "not a sweep document: expected \"schema\": \"duet.sweep/1\"");
+  DUET_CHECK(member(j, "points").is_array(), "sweep document lacks its \"points\" array");
   std::vector<SweepPoint> out;
   for (const auto& q : j["points"]) {
+    DUET_CHECK(q.is_object(), "sweep document: point {} is a JSON {}, expected an object", out.size(), q.type_name());
     SweepPoint p;
-    p.batch = q.value("batch", int64_t{0});
-    p.steps = q.value("steps", int64_t{0});
-    if (q["images_per_s"].is_number()) p.images_per_s = q["images_per_s"].get<double>();
-    if (q["median_step_ms"].is_number()) p.median_step_ms = q["median_step_ms"].get<double>();
-    if (q["peak_bytes"].is_number()) p.peak_bytes = q["peak_bytes"].get<int64_t>();
-    p.timing_mode = q.value("timing_mode", std::string());
-    if (q["error"].is_string()) p.error = q["error"].get<std::string>();
-    if (q["report"].is_string()) p.report_path = q["report"].get<std::string>();
+    DUET_CHECK(member(q, "batch").is_number_integer() && member(q, "steps").is_number_integer(),
+               "sweep document: point {} lacks an integer \"batch\" or \"steps\"", out.size());
+    p.batch = q["batch"].get<int64_t>();
+    p.steps = q["steps"].get<int64_t>();
+    if (member(q, "images_per_s").is_number()) p.images_per_s = member(q, "images_per_s").get<double>();
+    if (member(q, "median_step_ms").is_number()) p.median_step_ms = member(q, "median_step_ms").get<double>();
+    if (member(q, "peak_bytes").is_number()) p.peak_bytes = member(q, "peak_bytes").get<int64_t>();
+    if (member(q, "timing_mode").is_string()) p.timing_mode = q["timing_mode"].get<std::string>();
+    if (member(q, "error").is_string()) p.error = member(q, "error").get<std::string>();
+    if (member(q, "report").is_string()) p.report_path = member(q, "report").get<std::string>();
     out.push_back(p);
   }
   return out;
