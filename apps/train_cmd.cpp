@@ -28,6 +28,12 @@ void add_optim_options(CLI::App& cmd, TrainConfig& c) {
   cmd.add_option("--weight-decay", o.weight_decay, "Weight decay (default: 5e-4 sgd, 0 adam, 0.01 adamw)")
       ->check(CLI::Range(0.0, 1.0))
       ->group(g);
+  cmd.add_option("--amp", c.amp,
+                 "Mixed precision: bf16 or fp16 convolutions and matmuls with f32 master weights; fp16 adds dynamic "
+                 "loss scaling (steps whose gradients overflow are skipped)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"off", "bf16", "fp16"}))
+      ->group(g);
   cmd.add_option("--label-smoothing", o.label_smoothing, "Label smoothing of the cross-entropy loss (0.1 is usual)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 0.99))
@@ -117,6 +123,8 @@ const char* kTrainFooter = R"(Examples:
       --epochs 15 --batch 128 --lr 0.2 --nesterov --schedule onecycle --label-smoothing 0.1 \
       --checkpoint cifar.safetensors --log cifar.jsonl
   duet train ... --resume cifar.safetensors            continue a stopped run (same options)
+  duet train --model resnet18_cifar --dataset cifar10 --data ../shared/data/cifar10 --device cuda --amp bf16
+      mixed precision (fp16: --amp fp16, with dynamic loss scaling)
   duet train --model resnet18 --dataset folder --data ../shared/data/cats_dogs --image-size 64 \
       --init-from resnet18.safetensors --freeze-backbone --epochs 3
 Global options (--device, --backend, --threads, --seed) may also come before `train`.

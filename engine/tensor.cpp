@@ -448,7 +448,9 @@ void Tensor::copy_(const Tensor& src) const {
   BackendImpl& be = copy_backend(s, *this);
   const bool cross = s.device() != device();
   profiler::PhaseGuard phase(cross ? Phase::copy : profiler::current_phase());
-  profiler::OpScope scope(cross ? "copy.device" : "copy", be.kind(), {&s}, [&] { return cost::elementwise({&s}, {this}, 0); });
+  // A dtype change on one device is a cast: its own row in the profiler (autocast's casts show there).
+  const char* name = cross ? "copy.device" : s.dtype() != dtype() ? "cast" : "copy";
+  profiler::OpScope scope(name, be.kind(), {&s}, [&] { return cost::elementwise({&s}, {this}, 0); });
   be.copy(s, *this);
 }
 

@@ -1,6 +1,6 @@
 // Host-side logic of the CUDA backend, checked without a GPU in every CI run: the index arithmetic
 // and kernel maths the .cu files call (same functions, run on the CPU here against the textbook
-// formulas), the launch configuration, the convolution-algorithm cache key, the loss scaler, NVML
+// formulas), the launch configuration, the convolution-algorithm cache key, NVML
 // telemetry's absent values, and the errors users get when no GPU or driver is present.
 #include <gtest/gtest.h>
 
@@ -18,7 +18,6 @@
 #include "backends/cuda/device.h"
 #include "backends/cuda/indexing.h"
 #include "backends/cuda/kernel_math.h"
-#include "backends/cuda/loss_scaler.h"
 #include "backends/cuda/nvml_telemetry.h"
 #include "backends/cuda/selftest.h"
 #include "backends/registry.h"
@@ -356,66 +355,6 @@ TEST(CudaHostConvKey, EqualityHashAndCache) {
   EXPECT_EQ(cache.hits(), 1);
   EXPECT_EQ(cache.misses(), 1);
   EXPECT_EQ(cache.size(), 1u);
-}
-
-// ---- loss scaling --------------------------------------------------------------------------------
-TEST(CudaHostLossScaler, BacksOffOnInfAndGrowsAfterInterval) {
-  LossScaler::Options o;
-  o.init_scale = 1024;
-  o.growth_interval = 3;
-  LossScaler s(o);
-  EXPECT_EQ(s.scale(), 1024);
-  EXPECT_FALSE(s.update(true));  // overflow: skip the step, halve
-  EXPECT_EQ(s.scale(), 512);
-  EXPECT_EQ(s.skipped_steps(), 1);
-  EXPECT_TRUE(s.update(false));
-  EXPECT_TRUE(s.update(false));
-  EXPECT_EQ(s.scale(), 512);
-  EXPECT_EQ(s.growth_tracker(), 2);
-  EXPECT_TRUE(s.update(false));  // third clean step in a row: double
-  EXPECT_EQ(s.scale(), 1024);
-  EXPECT_EQ(s.growth_tracker(), 0);
-  EXPECT_TRUE(s.update(false));
-  EXPECT_FALSE(s.update(true));  // an overflow resets the run of clean steps
-  EXPECT_EQ(s.scale(), 512);
-  EXPECT_EQ(s.growth_tracker(), 0);
-  EXPECT_DOUBLE_EQ(s.inv_scale(), 1.0 / 512);
-}
-
-TEST(CudaHostLossScaler, DefaultsAndLimits) {
-  LossScaler s;
-  EXPECT_EQ(s.scale(), 65536.0);
-  EXPECT_EQ(s.options().growth_factor, 2.0);
-  EXPECT_EQ(s.options().backoff_factor, 0.5);
-  EXPECT_EQ(s.options().growth_interval, 2000);
-  LossScaler::Options huge;
-  huge.init_scale = std::numeric_limits<double>::max();
-  huge.growth_interval = 1;
-  LossScaler h(huge);
-  h.update(false);
-  EXPECT_TRUE(std::isfinite(h.scale()));  // never grows to infinity
-  LossScaler::Options off;
-  off.enabled = false;
-  LossScaler d(off);
-  EXPECT_EQ(d.scale(), 1.0);
-  EXPECT_TRUE(d.update(true));
-  EXPECT_THROW(LossScaler(LossScaler::Options{0.0, 2.0, 0.5, 2000, true}), Error);
-  EXPECT_THROW(LossScaler(LossScaler::Options{1.0, 2.0, 1.5, 2000, true}), Error);
-}
-
-TEST(CudaHostLossScaler, UnscalesGradientsAndDetectsOverflow) {
-  Tensor w = Tensor::ones({4}, TensorOptions().with_grad(true));
-  LossScaler::Options o;
-  o.init_scale = 8;
-  LossScaler s(o);
-  s.scale_loss(sum(mul(w, 3.0))).backward();
-  EXPECT_EQ(w.grad().to_vector<float>(), std::vector<float>(4, 24.0f));
-  EXPECT_FALSE(s.unscale_grads({w}));
-  EXPECT_EQ(w.grad().to_vector<float>(), std::vector<float>(4, 3.0f));
-  w.set_grad(Tensor::from_vector<float>({1.0f, INFINITY, 0.0f, 2.0f}, {4}));
-  EXPECT_TRUE(s.unscale_grads({w}));
-  w.set_grad(Tensor::from_vector<float>({1.0f, NAN, 0.0f, 2.0f}, {4}));
-  EXPECT_TRUE(s.unscale_grads({w}));
 }
 
 // ---- errors, discovery and telemetry without a GPU -------------------------------------------------

@@ -77,6 +77,11 @@ void check_float(const char* op, const char* arg, const Tensor& t) {
              "{} on backend 'cuda': argument '{}' has dtype {}, expected f32 or f64", op, arg, dtype_name(t.dtype()));
 }
 
+void check_float_or_half(const char* op, const char* arg, const Tensor& t) {
+  DUET_CHECK(is_floating(t.dtype()), "{} on backend 'cuda': argument '{}' has dtype {}, expected f32, f64, f16 or bf16", op,
+             arg, dtype_name(t.dtype()));
+}
+
 void check_on(const char* op, const char* arg, const Tensor& t, int device) {
   DUET_CHECK(t.device() == Device::cuda(device), "{} on backend 'cuda': argument '{}' is on {}, expected cuda:{}", op, arg,
              t.device().str(), device);

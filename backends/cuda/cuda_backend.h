@@ -74,6 +74,8 @@ private:
 
 // Argument checks the front-ends do not make because they depend on this backend's limits.
 void check_float(const char* op, const char* arg, const Tensor& t);
+// conv2d, matmul and linear also take f16 and bf16 (autocast).
+void check_float_or_half(const char* op, const char* arg, const Tensor& t);
 void check_on(const char* op, const char* arg, const Tensor& t, int device);
 
 // Offset calculator for `shape` walked through each operand's strides; throws when more than

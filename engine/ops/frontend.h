@@ -4,6 +4,7 @@
 #pragma once
 #include <initializer_list>
 #include <string>
+#include "engine/autocast.h"
 #include "engine/autograd.h"
 #include "engine/backend.h"
 #include "engine/functional.h"
@@ -16,6 +17,9 @@ inline BackendImpl& backend_of(const Tensor& t) { return backend(t.backend()); }
 
 void check_defined(const char* op, const char* arg, const Tensor& t);
 void check_float(const char* op, const char* arg, const Tensor& t);  // f32 or f64
+// f32, f64, f16 or bf16: the GEMM-heavy ops (conv2d, linear, matmul) also run in the two
+// mixed-precision dtypes (engine/autocast.h); every other op takes f32 or f64 only.
+void check_float_or_half(const char* op, const char* arg, const Tensor& t);
 void check_dtype(const char* op, const char* arg, const Tensor& t, DType expected);
 void check_same(const char* op, const char* arg, const Tensor& t, const char* ref_arg, const Tensor& ref);  // device + dtype
 void check_dim(const char* op, const char* arg, const Tensor& t, int64_t ndim);
