@@ -106,6 +106,10 @@ void add_run_options(CLI::App& cmd, TrainConfig& c) {
       ->capture_default_str()
       ->check(CLI::IsMember({"per-op", "throughput"}))
       ->group(o);
+  cmd.add_flag("--profile-sync", c.profile_sync,
+               "With --profile on CUDA: synchronise around every op and time it on the host clock, instead of CUDA "
+               "events resolved once per step")
+      ->group(o);
   cmd.add_option("--stop-after-minutes", c.stop_after_minutes,
                  "Stop once this much training time has passed (the epoch is cut short and evaluated)")
       ->check(CLI::Range(0.0, 1e9))
@@ -144,6 +148,7 @@ Command add_train_command(CLI::App& app, GlobalOptions& g) {
             TrainConfig cfg = *c;
             cfg.profile = cmd->count("--profile") > 0;
             DUET_CHECK(cfg.trace_path.empty() || cfg.profile, "--trace needs --profile");
+            DUET_CHECK(!cfg.profile_sync || cfg.profile, "--profile-sync needs --profile");
             run_training(cfg, g, out);
             return 0;
           }};

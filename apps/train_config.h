@@ -56,6 +56,7 @@ struct TrainConfig {
   // fp16 adds dynamic loss scaling). See docs/training.md.
   std::string amp = "off";
   bool profile = false;
+  bool profile_sync = false;  // per-op profile of CUDA: synchronise per op instead of CUDA events
   std::string profile_path, trace_path;
   std::string profile_mode = "per-op";  // per-op | throughput
   double stop_after_minutes = 0;        // > 0: stop once this much training time has passed

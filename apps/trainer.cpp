@@ -390,7 +390,8 @@ TrainResult run_training(const TrainConfig& c0, const GlobalOptions& g, std::ost
     DUET_CHECK(c.profile_mode == "per-op" || c.profile_mode == "throughput",
                "--profile-mode {}: expected per-op or throughput", c.profile_mode);
     start_profile({.mode = c.profile_mode == "per-op" ? TimingMode::per_op : TimingMode::throughput,
-                   .device = env.device});
+                   .device = env.device,
+                   .sync_per_op = c.profile_sync});
   }
   TrainResult r = trainer.fit();
   const int64_t images = [&] {

@@ -38,9 +38,10 @@ size_t cuda_release_cached(int device = -1);
 namespace duet::cuda {
 
 // Opened at the top of every op: checks that `t` lives on a CUDA device that exists, makes that
-// device current and hands out its stream and handles. While the profiler records, the op waits
-// for its kernels on the way out, so the profiler's host-side timestamps measure GPU time rather
-// than launch time.
+// device current and hands out its stream and handles. While the profiler records with
+// profiler::sync_per_op() (--profile-sync), the op waits for its kernels on the way out, so the
+// host-side timestamps measure GPU time rather than launch time; otherwise the profiler times ops
+// with CUDA events (event_timer.h) and nothing waits here.
 class OpGuard {
 public:
   OpGuard(const char* op, const Tensor& t);
