@@ -80,7 +80,7 @@ DeviceTimer* timer_for(Backend b) {
   return g_sync_per_op.load(std::memory_order_relaxed) ? nullptr : g_timers[static_cast<int>(b)].load();
 }
 
-// Turns the device markers of b's events recorded since the last resolution into timestamps.
+// Turns the device markers of the events recorded in b since the last resolution into timestamps.
 void resolve_markers(ThreadBuffer& b) {
   if (b.unresolved_from >= b.events.size()) return;
   for (int k = 0; k < kNumBackends; ++k) {
@@ -99,9 +99,10 @@ void resolve_markers(ThreadBuffer& b) {
     const std::vector<int64_t> ns = t->resolve(ids);
     for (size_t j = 0; j < which.size(); ++j) {
       OpEvent& e = b.events[which[j]];
+      e.device_begin = e.device_end = -1;
+      if (ns[2 * j] < 0 || ns[2 * j + 1] < 0) continue;  // markers lost: keep the host-clock times
       e.start_ns = ns[2 * j];
       e.end_ns = std::max(ns[2 * j + 1], e.start_ns);
-      e.device_begin = e.device_end = -1;
       e.device_timed = true;
     }
   }

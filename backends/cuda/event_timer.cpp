@@ -61,6 +61,10 @@ public:
     for (int64_t id : ids) {
       PerDevice& p = per_device(static_cast<int>(id >> 32));
       const int slot = static_cast<int>(id & 0xffffffff);
+      if (!p.timeline.is_pending(slot)) {  // discarded by profiler::clear() while its op ran
+        ns.push_back(-1);
+        continue;
+      }
       float ms = 0;
       DUET_CUDA_CHECK(cudaEventElapsedTime(&ms, p.events[static_cast<size_t>(p.timeline.reference_of(slot))],
                                            p.events[static_cast<size_t>(slot)]),

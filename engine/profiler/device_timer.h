@@ -27,7 +27,8 @@ public:
   // when none could be recorded (no device). Never throws: OpScope calls it from its destructor.
   virtual int64_t mark(Device d) noexcept = 0;
   // Waits for the markers `ids` to be reached and returns each one's time on the host clock
-  // (profiler::now_ns()), in order; those markers are recycled. At most one wait per device.
+  // (profiler::now_ns()), in order; those markers are recycled. At most one wait per device. An
+  // id the timer no longer knows (discarded meanwhile) gives -1.
   virtual std::vector<int64_t> resolve(const std::vector<int64_t>& ids) = 0;
   // Markers recorded and not yet resolved.
   virtual size_t pending() const = 0;
