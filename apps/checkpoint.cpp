@@ -41,6 +41,7 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
                 {"generator_offset", std::to_string(s.generator_offset)},
                 {"config", s.config.dump()},
                 {"metrics", s.metrics.dump()}};
+  if (!s.grad_scaler.is_null()) meta.emplace("grad_scaler", s.grad_scaler.dump());
   save_safetensors(path, tensors, meta);
 }
 
@@ -80,6 +81,7 @@ Checkpoint read_checkpoint(const std::string& path) {
   try {
     c.state.config = nlohmann::json::parse(m.at("config"));
     if (m.count("metrics")) c.state.metrics = nlohmann::json::parse(m.at("metrics"));
+    if (m.count("grad_scaler")) c.state.grad_scaler = nlohmann::json::parse(m.at("grad_scaler"));
   } catch (const std::exception& e) {
     throw Error(fmt::format("checkpoint '{}': its configuration is not valid JSON ({})", path, e.what()));
   }

@@ -1,6 +1,7 @@
 // Training checkpoints: one safetensors file holding the model ("model.<name>": parameters and
 // buffers), the optimizer state ("optimizer.<name>") and, in the metadata, where the run stands
-// (epochs and steps done, the random generator's seed and offset) and its configuration. Written
+// (epochs and steps done, the random generator's seed and offset, the fp16 loss scale) and its
+// configuration. Written
 // atomically by engine/serialize.h: a crash mid-write leaves the previous checkpoint intact.
 #pragma once
 #include <cstdint>
@@ -23,6 +24,9 @@ struct CheckpointState {
   uint64_t generator_seed = 0, generator_offset = 0;  // default_generator() after those steps
   nlohmann::json config;   // the run's TrainConfig (model, data, optimizer, schedule)
   nlohmann::json metrics;  // the last epoch's metrics
+  // The fp16 loss scaler's state ({"scale", "growth_tracker", "skipped_steps"}); null when the run
+  // has no scaler (f32 or bf16), so files of those runs are unchanged.
+  nlohmann::json grad_scaler;
 };
 
 struct Checkpoint {

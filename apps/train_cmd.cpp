@@ -28,6 +28,12 @@ void add_optim_options(CLI::App& cmd, TrainConfig& c) {
   cmd.add_option("--weight-decay", o.weight_decay, "Weight decay (default: 5e-4 sgd, 0 adam, 0.01 adamw)")
       ->check(CLI::Range(0.0, 1.0))
       ->group(g);
+  cmd.add_option("--amp", c.amp,
+                 "Mixed precision: bf16 or fp16 convolutions and matmuls with f32 master weights; fp16 adds dynamic "
+                 "loss scaling (steps whose gradients overflow are skipped)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"off", "bf16", "fp16"}))
+      ->group(g);
   cmd.add_option("--label-smoothing", o.label_smoothing, "Label smoothing of the cross-entropy loss (0.1 is usual)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 0.99))
@@ -100,6 +106,10 @@ void add_run_options(CLI::App& cmd, TrainConfig& c) {
       ->capture_default_str()
       ->check(CLI::IsMember({"per-op", "throughput"}))
       ->group(o);
+  cmd.add_flag("--profile-sync", c.profile_sync,
+               "With --profile on CUDA: synchronise around every op and time it on the host clock, instead of CUDA "
+               "events resolved once per step")
+      ->group(o);
   cmd.add_option("--stop-after-minutes", c.stop_after_minutes,
                  "Stop once this much training time has passed (the epoch is cut short and evaluated)")
       ->check(CLI::Range(0.0, 1e9))
@@ -117,6 +127,8 @@ const char* kTrainFooter = R"(Examples:
       --epochs 15 --batch 128 --lr 0.2 --nesterov --schedule onecycle --label-smoothing 0.1 \
       --checkpoint cifar.safetensors --log cifar.jsonl
   duet train ... --resume cifar.safetensors            continue a stopped run (same options)
+  duet train --model resnet18_cifar --dataset cifar10 --data ../shared/data/cifar10 --device cuda --amp bf16
+      mixed precision (fp16: --amp fp16, with dynamic loss scaling)
   duet train --model resnet18 --dataset folder --data ../shared/data/cats_dogs --image-size 64 \
       --init-from resnet18.safetensors --freeze-backbone --epochs 3
 Global options (--device, --backend, --threads, --seed) may also come before `train`.
@@ -136,6 +148,7 @@ Command add_train_command(CLI::App& app, GlobalOptions& g) {
             TrainConfig cfg = *c;
             cfg.profile = cmd->count("--profile") > 0;
             DUET_CHECK(cfg.trace_path.empty() || cfg.profile, "--trace needs --profile");
+            DUET_CHECK(!cfg.profile_sync || cfg.profile, "--profile-sync needs --profile");
             run_training(cfg, g, out);
             return 0;
           }};

@@ -73,7 +73,8 @@ nlohmann::json to_json(const TrainConfig& c) {
           {"batch", c.batch},
           {"seed", c.seed},
           {"init_from", c.init_from},
-          {"freeze_backbone", c.freeze_backbone}};
+          {"freeze_backbone", c.freeze_backbone},
+          {"amp", c.amp}};
 }
 
 TrainConfig train_config_from_json(const nlohmann::json& j) {
@@ -85,6 +86,7 @@ TrainConfig train_config_from_json(const nlohmann::json& j) {
   c.seed = j.value("seed", c.seed);
   c.init_from = j.value("init_from", c.init_from);
   c.freeze_backbone = j.value("freeze_backbone", c.freeze_backbone);
+  c.amp = j.value("amp", c.amp);
   if (j.contains("optim")) {
     const nlohmann::json& o = j["optim"];
     OptimConfig& p = c.optim;

@@ -52,7 +52,11 @@ struct TrainConfig {
   std::string init_from;   // weights to start from (transfer learning)
   bool freeze_backbone = false;
   std::string log;  // JSONL, one object per epoch (a new run starts it afresh, a resumed one appends)
+  // Mixed precision: off | bf16 | fp16 (autocast of conv/linear/matmul with f32 master weights;
+  // fp16 adds dynamic loss scaling). See docs/training.md.
+  std::string amp = "off";
   bool profile = false;
+  bool profile_sync = false;  // per-op profile of CUDA: synchronise per op instead of CUDA events
   std::string profile_path, trace_path;
   std::string profile_mode = "per-op";  // per-op | throughput
   double stop_after_minutes = 0;        // > 0: stop once this much training time has passed

@@ -11,6 +11,7 @@
 #include "apps/progress.h"
 #include "apps/profile_cmds.h"
 #include "datasets/loader.h"
+#include "engine/autocast.h"
 #include "engine/autograd.h"
 #include "engine/backend.h"
 #include "engine/functional.h"
@@ -35,6 +36,22 @@ std::string with_commas(int64_t v) {
 }
 
 std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1024.0 * 1024.0)); }
+
+// --amp: the autocast dtype (none for "off") and the loss scaler, which only fp16 needs.
+std::optional<DType> amp_dtype(const std::string& amp) {
+  if (amp == "off") return std::nullopt;
+  if (amp == "bf16") return DType::bf16;
+  if (amp == "fp16") return DType::f16;
+  throw Error(fmt::format("--amp {}: expected off, bf16 or fp16", amp));
+}
+
+// Autocast for the scope of a forward pass when the run uses mixed precision.
+struct AmpScope {
+  std::optional<AutocastGuard> guard;
+  explicit AmpScope(std::optional<DType> low) {
+    if (low) guard.emplace(*low);
+  }
+};
 }  // namespace
 
 nlohmann::json EpochMetrics::to_json() const {
@@ -49,11 +66,20 @@ nlohmann::json EpochMetrics::to_json() const {
           {"epoch_seconds", epoch_seconds},
           {"eval_seconds", eval_seconds},
           {"train_seconds", train_seconds},
-          {"peak_memory_bytes", peak_memory_bytes}};
+          {"peak_memory_bytes", peak_memory_bytes},
+          {"amp", amp},
+          {"skipped_steps", skipped_steps},
+          {"loss_scale", loss_scale}};
 }
 
 Trainer::Trainer(TrainConfig config, RunEnv env, TrainData data, std::shared_ptr<nn::Module> model, std::ostream& out)
-    : c_(std::move(config)), env_(env), data_(std::move(data)), model_(std::move(model)), out_(out) {
+    : c_(std::move(config)),
+      env_(env),
+      data_(std::move(data)),
+      model_(std::move(model)),
+      out_(out),
+      amp_(amp_dtype(c_.amp)),
+      scaler_(optim::GradScaler::Options{.enabled = c_.amp == "fp16"}) {
   DUET_CHECK(c_.epochs >= 1 && c_.batch >= 1, "--epochs {} and --batch {}: expected positive numbers", c_.epochs, c_.batch);
   format_ = input_memory_format(c_.data.memory_format, env_);
   model_->to(env_.device);
@@ -112,6 +138,13 @@ void Trainer::resume_from(const std::string& path) {
              path, ck.state.step, ck.state.epoch, steps_per_epoch_);
   load_state_dict(*model_, ck.model, true);
   opt_->load_state_tensors(ck.optimizer);
+  // fp16: continue with the loss scale the run had reached (a new scaler would start at 2^16 and
+  // skip steps the uninterrupted run did not).
+  if (scaler_.enabled() && !ck.state.grad_scaler.is_null()) {
+    const nlohmann::json& g = ck.state.grad_scaler;
+    scaler_.load_state({g.at("scale").get<double>(), g.at("growth_tracker").get<int64_t>(),
+                        g.at("skipped_steps").get<int64_t>()});
+  }
   start_epoch_ = ck.state.epoch;
   step_ = ck.state.step;
   default_generator().seed = ck.state.generator_seed;
@@ -134,6 +167,10 @@ void Trainer::write_checkpoint(int64_t epochs_done, const EpochMetrics& m) {
   s.generator_offset = default_generator().offset;
   s.config = checkpoint_config();
   s.metrics = m.to_json();
+  if (scaler_.enabled()) {
+    const optim::GradScaler::State g = scaler_.state();
+    s.grad_scaler = {{"scale", g.scale}, {"growth_tracker", g.growth_tracker}, {"skipped_steps", g.skipped_steps}};
+  }
   save_checkpoint(c_.checkpoint, *model_, opt_.get(), s);
   last_checkpoint_ = c_.checkpoint;
   last_checkpoint_epoch_ = epochs_done;
@@ -191,6 +228,7 @@ TrainResult Trainer::fit() {
     progress.begin_epoch(epoch, c_.epochs, static_cast<int64_t>(batches.size()));
     double loss_sum = 0;
     int64_t correct = 0, seen = 0;
+    const int64_t skipped_before = scaler_.skipped_steps();
     const auto t0 = Clock::now();
     for (size_t k = 0; k < batches.size(); ++k) {
       const double lr = schedule_->lr_at(step_);
@@ -208,6 +246,7 @@ TrainResult Trainer::fit() {
       Tensor logits, loss;
       {
         profiler::PhaseGuard phase(Phase::forward);
+        const AmpScope amp(amp_);
         logits = (*model_)(x);
         loss = cross_entropy(logits, y, c_.optim.label_smoothing);
       }
@@ -218,8 +257,10 @@ TrainResult Trainer::fit() {
         stop_on_bad_loss(loss_v, epoch, static_cast<int64_t>(k));
       }
       opt_->zero_grad();
-      loss.backward();
-      opt_->step();
+      // fp16: backward from the scaled loss; the scaler unscales the f32 master gradients and
+      // skips the optimizer step when one overflowed. Otherwise these are backward() and step().
+      scaler_.scale_loss(loss).backward();
+      scaler_.step(*opt_);
       profiler::step_end();
 
       loss_sum += loss_v * static_cast<double>(n);
@@ -249,14 +290,25 @@ TrainResult Trainer::fit() {
     m.epoch_seconds = secs;
     m.train_seconds = train_seconds;
     m.peak_memory_bytes = alloc.stats().peak;
-    const EvalResult ev = evaluate(*model_, *data_.test, data_.eval_pipeline, eval_setup);
+    m.amp = c_.amp;
+    m.skipped_steps = scaler_.skipped_steps() - skipped_before;
+    m.loss_scale = scaler_.scale();
+    const EvalResult ev = [&] {
+      const AmpScope amp(amp_);  // evaluate the model as it trains
+      return evaluate(*model_, *data_.test, data_.eval_pipeline, eval_setup);
+    }();
     m.test_loss = ev.loss;
     m.test_accuracy = ev.accuracy;
     m.eval_seconds = ev.seconds;
+    const std::string amp_note =
+        !amp_ ? ""
+        : scaler_.enabled()
+            ? fmt::format("  amp fp16 (scale {:g}, {} step{} skipped)", m.loss_scale, m.skipped_steps, m.skipped_steps == 1 ? "" : "s")
+            : fmt::format("  amp {}", c_.amp);
     out_ << fmt::format("epoch {}/{}  loss {:.4f}  train acc {:5.1f}%  test loss {:.4f}  test acc {:5.2f}%  {:.0f} img/s  "
-                        "{:.2f} s  lr {:.4g}  peak {}{}\n",
+                        "{:.2f} s  lr {:.4g}  peak {}{}{}\n",
                         m.epoch, c_.epochs, m.train_loss, 100.0 * m.train_accuracy, m.test_loss, 100.0 * m.test_accuracy,
-                        m.images_per_s, secs, m.lr, mib(m.peak_memory_bytes),
+                        m.images_per_s, secs, m.lr, mib(m.peak_memory_bytes), amp_note,
                         result.stopped_early ? "  (time budget reached mid-epoch)" : "")
          << std::flush;
     // The checkpoint of an epoch cut short would resume at the wrong step; write only whole ones.
@@ -306,7 +358,7 @@ TrainResult run_training(const TrainConfig& c0, const GlobalOptions& g, std::ost
   Trainer trainer(c, env, std::move(data), model, out);
   trainer.progress_bar = &out == &std::cout && stdout_is_terminal();
   out << fmt::format("device {} | backend {} | threads {} | input {} | optimizer {}{} wd {:g}{} | batch {} | epochs {} | "
-                     "seed {}\n",
+                     "seed {}{}\n",
                      env.device.str(), backend_name(env.backend), env.threads,
                      memory_format_label(input_memory_format(c.data.memory_format, env)), c.optim.optimizer,
                      c.optim.optimizer == "sgd" ? fmt::format(" momentum {:g}{}", c.optim.momentum,
@@ -314,7 +366,7 @@ TrainResult run_training(const TrainConfig& c0, const GlobalOptions& g, std::ost
                                                 : "",
                      c.optim.resolved_weight_decay(),
                      c.optim.label_smoothing > 0 ? fmt::format(" label smoothing {:g}", c.optim.label_smoothing) : "",
-                     c.batch, c.epochs, c.seed);
+                     c.batch, c.epochs, c.seed, c.amp == "off" ? "" : fmt::format(" | amp {}", c.amp));
   out << fmt::format("lr schedule {} | {} steps per epoch\n", trainer.schedule().describe(), trainer.steps_per_epoch())
       << busy_machine_note(env.threads) << std::flush;
 
@@ -332,12 +384,14 @@ TrainResult run_training(const TrainConfig& c0, const GlobalOptions& g, std::ost
                                   {"device", env.device.str()},
                                   {"backend", backend_name(env.backend)},
                                   {"threads", env.threads},
-                                  {"seed", c.seed}};
+                                  {"seed", c.seed},
+                                  {"amp", c.amp}};
   if (c.profile) {
     DUET_CHECK(c.profile_mode == "per-op" || c.profile_mode == "throughput",
                "--profile-mode {}: expected per-op or throughput", c.profile_mode);
     start_profile({.mode = c.profile_mode == "per-op" ? TimingMode::per_op : TimingMode::throughput,
-                   .device = env.device});
+                   .device = env.device,
+                   .sync_per_op = c.profile_sync});
   }
   TrainResult r = trainer.fit();
   const int64_t images = [&] {

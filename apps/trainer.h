@@ -1,12 +1,14 @@
 // The training loop: epochs of shuffled batches from the loader, forward, loss (with label
 // smoothing), backward and the optimizer step at the schedule's learning rate; evaluation, metrics,
 // a JSONL log line and an atomic checkpoint after every epoch; exact resume; a stop with a clear
-// message when the loss stops being finite. The profiler marks each step and phase.
+// message when the loss stops being finite; mixed precision (--amp: autocast, and dynamic loss
+// scaling for fp16). The profiler marks each step and phase.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 #include <nlohmann/json.hpp>
@@ -15,6 +17,7 @@
 #include "apps/train_config.h"
 #include "apps/train_data.h"
 #include "engine/nn/module.h"
+#include "engine/optim/grad_scaler.h"
 
 namespace duet::optim {
 class Optimizer;
@@ -39,6 +42,9 @@ struct EpochMetrics {
   double images_per_s = 0, epoch_seconds = 0, eval_seconds = 0;
   double train_seconds = 0;  // training time of the whole run so far (resumed runs included)
   int64_t peak_memory_bytes = 0;
+  std::string amp = "off";     // --amp
+  int64_t skipped_steps = 0;   // fp16: optimizer steps of this epoch skipped for inf/NaN gradients
+  double loss_scale = 1.0;     // fp16: the loss scale at the end of the epoch
   nlohmann::json to_json() const;
 };
 
@@ -66,6 +72,7 @@ public:
 
   nn::Module& model() { return *model_; }
   optim::Optimizer& optimizer() { return *opt_; }
+  const optim::GradScaler& grad_scaler() const { return scaler_; }
   const LrSchedule& schedule() const { return *schedule_; }
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
   // The newest checkpoint known good ("" when none): written by this run or resumed from.
@@ -86,6 +93,8 @@ private:
   std::ostream& out_;
   MemoryFormat format_;
   std::unique_ptr<optim::Optimizer> opt_;
+  std::optional<DType> amp_;  // --amp: the dtype conv/linear/matmul autocast to
+  optim::GradScaler scaler_;  // enabled for fp16 only (bf16 needs no loss scaling)
   std::unique_ptr<datasets::DataLoader> loader_;
   std::unique_ptr<LrSchedule> schedule_;
   int64_t steps_per_epoch_ = 0;

@@ -1,6 +1,7 @@
 // The whole public API in one include.
 #pragma once
 #include "engine/allocator.h"
+#include "engine/autocast.h"
 #include "engine/autograd.h"
 #include "engine/backend.h"
 #include "engine/device.h"

@@ -4,6 +4,7 @@
 #include <memory>
 #include <mutex>
 #include "engine/backend.h"
+#include "engine/profiler/device_timer.h"
 #include "engine/tensor.h"
 
 namespace duet {
@@ -31,19 +32,8 @@ std::atomic<bool> g_enabled{false};
 
 namespace {
 struct ThreadBuffer {
-  // Events in chunks of kChunk, each reserved once: appending never moves earlier events, so a
-  // long run has no step that pays for copying all its events into a bigger buffer (a vector's
-  // growth), and allocates once per kChunk events (a std::deque of events this size allocates
-  // every two).
-  static constexpr size_t kChunk = 4096;
-  std::vector<std::vector<OpEvent>> events;
-  OpEvent& append() {
-    if (events.empty() || events.back().size() == kChunk) {
-      events.emplace_back();
-      events.back().reserve(kChunk);
-    }
-    return events.back().emplace_back();
-  }
+  std::vector<OpEvent> events;
+  size_t unresolved_from = 0;  // events before this index carry no pending device markers
   std::vector<PhaseMark> marks;
   std::string name;
   int thread = 0;
@@ -90,7 +80,54 @@ void append_shape(std::string& out, const std::vector<int64_t>& shape) {
   }
   out += ']';
 }
+
+std::atomic<bool> g_sync_per_op{false};
+std::atomic<DeviceTimer*> g_timers[kNumBackends]{};
+
+// A thread that records this many events without a step boundary (one long evaluation pass)
+// resolves its markers early, so the marker pool and the span measured from one reference stay
+// bounded: one extra synchronisation per this many ops.
+constexpr size_t kMaxPendingEvents = 16384;
+
+// The timer that times ops of backend b in per-op mode, or null (host clock).
+DeviceTimer* timer_for(Backend b) {
+  return g_sync_per_op.load(std::memory_order_relaxed) ? nullptr : g_timers[static_cast<int>(b)].load();
+}
+
+// Turns the device markers of the events recorded in b since the last resolution into timestamps.
+void resolve_markers(ThreadBuffer& b) {
+  if (b.unresolved_from >= b.events.size()) return;
+  for (int k = 0; k < kNumBackends; ++k) {
+    DeviceTimer* t = g_timers[k].load();
+    if (!t) continue;
+    std::vector<size_t> which;
+    std::vector<int64_t> ids;
+    for (size_t i = b.unresolved_from; i < b.events.size(); ++i) {
+      const OpEvent& e = b.events[i];
+      if (static_cast<int>(e.backend) != k || e.device_begin < 0) continue;
+      which.push_back(i);
+      ids.push_back(e.device_begin);
+      ids.push_back(e.device_end);
+    }
+    if (ids.empty()) continue;
+    const std::vector<int64_t> ns = t->resolve(ids);
+    for (size_t j = 0; j < which.size(); ++j) {
+      OpEvent& e = b.events[which[j]];
+      e.device_begin = e.device_end = -1;
+      if (ns[2 * j] < 0 || ns[2 * j + 1] < 0) continue;  // markers lost: keep the host-clock times
+      e.start_ns = ns[2 * j];
+      e.end_ns = std::max(ns[2 * j + 1], e.start_ns);
+      e.device_timed = true;
+    }
+  }
+  b.unresolved_from = b.events.size();
+}
 }  // namespace
+
+void set_device_timer(Backend b, DeviceTimer* timer) { g_timers[static_cast<int>(b)].store(timer); }
+DeviceTimer* device_timer(Backend b) { return g_timers[static_cast<int>(b)].load(); }
+void set_sync_per_op(bool on) { g_sync_per_op.store(on); }
+bool sync_per_op() { return g_sync_per_op.load(std::memory_order_relaxed); }
 
 void enable(bool on) {
   // enable(false) inside a throughput session (a helper that profiled briefly) returns to it.
@@ -115,9 +152,12 @@ void clear() {
     std::lock_guard<std::mutex> lk(g_buffers_mu);
     for (auto& b : buffers()) {
       b->events.clear();
+      b->unresolved_from = 0;
       b->marks.clear();
     }
   }
+  for (auto& t : g_timers)
+    if (DeviceTimer* timer = t.load()) timer->discard();
   std::lock_guard<std::mutex> lk(g_steps_mu);
   g_steps.clear();
   g_step_open = false;
@@ -136,6 +176,8 @@ void step_begin(int64_t step, int64_t images, Device device) {
   g_open_step.memory.push_back({device, {}});  // the device; its counters are read at step_end
   g_step_open = true;
   g_open_step.start_ns = now_ns();
+  if (device.type != DeviceType::cuda || !enabled()) return;
+  if (DeviceTimer* t = timer_for(Backend::cuda)) t->begin_timeline(device);
 }
 
 void step_end() {
@@ -146,6 +188,8 @@ void step_end() {
     if (g_open_step.memory.front().device.type == DeviceType::cuda) duet::backend(Backend::cuda).synchronize();
   }
   const int64_t t = now_ns();
+  // The device has finished the step (synchronised above), so its markers resolve without a wait.
+  resolve_markers(my_buffer());
   std::lock_guard<std::mutex> lk(g_steps_mu);
   if (!g_step_open) return;
   g_step_open = false;
@@ -191,8 +235,10 @@ std::vector<OpEvent> collect() {
   std::vector<OpEvent> all;
   {
     std::lock_guard<std::mutex> lk(g_buffers_mu);
-    for (auto& b : buffers())
-      for (const auto& chunk : b->events) all.insert(all.end(), chunk.begin(), chunk.end());
+    for (auto& b : buffers()) {
+      resolve_markers(*b);
+      all.insert(all.end(), b->events.begin(), b->events.end());
+    }
   }
   std::stable_sort(all.begin(), all.end(), [](const OpEvent& a, const OpEvent& b) { return a.start_ns < b.start_ns; });
   return all;
@@ -268,20 +314,36 @@ void OpScope::start(const char* name, Backend backend) {
   t_impl.clear();
   alloc_before_ = thread_allocated_bytes();
   peak_before_ = device_allocator(device_).usage().peak;
-  // Per-op timing on an asynchronous device: drain earlier queued work so this op's clock
-  // starts when it can start (the per-op mode is labelled as synchronised in reports).
-  if (backend == Backend::cuda) duet::backend(Backend::cuda).synchronize();
+  if (DeviceTimer* t = timer_for(backend)) {
+    // Asynchronous device: a marker on its stream where the op begins (and one where it ends);
+    // the host clock below only orders the event until the markers are resolved.
+    ThreadBuffer& b = my_buffer();
+    if (b.events.size() - b.unresolved_from >= kMaxPendingEvents) resolve_markers(b);
+    mark_begin_ = t->mark(device_);
+  } else if (backend == Backend::cuda) {
+    // --profile-sync: drain earlier queued work so this op's host clock starts when it can start.
+    duet::backend(Backend::cuda).synchronize();
+  }
   start_ns_ = now_ns();
 }
 
 void OpScope::end() {
-  if (backend_ == Backend::cuda) duet::backend(Backend::cuda).synchronize();
+  int64_t mark_end = -1;
+  if (mark_begin_ >= 0) {
+    if (DeviceTimer* t = device_timer(backend_)) mark_end = t->mark(device_);
+  } else if (backend_ == Backend::cuda) {
+    duet::backend(Backend::cuda).synchronize();
+  }
   const int64_t end_ns = now_ns();
   const Allocator::Usage u = device_allocator(device_).usage();
   ThreadBuffer& b = my_buffer();
-  OpEvent& e = b.append();
+  OpEvent& e = b.events.emplace_back();
   e.end_ns = end_ns;
   e.start_ns = start_ns_;
+  if (mark_end >= 0) {
+    e.device_begin = mark_begin_;
+    e.device_end = mark_end;
+  }
   e.name = name_;
   e.phase = t_phase;
   e.backend = backend_;

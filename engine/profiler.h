@@ -34,6 +34,7 @@ struct OpEvent {
   std::string scope;   // module path ("layer1.0.conv1") at the time the op ran
   std::string impl;    // which implementation ran (oneDNN impl name, cuDNN algorithm), if known
   int64_t start_ns = 0, end_ns = 0;  // steady clock
+  bool device_timed = false;         // start/end are the device's (CUDA events), else host clock reads
   double flops = 0, bytes = 0;
   int64_t bytes_allocated = 0;  // allocated by the op's thread inside the op: outputs, workspace, temporaries
   int64_t live_bytes = 0;       // device memory in use after the op
@@ -41,6 +42,9 @@ struct OpEvent {
   int64_t peak_before = 0;      // device high-water mark when the op started (peak_bytes above it: reached inside)
   int thread = 0;
   Device device{};              // where the op's first input lives (whose allocator the bytes are)
+  // Device markers (engine/profiler/device_timer.h) awaiting resolution into start_ns/end_ns;
+  // -1 once resolved. Events returned by collect() are always resolved.
+  int64_t device_begin = -1, device_end = -1;
 };
 
 // A training step between profiler::step_begin and step_end, on the thread that marked it.
@@ -63,8 +67,10 @@ struct PhaseMark {
   int thread = 0;
 };
 
-// per_op: every op is recorded and timed (backends that queue work, CUDA, synchronise around each
-// op), so op times add up to the step. throughput: only steps and phase changes are recorded, no
+// per_op: every op is recorded and timed, so op times add up to the step. Ops of a backend that
+// queues work (CUDA) are timed by markers on the device's stream, resolved once per step
+// (engine/profiler/device_timer.h), or, with set_sync_per_op(true), by synchronising around each
+// op and reading the host clock. throughput: only steps and phase changes are recorded, no
 // op events and no per-op synchronisation, so step times are the undisturbed end-to-end times.
 enum class TimingMode : uint8_t { per_op, throughput };
 const char* timing_mode_name(TimingMode m);  // "per-op", "throughput"
@@ -84,10 +90,17 @@ int64_t now_ns();
 // nothing pays for per-op events or synchronisation). enable(true) switches to per-op mode.
 void enable_throughput(bool on = true);
 TimingMode timing_mode();  // the mode of the latest enable / enable_throughput
+// Per-op timing of asynchronous devices: false (default) uses device markers (CUDA events) and one
+// synchronisation per step; true synchronises before and after every op and times it on the host
+// clock (host-side timing that includes launch overhead; `duet train --profile-sync`).
+void set_sync_per_op(bool on);
+bool sync_per_op();
 bool recording();          // ops or steps are being recorded
 
 // Step boundaries, called by the trainer around each step; no-ops unless recording(). `device`
-// is where the step computes: its allocator's counters are kept with the step (cpu always).
+// is where the step computes: its allocator's counters are kept with the step (cpu always). On a
+// CUDA device step_begin starts the device timeline and step_end waits for the device once and
+// turns the step's device markers into timestamps.
 // A step_begin while a step is open throws duet::Error (clear() forgets the open step).
 void step_begin(int64_t step, int64_t images = 0, Device device = Device::cpu());
 void step_end();
@@ -181,6 +194,7 @@ private:
   void start(const char* name, Backend backend);
   void end();
   bool active_ = false;
+  int64_t mark_begin_ = -1;  // device marker where the op began (-1: timed on the host clock)
   const char* name_ = nullptr;
   Backend backend_{};
   DType dtype_{};

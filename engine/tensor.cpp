@@ -450,7 +450,7 @@ void Tensor::copy_(const Tensor& src) const {
     detail::broadcast_shapes("copy_", src.shape(), shape());  // validates
     s = detail::expand_nograd(src, shape());
   }
-  detail::copy_into(s, device(), [this] { return *this; });
+  detail::copy_into(s, device(), dtype(), [this] { return *this; });
 }
 
 void Tensor::fill_(double value) const {
@@ -462,20 +462,20 @@ void Tensor::fill_(double value) const {
 
 Tensor Tensor::contiguous(MemoryFormat f) const {
   if (is_contiguous(f)) return *this;
-  Tensor out = detail::copy_into(*this, device(), [&] { return empty(shape(), TensorOptions(dtype()).with_device(device()), f); });
+  Tensor out = detail::copy_into(*this, device(), dtype(), [&] { return empty(shape(), TensorOptions(dtype()).with_device(device()), f); });
   if (should_record({this})) record("contiguous", {this}, {&out}, [](const std::vector<Tensor>& g) { return g; });
   return out;
 }
 
 Tensor Tensor::clone() const {
-  Tensor out = detail::copy_into(*this, device(), [&] { return empty_like(*this); });
+  Tensor out = detail::copy_into(*this, device(), dtype(), [&] { return empty_like(*this); });
   if (should_record({this})) record("clone", {this}, {&out}, [](const std::vector<Tensor>& g) { return g; });
   return out;
 }
 
 Tensor Tensor::to(Device d) const {
   if (d == device()) return *this;
-  Tensor out = detail::copy_into(*this, d, [&] {
+  Tensor out = detail::copy_into(*this, d, dtype(), [&] {
     return empty(shape(), TensorOptions(dtype()).with_device(d),
                  is_dense() ? suggest_memory_format() : MemoryFormat::contiguous);
   });
@@ -487,7 +487,7 @@ Tensor Tensor::to(Device d) const {
 
 Tensor Tensor::to(DType t) const {
   if (t == dtype()) return *this;
-  Tensor out = detail::copy_into(*this, device(), [&] {
+  Tensor out = detail::copy_into(*this, device(), t, [&] {
     return empty(shape(), TensorOptions(t).with_device(device()),
                  is_dense() ? suggest_memory_format() : MemoryFormat::contiguous);
   });

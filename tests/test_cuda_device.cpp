@@ -12,6 +12,7 @@
 #include "backends/cuda/conv_key.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/device.h"
+#include "backends/cuda/event_timer.h"
 #include "backends/cuda/nvml_telemetry.h"
 #include "backends/cuda/selftest.h"
 #include "backends/registry.h"
@@ -35,6 +36,18 @@ void run_cases(uint64_t seed) {
 }
 
 Device cuda0() { return Device::cuda(0); }
+
+// A 3x3 convolution problem on cuda:0: batch n of 16x32x32 inputs, 32 filters, padding 1.
+struct ConvOnGpu {
+  Tensor x, w;
+  Conv2dParams p;
+};
+ConvOnGpu conv_on_gpu(int64_t n) {
+  ConvOnGpu c{Tensor::randn({n, 16, 32, 32}, TensorOptions().with_device(cuda0())),
+              Tensor::randn({32, 16, 3, 3}, TensorOptions().with_device(cuda0())), {}};
+  c.p.pad_h = c.p.pad_w = 1;
+  return c;
+}
 
 }  // namespace
 
@@ -153,10 +166,7 @@ TEST(CudaDevice, StreamTimerMeasuresGpuTime) {
 
 TEST(CudaDevice, ProfilerSeesGpuTimeAndCudnnAlgorithm) {
   DUET_REQUIRE_CUDA_DEVICE();
-  const Tensor x = Tensor::randn({8, 16, 32, 32}, TensorOptions().with_device(cuda0()));
-  const Tensor w = Tensor::randn({32, 16, 3, 3}, TensorOptions().with_device(cuda0()));
-  Conv2dParams p;
-  p.pad_h = p.pad_w = 1;
+  const auto [x, w, p] = conv_on_gpu(8);
   (void)conv2d(x, w, Tensor(), p);  // warm-up: algorithm search, handle creation
   const int64_t hits = cuda::conv_algo_cache().hits();
   profiler::clear();
@@ -173,6 +183,41 @@ TEST(CudaDevice, ProfilerSeesGpuTimeAndCudnnAlgorithm) {
     EXPECT_GT(e.end_ns, e.start_ns);
   }
   EXPECT_TRUE(found);
+}
+
+TEST(CudaDevice, PerOpTimesComeFromEventsResolvedAtStepEnd) {
+  DUET_REQUIRE_CUDA_DEVICE();
+  const auto [x, w, p] = conv_on_gpu(16);
+  (void)relu(conv2d(x, w, Tensor(), p));  // warm-up
+  cuda::synchronize_all("test");
+  for (const bool sync : {false, true}) {
+    profiler::clear();
+    profiler::set_sync_per_op(sync);
+    profiler::enable(true);
+    profiler::step_begin(0, 16, cuda0());
+    (void)sum(relu(conv2d(x, w, Tensor(), p)));
+    profiler::step_end();
+    profiler::enable(false);
+    profiler::set_sync_per_op(false);
+    const std::vector<StepEvent> steps = profiler::collect_steps();
+    ASSERT_EQ(steps.size(), 1u);
+    int64_t prev_end = 0;
+    int n = 0;
+    for (const OpEvent& e : profiler::collect()) {
+      if (e.backend != Backend::cuda) continue;
+      ++n;
+      EXPECT_EQ(e.device_timed, !sync) << e.name;
+      EXPECT_EQ(e.device_begin, -1) << "collect() returns resolved events";
+      EXPECT_GE(e.end_ns, e.start_ns) << e.name;
+      // Device times lie inside the step and in stream order (one stream: no overlap).
+      EXPECT_GE(e.start_ns, steps[0].start_ns) << e.name;
+      EXPECT_LE(e.end_ns, steps[0].end_ns) << e.name;
+      EXPECT_GE(e.start_ns, prev_end) << e.name;
+      prev_end = e.end_ns;
+    }
+    EXPECT_GE(n, 3) << "conv2d, relu and sum on the GPU";
+  }
+  EXPECT_EQ(cuda::event_timer().pending(), 0u);
 }
 
 TEST(CudaDevice, TrainingStepOnGpuMatchesCpu) {

@@ -1,7 +1,8 @@
 // Host-side logic of the CUDA backend, checked without a GPU in every CI run: the index arithmetic
 // and kernel maths the .cu files call (same functions, run on the CPU here against the textbook
-// formulas), the launch configuration, the convolution-algorithm cache key, the loss scaler, NVML
-// telemetry's absent values, and the errors users get when no GPU or driver is present.
+// formulas), the launch configuration, the convolution-algorithm cache key, the bookkeeping of the
+// profiler's CUDA event timing, NVML telemetry's absent values, and the errors users get when no
+// GPU or driver is present.
 #include <gtest/gtest.h>
 
 #ifdef DUET_HAVE_CUDA
@@ -16,9 +17,10 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device.h"
+#include "backends/cuda/event_timeline.h"
+#include "backends/cuda/event_timer.h"
 #include "backends/cuda/indexing.h"
 #include "backends/cuda/kernel_math.h"
-#include "backends/cuda/loss_scaler.h"
 #include "backends/cuda/nvml_telemetry.h"
 #include "backends/cuda/selftest.h"
 #include "backends/registry.h"
@@ -358,64 +360,64 @@ TEST(CudaHostConvKey, EqualityHashAndCache) {
   EXPECT_EQ(cache.size(), 1u);
 }
 
-// ---- loss scaling --------------------------------------------------------------------------------
-TEST(CudaHostLossScaler, BacksOffOnInfAndGrowsAfterInterval) {
-  LossScaler::Options o;
-  o.init_scale = 1024;
-  o.growth_interval = 3;
-  LossScaler s(o);
-  EXPECT_EQ(s.scale(), 1024);
-  EXPECT_FALSE(s.update(true));  // overflow: skip the step, halve
-  EXPECT_EQ(s.scale(), 512);
-  EXPECT_EQ(s.skipped_steps(), 1);
-  EXPECT_TRUE(s.update(false));
-  EXPECT_TRUE(s.update(false));
-  EXPECT_EQ(s.scale(), 512);
-  EXPECT_EQ(s.growth_tracker(), 2);
-  EXPECT_TRUE(s.update(false));  // third clean step in a row: double
-  EXPECT_EQ(s.scale(), 1024);
-  EXPECT_EQ(s.growth_tracker(), 0);
-  EXPECT_TRUE(s.update(false));
-  EXPECT_FALSE(s.update(true));  // an overflow resets the run of clean steps
-  EXPECT_EQ(s.scale(), 512);
-  EXPECT_EQ(s.growth_tracker(), 0);
-  EXPECT_DOUBLE_EQ(s.inv_scale(), 1.0 / 512);
+// ---- the profiler's CUDA event timing: pool and clock bookkeeping -----------------------------------
+TEST(CudaHostEventTimeline, MarkersBecomeHostTimesFromTheirEpochsReference) {
+  EventTimeline tl;
+  EXPECT_FALSE(tl.has_open_epoch());
+  EXPECT_THROW(tl.add_marker(), Error);  // no reference to measure from
+  const EventTimeline::Slot ref = tl.open_epoch(1'000'000);  // a step begins at host t = 1 ms
+  EXPECT_TRUE(ref.fresh);
+  const EventTimeline::Slot a = tl.add_marker(), b = tl.add_marker();
+  EXPECT_TRUE(a.fresh && b.fresh);
+  EXPECT_EQ(tl.pending(), 2u);
+  EXPECT_EQ(tl.last_recorded(), b.index);
+  EXPECT_EQ(tl.reference_of(a.index), ref.index);
+  // cudaEventElapsedTime(ref, marker) in ms -> reference host time + elapsed.
+  EXPECT_EQ(tl.resolve(a.index, 0.25), 1'250'000);
+  EXPECT_EQ(tl.resolve(b.index, 1.5), 2'500'000);
+  EXPECT_EQ(tl.resolve(tl.add_marker().index, -1e-4), 1'000'000);  // rounding noise before the reference
+  EXPECT_EQ(tl.pending(), 0u);
+  EXPECT_FALSE(tl.is_pending(a.index));
+  EXPECT_THROW(tl.resolve(a.index, 1.0), Error);  // already resolved
+  EXPECT_THROW(tl.reference_of(ref.index), Error);  // a reference is not a marker
 }
 
-TEST(CudaHostLossScaler, DefaultsAndLimits) {
-  LossScaler s;
-  EXPECT_EQ(s.scale(), 65536.0);
-  EXPECT_EQ(s.options().growth_factor, 2.0);
-  EXPECT_EQ(s.options().backoff_factor, 0.5);
-  EXPECT_EQ(s.options().growth_interval, 2000);
-  LossScaler::Options huge;
-  huge.init_scale = std::numeric_limits<double>::max();
-  huge.growth_interval = 1;
-  LossScaler h(huge);
-  h.update(false);
-  EXPECT_TRUE(std::isfinite(h.scale()));  // never grows to infinity
-  LossScaler::Options off;
-  off.enabled = false;
-  LossScaler d(off);
-  EXPECT_EQ(d.scale(), 1.0);
-  EXPECT_TRUE(d.update(true));
-  EXPECT_THROW(LossScaler(LossScaler::Options{0.0, 2.0, 0.5, 2000, true}), Error);
-  EXPECT_THROW(LossScaler(LossScaler::Options{1.0, 2.0, 1.5, 2000, true}), Error);
+TEST(CudaHostEventTimeline, PoolIsReusedAcrossStepsAndOldEpochsLiveUntilResolved) {
+  EventTimeline tl;
+  // Step 1: reference + 3 markers = 4 events created.
+  tl.open_epoch(0);
+  std::vector<int> step1;
+  for (int i = 0; i < 3; ++i) step1.push_back(tl.add_marker().index);
+  EXPECT_EQ(tl.pool_size(), 4u);
+  // Step 2 begins before step 1's markers are resolved (another thread's events, say): the old
+  // epoch's reference must survive until they are.
+  const EventTimeline::Slot ref2 = tl.open_epoch(10'000'000);
+  EXPECT_TRUE(ref2.fresh);
+  const int m2 = tl.add_marker().index;
+  EXPECT_EQ(tl.resolve(step1[0], 1.0), 1'000'000);
+  EXPECT_EQ(tl.resolve(m2, 2.0), 12'000'000);
+  EXPECT_EQ(tl.resolve(step1[1], 2.0), 2'000'000);
+  EXPECT_EQ(tl.free_slots(), 3u);  // m2, step1[0] and step1[1] back; step 1's reference still needed
+  EXPECT_EQ(tl.resolve(step1[2], 3.0), 3'000'000);
+  EXPECT_EQ(tl.free_slots(), 5u);  // now the closed epoch's reference is recycled too (step 2's is open)
+  // Step 3 reuses the pool: no new event.
+  EXPECT_FALSE(tl.open_epoch(20'000'000).fresh);
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(tl.add_marker().fresh);
+  EXPECT_EQ(tl.pool_size(), 6u);
+  // discard (profiler::clear): everything back to the pool, nothing pending, no epoch open.
+  tl.reset();
+  EXPECT_EQ(tl.pending(), 0u);
+  EXPECT_FALSE(tl.has_open_epoch());
+  EXPECT_EQ(tl.free_slots(), tl.pool_size());
+  EXPECT_EQ(tl.last_recorded(), -1);
 }
 
-TEST(CudaHostLossScaler, UnscalesGradientsAndDetectsOverflow) {
-  Tensor w = Tensor::ones({4}, TensorOptions().with_grad(true));
-  LossScaler::Options o;
-  o.init_scale = 8;
-  LossScaler s(o);
-  s.scale_loss(sum(mul(w, 3.0))).backward();
-  EXPECT_EQ(w.grad().to_vector<float>(), std::vector<float>(4, 24.0f));
-  EXPECT_FALSE(s.unscale_grads({w}));
-  EXPECT_EQ(w.grad().to_vector<float>(), std::vector<float>(4, 3.0f));
-  w.set_grad(Tensor::from_vector<float>({1.0f, INFINITY, 0.0f, 2.0f}, {4}));
-  EXPECT_TRUE(s.unscale_grads({w}));
-  w.set_grad(Tensor::from_vector<float>({1.0f, NAN, 0.0f, 2.0f}, {4}));
-  EXPECT_TRUE(s.unscale_grads({w}));
+TEST(CudaHostEventTimeline, TimerIsRegisteredAndRecordsNothingWithoutADevice) {
+  (void)backend(Backend::cuda);  // creating the backend registers its timer
+  EXPECT_EQ(profiler::device_timer(Backend::cuda), &event_timer());
+  if (device_count() > 0) GTEST_SKIP() << "a GPU is present: tests/test_cuda_device.cpp checks the device path";
+  EXPECT_EQ(event_timer().mark(Device::cuda(0)), -1);  // never throws, even with no device
+  EXPECT_EQ(event_timer().pending(), 0u);
 }
 
 // ---- errors, discovery and telemetry without a GPU -------------------------------------------------

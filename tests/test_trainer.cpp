@@ -23,6 +23,7 @@
 #include "engine/rng.h"
 #include "engine/serialize.h"
 #include "tests/test_support.h"
+#include "tests/trainer_config.h"
 
 using namespace duet;
 using namespace duet::app;
@@ -38,27 +39,7 @@ fs::path temp_dir(const std::string& name) {
 }
 
 // A tiny run: small_cnn of width 4 on 8x8 synthetic images, 4 steps per epoch.
-TrainConfig tiny_config() {
-  TrainConfig c;
-  c.model.name = "small_cnn";
-  c.model.width_mult = 0.25;
-  c.data.dataset = "synthetic";
-  c.data.image_size = 8;
-  c.data.train_size = 120;  // 4 batches of 32, the last one short
-  c.data.test_size = 32;
-  c.data.synthetic_classes = 4;
-  c.data.workers = 1;
-  c.data.memory_format = "auto";
-  c.batch = 32;
-  c.epochs = 2;
-  c.seed = 7;
-  c.optim.optimizer = "sgd";
-  c.optim.lr = 0.1;
-  c.optim.nesterov = true;
-  c.optim.schedule = "onecycle";
-  c.optim.label_smoothing = 0.1;
-  return c;
-}
+TrainConfig tiny_config() { return duet::testing::tiny_train_config(); }
 
 RunEnv env_for(Backend b) {
   RunEnv e;

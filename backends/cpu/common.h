@@ -47,6 +47,14 @@ inline void require_f32(const char* op, const Tensor& t) {
   throw Error(fmt::format("{} on backend 'cpu': dtype {} is not supported, expected f32", op, dtype_name(t.dtype())));
 }
 
+// conv2d, matmul and linear also take the mixed-precision dtypes (engine/autocast.h). bf16 runs on
+// oneDNN's bf16 primitives, which accumulate in f32: native avx512_bf16 dot products where the CPU
+// has them (this development machine does), emulated on plain AVX-512. f16 has no x86 CPU kernels
+// in oneDNN 2.6 (they arrive with avx512_fp16 in later versions), so f16 calls, and bf16 calls on a
+// CPU without AVX-512, run the reference backend's loops (f32 accumulation) instead. Returns true
+// when the caller must hand the op to the reference backend; throws for dtypes neither supports.
+bool lowp_on_reference(const char* op, const Tensor& t);
+
 // Calls f(T{}) with T = float or double.
 template <class F>
 void dispatch_float(DType t, const char* op, F&& f) {
@@ -112,10 +120,20 @@ using dims = dnnl::memory::dims;
 
 inline dims to_dims(const Shape& s) { return dims(s.begin(), s.end()); }
 
-// The tensor's own layout, as oneDNN sees it: its shape and strides (0-d as [1]).
+// oneDNN's name for an f32, bf16 or f16 element type.
+inline dt dt_of(DType t) {
+  switch (t) {
+    case DType::f32: return dt::f32;
+    case DType::bf16: return dt::bf16;
+    case DType::f16: return dt::f16;
+    default: throw Error(fmt::format("backend 'cpu': dtype {} has no oneDNN data type here", dtype_name(t)));
+  }
+}
+
+// The tensor's own layout, as oneDNN sees it: its shape, strides and dtype (0-d as [1]).
 inline dnnl::memory::desc md_of(const Tensor& t) {
-  if (t.dim() == 0) return dnnl::memory::desc({1}, dt::f32, dims{1});
-  return dnnl::memory::desc(to_dims(t.shape()), dt::f32, to_dims(t.strides()));
+  if (t.dim() == 0) return dnnl::memory::desc({1}, dt_of(t.dtype()), dims{1});
+  return dnnl::memory::desc(to_dims(t.shape()), dt_of(t.dtype()), to_dims(t.strides()));
 }
 // Same shape and the same element order in memory. Strides of size-1 dimensions do not matter
 // ([N, C, 1, 1] is both NCHW and NHWC), so they are not compared.

@@ -3,9 +3,13 @@
 // place; NCHW ones are reordered to the blocked layout the primitive picks (format `any`), since
 // oneDNN's plain-NCHW path is im2col+GEMM. Weights always go through a reorder to the primitive's
 // blocked layout in a per-thread scratch buffer (and the weight gradient back). oneDNN's dilation
-// is PyTorch's - 1. Depthwise shapes oneDNN has no fast kernel for run on duet's (depthwise.h). See docs/cpu_backend.md for the measured layout trade-off.
+// is PyTorch's - 1. Depthwise shapes oneDNN has no depthwise kernel for run on duet's own
+// (depthwise.h). See docs/cpu_backend.md for the measured layout trade-off. bf16 (autocast) runs
+// the same primitives with bf16 memory and f32 accumulation; f16 goes to the reference backend
+// (lowp_on_reference in common.h says why).
 #include "backends/cpu/common.h"
 #include "backends/cpu/depthwise.h"
+#include "backends/registry.h"
 
 namespace duet {
 using namespace cpu;
@@ -28,15 +32,15 @@ dnnl::memory::desc weights_md(const Tensor& w, int64_t groups) {
   if (groups == 1) return md_of(w);
   const Shape& s = w.shape();
   const Shape& st = w.strides();
-  return dnnl::memory::desc({groups, s[0] / groups, s[1], s[2], s[3]}, dt::f32,
+  return dnnl::memory::desc({groups, s[0] / groups, s[1], s[2], s[3]}, dt_of(w.dtype()),
                             dims{st[0] * (s[0] / groups), st[0], st[1], st[2], st[3]});
 }
-dnnl::memory::desc weights_any(const Shape& s, int64_t groups) {
-  if (groups == 1) return dnnl::memory::desc(to_dims(s), dt::f32, tag::any);
-  return dnnl::memory::desc({groups, s[0] / groups, s[1], s[2], s[3]}, dt::f32, tag::any);
+dnnl::memory::desc weights_any(const Shape& s, int64_t groups, DType t) {
+  if (groups == 1) return dnnl::memory::desc(to_dims(s), dt_of(t), tag::any);
+  return dnnl::memory::desc({groups, s[0] / groups, s[1], s[2], s[3]}, dt_of(t), tag::any);
 }
 dnnl::memory::desc bias_md(const Tensor& b) {
-  return dnnl::memory::desc({b.size(0)}, dt::f32, dims{b.stride(0)});
+  return dnnl::memory::desc({b.size(0)}, dt_of(b.dtype()), dims{b.stride(0)});
 }
 
 dnnl::convolution_forward::primitive_desc forward_pd(const dnnl::memory::desc& x, const dnnl::memory::desc& w,
@@ -99,7 +103,7 @@ void finish_output(const Reordered& r, dnnl::memory& pm, const Tensor& t) {
 dnnl::memory::desc activation_md(const Tensor& t) {
   const bool nhwc = t.size(1) > 1 && t.stride(1) == 1;
   if (nhwc) return md_of(t);
-  return dnnl::memory::desc(to_dims(t.shape()), dt::f32, tag::any);
+  return dnnl::memory::desc(to_dims(t.shape()), dt_of(t.dtype()), tag::any);
 }
 
 // oneDNN's kernels made for depthwise convolution are named "jit_dw" and "brdgmm_dw"; any other
@@ -140,7 +144,7 @@ struct ConvBwdWeights {
 }  // namespace
 
 void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv2dParams& p) {
-  require_f32("conv2d", x);
+  if (lowp_on_reference("conv2d", x)) return reference_backend().conv2d(x, w, bias, y, p);
   if (y.numel() == 0) return;
   guarded("conv2d", {&x, &w, &bias}, [&] {
     const bool dw = depthwise_applicable(x, w, y, p);
@@ -152,7 +156,7 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, co
     auto e = cached<ConvFwd>(conv_key("conv_fwd", x, w, bias, y, p), [&] {
       ConvFwd r;
       if (bias.defined()) r.bias = bias_md(bias);
-      r.pd = forward_pd(activation_md(x), weights_any(w.shape(), p.groups), bias.defined() ? &r.bias : nullptr,
+      r.pd = forward_pd(activation_md(x), weights_any(w.shape(), p.groups, w.dtype()), bias.defined() ? &r.bias : nullptr,
                         activation_md(y), p);
       r.prim = dnnl::convolution_forward(r.pd);
       r.x = reordered(md_of(x), r.pd.src_desc(), false);
@@ -172,7 +176,7 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, co
 }
 
 void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p) {
-  require_f32("conv2d_backward_data", dy);
+  if (lowp_on_reference("conv2d_backward_data", dy)) return reference_backend().conv2d_backward_data(dy, w, dx, p);
   if (dx.numel() == 0) return;
   if (dy.numel() == 0) return fill(dx, 0.0);
   guarded("conv2d_backward_data", {&dy, &w, &dx}, [&] {
@@ -185,7 +189,7 @@ void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const T
     auto e = cached<ConvBwdData>(conv_key("conv_bwd_data", dy, w, dx, Tensor(), p), [&] {
       ConvBwdData r;
       const ConvGeometry g = geometry(p);
-      const auto wa = weights_any(w.shape(), p.groups);
+      const auto wa = weights_any(w.shape(), p.groups, w.dtype());
       const auto dxa = activation_md(dx), dya = activation_md(dy);
       const auto hint = forward_pd(dxa, wa, nullptr, dya, p);
       r.pd = dnnl::convolution_backward_data::primitive_desc(
@@ -210,7 +214,8 @@ void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const T
 
 void CpuBackend::conv2d_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& dbias,
                                         const Conv2dParams& p) {
-  require_f32("conv2d_backward_weight", x);
+  if (lowp_on_reference("conv2d_backward_weight", x))
+    return reference_backend().conv2d_backward_weight(x, dy, dw, dbias, p);
   if (dw.numel() == 0) return;
   if (dy.numel() == 0 || x.numel() == 0) {
     fill(dw, 0.0);
@@ -227,7 +232,7 @@ void CpuBackend::conv2d_backward_weight(const Tensor& x, const Tensor& dy, const
     auto e = cached<ConvBwdWeights>(conv_key("conv_bwd_w", x, dy, dw, dbias, p), [&] {
       ConvBwdWeights r;
       const ConvGeometry g = geometry(p);
-      const auto wa = weights_any(dw.shape(), p.groups);
+      const auto wa = weights_any(dw.shape(), p.groups, dw.dtype());
       const auto xa = activation_md(x), dya = activation_md(dy);
       if (dbias.defined()) r.dbias = bias_md(dbias);
       const auto hint = forward_pd(xa, wa, dbias.defined() ? &r.dbias : nullptr, dya, p);

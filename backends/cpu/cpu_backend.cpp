@@ -25,6 +25,19 @@ dnnl::stream& stream() {
   return s;
 }
 
+bool lowp_on_reference(const char* op, const Tensor& t) {
+  if (t.dtype() == DType::f16) return true;
+  if (t.dtype() == DType::bf16) {
+    // oneDNN's bf16 kernels need AVX-512 (avx512_core); its isa values are bit masks.
+    static const bool avx512 = (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) &
+                                static_cast<unsigned>(dnnl::cpu_isa::avx512_core)) ==
+                               static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+    return !avx512;
+  }
+  require_f32(op, t);
+  return false;
+}
+
 std::string shapes_str(std::initializer_list<const Tensor*> ts) {
   std::string r;
   for (const Tensor* t : ts) {

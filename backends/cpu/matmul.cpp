@@ -2,8 +2,10 @@
 // transposed operand is the stored block described with swapped strides, so q @ k^T and the
 // weight-gradient products need no copy; a batch-1 operand broadcasts through oneDNN's own batch
 // broadcasting. linear is a 2-D matmul whose weights are the [out, in] matrix read transposed,
-// with the bias fused into the primitive.
+// with the bias fused into the primitive. bf16 (autocast) runs the same primitive with bf16 memory
+// and f32 accumulation; f16 goes to the reference backend (lowp_on_reference in common.h).
 #include "backends/cpu/common.h"
+#include "backends/registry.h"
 
 namespace duet {
 using namespace cpu;
@@ -19,14 +21,14 @@ struct MatmulEntry {
 // [B, rows, cols] contiguous, read as [B, M, K] (trans = false) or its transpose.
 dnnl::memory::desc operand_md(const Tensor& t, bool trans) {
   const int64_t B = t.size(0), R = t.size(1), C = t.size(2);
-  if (!trans) return dnnl::memory::desc({B, R, C}, dt::f32, dims{R * C, C, 1});
-  return dnnl::memory::desc({B, C, R}, dt::f32, dims{R * C, 1, C});
+  if (!trans) return dnnl::memory::desc({B, R, C}, dt_of(t.dtype()), dims{R * C, C, 1});
+  return dnnl::memory::desc({B, C, R}, dt_of(t.dtype()), dims{R * C, 1, C});
 }
 
 }  // namespace
 
 void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b) {
-  require_f32("matmul", a);
+  if (lowp_on_reference("matmul", a)) return reference_backend().matmul(a, b, out, trans_a, trans_b);
   if (out.numel() == 0) return;
   const int64_t K = trans_a ? a.size(1) : a.size(2);
   if (K == 0) return fill(out, 0.0);
@@ -35,11 +37,12 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, boo
                "matmul on backend 'cpu': operands must be contiguous 3-D blocks");
     Key key("matmul");
     key.add(a.shape()).add(b.shape()).add(out.shape()).add(int64_t(trans_a)).add(int64_t(trans_b));
+    key.add(static_cast<int64_t>(a.dtype()));
     auto e = cached<MatmulEntry>(key, [&] {
       MatmulEntry r;
       r.a = operand_md(a, trans_a);
       r.b = operand_md(b, trans_b);
-      r.c = dnnl::memory::desc(to_dims(out.shape()), dt::f32, tag::abc);
+      r.c = dnnl::memory::desc(to_dims(out.shape()), dt_of(out.dtype()), tag::abc);
       r.pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(r.a, r.b, r.c), engine());
       r.prim = dnnl::matmul(r.pd);
       return r;
@@ -50,31 +53,23 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, boo
 }
 
 void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y) {
-  require_f32("linear", x);
+  if (lowp_on_reference("linear", x)) return reference_backend().linear(x, w, bias, y);
   if (y.numel() == 0) return;
   const int64_t N = x.size(0), I = x.size(1), O = w.size(0);
-  if (I == 0) {
-    fill(y, 0.0);
-    if (bias.defined()) {
-      const float* pb = bias.data<float>();
-      float* py = y.data<float>();
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t o = 0; o < O; ++o) py[n * O + o] = pb[o * bias.stride(0)];
-    }
-    return;
-  }
+  if (I == 0) return reference_backend().linear(x, w, bias, y);  // y = bias: no product to compute
   guarded("linear", {&x, &w, &bias}, [&] {
     DUET_CHECK(x.is_contiguous() && w.is_contiguous() && y.is_contiguous(),
                "linear on backend 'cpu': x, weight and y must be contiguous");
     Key key("linear");
-    key.add(N).add(I).add(O).add(bias.defined() ? bias.stride(0) : int64_t(-1));
+    key.add(N).add(I).add(O).add(bias.defined() ? bias.stride(0) : int64_t(-1)).add(static_cast<int64_t>(x.dtype()));
+    const dt t = dt_of(x.dtype());
     auto e = cached<MatmulEntry>(key, [&] {
       MatmulEntry r;
-      r.a = dnnl::memory::desc({N, I}, dt::f32, dims{I, 1});
-      r.b = dnnl::memory::desc({I, O}, dt::f32, dims{1, I});  // w [O, I] row-major, read as [I, O]
-      r.c = dnnl::memory::desc({N, O}, dt::f32, dims{O, 1});
+      r.a = dnnl::memory::desc({N, I}, t, dims{I, 1});
+      r.b = dnnl::memory::desc({I, O}, t, dims{1, I});  // w [O, I] row-major, read as [I, O]
+      r.c = dnnl::memory::desc({N, O}, t, dims{O, 1});
       if (bias.defined()) {
-        r.bias = dnnl::memory::desc({1, O}, dt::f32, dims{O * bias.stride(0), bias.stride(0)});
+        r.bias = dnnl::memory::desc({1, O}, t, dims{O * bias.stride(0), bias.stride(0)});
         r.pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(r.a, r.b, r.bias, r.c), engine());
       } else {
         r.pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(r.a, r.b, r.c), engine());

@@ -19,26 +19,8 @@ using ref::Half;
 
 using ref::dispatch_any;
 
-inline float widen(Half v) { return ref::f16_to_float(v.bits); }
-inline float widen(BFloat16 v) { return ref::bf16_to_float(v.bits); }
-template <class T>
-T widen(T v) { return v; }
-
-// Same conversions as the reference backend (float -> narrow int goes through int64 as c10 does).
-template <class To, class W>
-To narrow(W v) {
-  if constexpr (std::is_same_v<To, Half>) return Half{ref::float_to_f16(static_cast<float>(v))};
-  else if constexpr (std::is_same_v<To, BFloat16>) return BFloat16{ref::float_to_bf16(static_cast<float>(v))};
-  else if constexpr (std::is_floating_point_v<W> && (std::is_same_v<To, uint8_t> || std::is_same_v<To, int32_t>))
-    return static_cast<To>(static_cast<int64_t>(v));
-  else return static_cast<To>(v);
-}
-
-template <class To, class From>
-inline To convert(From v) {
-  if constexpr (std::is_same_v<To, From>) return v;
-  else return narrow<To>(widen(v));
-}
+using ref::convert;
+using ref::narrow;
 
 // A strided operand without a Tensor around it (concat writes into slabs of its output).
 struct Strided {

@@ -6,8 +6,10 @@
 #include <cstdlib>
 #include <exception>
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/event_timer.h"
 #include "backends/registry.h"
 #include "engine/profiler.h"
+#include "engine/profiler/device_timer.h"
 
 namespace duet {
 
@@ -37,6 +39,13 @@ void CudaBackend::synchronize() { cuda::synchronize_all("synchronize"); }
 // ---- registry entry points (backends/registry.h) -----------------------------------------------------
 BackendImpl& cuda_backend() {
   static CudaBackend b;
+  // Every op reaches this function before its profiler scope opens, so the profiler times CUDA ops
+  // with events from the first one on.
+  static const bool timer_registered = [] {
+    profiler::set_device_timer(Backend::cuda, &cuda::event_timer());
+    return true;
+  }();
+  (void)timer_registered;
   return b;
 }
 
@@ -58,7 +67,8 @@ OpGuard::OpGuard(const char* op_name, const Tensor& t)
       op(op_name) {}
 
 OpGuard::~OpGuard() noexcept(false) {
-  if (!profiler::enabled()) return;
+  // Only the host-clock scheme (--profile-sync) waits per op; event timing needs no wait here.
+  if (!profiler::enabled() || !profiler::sync_per_op()) return;
   const cudaError_t e = cudaStreamSynchronize(ctx.stream());
   // Never throw while another exception is already unwinding the stack (that would terminate).
   if (e != cudaSuccess && std::uncaught_exceptions() == 0) throw_cuda_error(e, "cudaStreamSynchronize", op, __FILE__, __LINE__);
@@ -75,6 +85,11 @@ Workspace::~Workspace() {
 void check_float(const char* op, const char* arg, const Tensor& t) {
   DUET_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64,
              "{} on backend 'cuda': argument '{}' has dtype {}, expected f32 or f64", op, arg, dtype_name(t.dtype()));
+}
+
+void check_float_or_half(const char* op, const char* arg, const Tensor& t) {
+  DUET_CHECK(is_floating(t.dtype()), "{} on backend 'cuda': argument '{}' has dtype {}, expected f32, f64, f16 or bf16", op,
+             arg, dtype_name(t.dtype()));
 }
 
 void check_on(const char* op, const char* arg, const Tensor& t, int device) {

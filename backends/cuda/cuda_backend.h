@@ -38,9 +38,10 @@ size_t cuda_release_cached(int device = -1);
 namespace duet::cuda {
 
 // Opened at the top of every op: checks that `t` lives on a CUDA device that exists, makes that
-// device current and hands out its stream and handles. While the profiler records, the op waits
-// for its kernels on the way out, so the profiler's host-side timestamps measure GPU time rather
-// than launch time.
+// device current and hands out its stream and handles. While the profiler records with
+// profiler::sync_per_op() (--profile-sync), the op waits for its kernels on the way out, so the
+// host-side timestamps measure GPU time rather than launch time; otherwise the profiler times ops
+// with CUDA events (event_timer.h) and nothing waits here.
 class OpGuard {
 public:
   OpGuard(const char* op, const Tensor& t);
@@ -74,6 +75,8 @@ private:
 
 // Argument checks the front-ends do not make because they depend on this backend's limits.
 void check_float(const char* op, const char* arg, const Tensor& t);
+// conv2d, matmul and linear also take f16 and bf16 (autocast).
+void check_float_or_half(const char* op, const char* arg, const Tensor& t);
 void check_on(const char* op, const char* arg, const Tensor& t, int device);
 
 // Offset calculator for `shape` walked through each operand's strides; throws when more than

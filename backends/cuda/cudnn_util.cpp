@@ -10,10 +10,15 @@ cudnnDataType_t cudnn_dtype(const char* op, DType t) {
   switch (t) {
     case DType::f32: return CUDNN_DATA_FLOAT;
     case DType::f64: return CUDNN_DATA_DOUBLE;
+    case DType::f16: return CUDNN_DATA_HALF;
+    case DType::bf16: return CUDNN_DATA_BFLOAT16;
     default: break;
   }
-  throw Error(fmt::format("{} on backend 'cuda': dtype {} is not supported, expected f32 or f64", op, dtype_name(t)));
+  throw Error(fmt::format("{} on backend 'cuda': dtype {} is not supported, expected f32, f64, f16 or bf16", op,
+                          dtype_name(t)));
 }
+
+cudnnDataType_t cudnn_compute_dtype(DType t) { return t == DType::f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT; }
 
 TensorDesc::TensorDesc(const char* op) : op_(op) { DUET_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d_), op_); }
 TensorDesc::~TensorDesc() { (void)cudnnDestroyTensorDescriptor(d_); }

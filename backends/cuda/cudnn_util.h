@@ -9,7 +9,13 @@
 
 namespace duet::cuda {
 
-cudnnDataType_t cudnn_dtype(const char* op, DType t);  // f32 or f64, else duet::Error
+// f32, f64, f16 (CUDNN_DATA_HALF) or bf16 (CUDNN_DATA_BFLOAT16), else duet::Error. Only the
+// convolutions receive the 16-bit types: every other op's dtype check rejects them first.
+cudnnDataType_t cudnn_dtype(const char* op, DType t);
+// The compute type of a convolution over dtype t: double for f64, else float. f16/bf16 data with
+// float compute is cuDNN's PSEUDO_HALF / PSEUDO_BFLOAT16 configuration: 16-bit inputs and outputs,
+// products accumulated in f32.
+cudnnDataType_t cudnn_compute_dtype(DType t);
 
 class TensorDesc {
 public:
@@ -66,7 +72,8 @@ private:
   cudnnPoolingDescriptor_t d_ = nullptr;
 };
 
-// alpha = 1 and beta = 0 (or 1) in the type cuDNN reads for the dtype: double for f64, float otherwise.
+// alpha = 1 and beta = 0 (or 1) in the type cuDNN reads for the dtype: double for f64, float otherwise
+// (f16 and bf16 included).
 class Scalars {
 public:
   explicit Scalars(DType t) : f64_(t == DType::f64) {}

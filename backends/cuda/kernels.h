@@ -3,7 +3,8 @@
 // the whole interface between the host code, which unpacks Tensors, and the .cu files, which see
 // no Tensor and no fmt, so nvcc compiles only kernels.
 // All pointers are device pointers to element [0, ...] of their tensor. Float kernels take f32 or
-// f64 (`dt`); the host code has checked the dtype before calling.
+// f64 (`dt`), and add_channel_bias and reduce also f16/bf16 (autocast's convolutions); the host
+// code has checked the dtype before calling.
 #pragma once
 #include <cuda_runtime_api.h>
 #include <cstddef>

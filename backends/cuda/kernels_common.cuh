@@ -1,27 +1,66 @@
 // Device-side helpers shared by the .cu files: dtype dispatch, grid-stride loops and warp/block
 // reductions built on shuffles. Included by .cu files only.
 #pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <type_traits>
 #include "backends/cuda/kernel_math.h"
 #include "backends/cuda/kernels.h"
 
 namespace duet::cuda::kern {
 
+// ---- dtype conversions, the reference backend's rules -------------------------------------------
+// Arithmetic happens in a "wide" type: the 16-bit floats widen to float, the rest stay as stored.
+template <class S> __host__ __device__ inline auto widen(S v) { return v; }
+__host__ __device__ inline float widen(__half v) { return __half2float(v); }
+__host__ __device__ inline float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// Floating values bound for u8/i32 go through int64, as c10 does: a direct conversion of a negative
+// float to u8 is undefined, through int64 it wraps like PyTorch.
+template <class D, class W> __host__ __device__ inline D narrow(W v) {
+  if constexpr (std::is_same_v<D, __half>) return __float2half_rn(static_cast<float>(v));
+  else if constexpr (std::is_same_v<D, __nv_bfloat16>) return __float2bfloat16_rn(static_cast<float>(v));
+  else if constexpr (std::is_floating_point_v<W> && (std::is_same_v<D, uint8_t> || std::is_same_v<D, int32_t>))
+    return static_cast<D>(static_cast<int64_t>(v));
+  else return static_cast<D>(v);
+}
+
+template <class D, class S> __host__ __device__ inline D convert(S v) { return narrow<D>(widen(v)); }
+
+// The accumulator of a kernel over element type T: T itself, except float for the 16-bit floats
+// (as cuDNN and cuBLAS accumulate them).
+template <class T> struct Accumulator { using type = T; };
+template <> struct Accumulator<__half> { using type = float; };
+template <> struct Accumulator<__nv_bfloat16> { using type = float; };
+template <class T> using acc_t = typename Accumulator<T>::type;
+
+// One case of a dtype switch: the statement runs with T = type.
+#define DUET_DISPATCH_CASE(dtype, type, ...) \
+  case ::duet::DType::dtype: {               \
+    using T = type;                          \
+    __VA_ARGS__;                             \
+    break;                                   \
+  }
+
 // Runs the statement with T = float or double; other dtypes never reach a kernel (the host code
 // rejects them with a message naming the op), so they fall out as cudaErrorInvalidValue.
-#define DUET_DISPATCH_FLOAT(dt, ...)              \
-  switch (dt) {                                   \
-    case ::duet::DType::f32: {                    \
-      using T = float;                            \
-      __VA_ARGS__;                                \
-      break;                                      \
-    }                                             \
-    case ::duet::DType::f64: {                    \
-      using T = double;                           \
-      __VA_ARGS__;                                \
-      break;                                      \
-    }                                             \
-    default: return cudaErrorInvalidValue;        \
+#define DUET_DISPATCH_FLOAT(dt, ...)                \
+  switch (dt) {                                     \
+    DUET_DISPATCH_CASE(f32, float, __VA_ARGS__)     \
+    DUET_DISPATCH_CASE(f64, double, __VA_ARGS__)    \
+    default: return cudaErrorInvalidValue;          \
+  }
+
+// DUET_DISPATCH_FLOAT plus the two mixed-precision dtypes, for the kernels autocast reaches
+// (conv2d's bias and its gradient); elements are read with widen() and written with narrow<T>().
+#define DUET_DISPATCH_FLOAT_OR_HALF(dt, ...)            \
+  switch (dt) {                                         \
+    DUET_DISPATCH_CASE(f32, float, __VA_ARGS__)         \
+    DUET_DISPATCH_CASE(f64, double, __VA_ARGS__)        \
+    DUET_DISPATCH_CASE(f16, __half, __VA_ARGS__)        \
+    DUET_DISPATCH_CASE(bf16, __nv_bfloat16, __VA_ARGS__) \
+    default: return cudaErrorInvalidValue;              \
   }
 
 // for (i = global thread index; i < n; i += all threads): one loop covers any n with a capped grid.

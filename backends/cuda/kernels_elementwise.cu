@@ -1,5 +1,5 @@
 // Elementwise kernels: unary maths, tensor-scalar ops, broadcasting binary ops, activations and
-// their derivatives, and conv2d's per-channel bias. Dense operands are walked as one flat span (the
+// their derivatives, and conv2d's per-channel bias (also in f16/bf16, for autocast). Dense operands are walked as one flat span (the
 // op contract gives them equal strides); binary ops walk the output's index space through each
 // operand's strides, stride 0 where an operand broadcasts. The maths is kernel_math.h's.
 #include "backends/cuda/kernels_common.cuh"
@@ -55,7 +55,8 @@ __global__ void channel_bias_kernel(T* y, Dims4 Y, const T* bias, int64_t n) {
     r /= Y.H;
     const int64_t c = r % Y.C;
     const int64_t nn = r / Y.C;
-    y[nn * Y.sN + c * Y.sC + h * Y.sH + w * Y.sW] += bias[c];
+    T& out = y[nn * Y.sN + c * Y.sC + h * Y.sH + w * Y.sW];
+    out = narrow<T>(widen(out) + widen(bias[c]));  // f16/bf16 add in float, rounded once
   }
 }
 
@@ -104,7 +105,7 @@ cudaError_t activation_backward(Activation act, DType dt, const void* x, const v
 cudaError_t add_channel_bias(DType dt, void* y, const Dims4& Y, const void* bias, cudaStream_t s) {
   const int64_t n = Y.N * Y.C * Y.H * Y.W;
   if (n <= 0) return cudaSuccess;
-  DUET_DISPATCH_FLOAT(dt, channel_bias_kernel<T><<<grid(n), math::kBlock, 0, s>>>(static_cast<T*>(y), Y, static_cast<const T*>(bias), n));
+  DUET_DISPATCH_FLOAT_OR_HALF(dt, channel_bias_kernel<T><<<grid(n), math::kBlock, 0, s>>>(static_cast<T*>(y), Y, static_cast<const T*>(bias), n));
   return launched();
 }
 

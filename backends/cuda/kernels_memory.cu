@@ -1,33 +1,12 @@
 // Memory kernels: fill, the strided gather that implements every copy (layout changes, broadcasts,
 // dtype casts) and the counter-based random fills. Each thread handles one element of a grid-
 // stride loop; the random kernels use engine/rng.h, so their uniform bits equal the CPU backends'.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <type_traits>
 #include "backends/cuda/kernels_common.cuh"
 #include "engine/rng.h"
 
 namespace duet::cuda::kern {
 
 namespace {
-
-// ---- dtype conversions, the reference backend's rules -------------------------------------------
-// Arithmetic happens in a "wide" type: the 16-bit floats widen to float, the rest stay as stored.
-template <class S> __host__ __device__ inline auto widen(S v) { return v; }
-__host__ __device__ inline float widen(__half v) { return __half2float(v); }
-__host__ __device__ inline float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-// Floating values bound for u8/i32 go through int64, as c10 does: a direct conversion of a negative
-// float to u8 is undefined, through int64 it wraps like PyTorch.
-template <class D, class W> __host__ __device__ inline D narrow(W v) {
-  if constexpr (std::is_same_v<D, __half>) return __float2half_rn(static_cast<float>(v));
-  else if constexpr (std::is_same_v<D, __nv_bfloat16>) return __float2bfloat16_rn(static_cast<float>(v));
-  else if constexpr (std::is_floating_point_v<W> && (std::is_same_v<D, uint8_t> || std::is_same_v<D, int32_t>))
-    return static_cast<D>(static_cast<int64_t>(v));
-  else return static_cast<D>(v);
-}
-
-template <class D, class S> __host__ __device__ inline D convert(S v) { return narrow<D>(widen(v)); }
 
 template <class T>
 __global__ void fill_kernel(T* out, OffsetCalc<1> calc, int64_t n, T value) {

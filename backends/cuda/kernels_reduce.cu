@@ -2,7 +2,8 @@
 // one offset calculator for each, so any set of dims of any layout is reduced in place. A result
 // with much work gets a whole block (threads stride over the reduced elements, then a shuffle
 // tree); many small results get one thread each. Accumulation is in T (float for f32, as cuDNN and
-// PyTorch do); the tree order keeps f32 sums accurate to a few ulps of the double reference.
+// PyTorch do; float for f16/bf16 too, which only conv2d's bias gradient sends here under
+// autocast); the tree order keeps f32 sums accurate to a few ulps of the double reference.
 #include "backends/cuda/kernels_common.cuh"
 
 namespace duet::cuda::kern {
@@ -44,42 +45,44 @@ __device__ inline A block_reduce(ReduceOp op, A v, A* scratch) {
   return v;
 }
 
-template <class T>
-__device__ inline T finish(ReduceOp op, T acc, int64_t extent) {
-  return op == ReduceOp::mean ? acc / T(extent) : acc;  // an empty mean is 0/0 = NaN, as in PyTorch
+template <class A>
+__device__ inline A finish(ReduceOp op, A acc, int64_t extent) {
+  return op == ReduceOp::mean ? acc / A(extent) : acc;  // an empty mean is 0/0 = NaN, as in PyTorch
 }
 
 template <class T>
 __global__ void reduce_block_kernel(ReduceOp op, const T* x, OffsetCalc<1> kept, OffsetCalc<1> reduced, int64_t outputs,
                                     int64_t extent, T* out) {
-  DUET_SHARED_SCRATCH(T, scratch);
+  using A = acc_t<T>;
+  DUET_SHARED_SCRATCH(A, scratch);
   for (int64_t o = blockIdx.x; o < outputs; o += gridDim.x) {
     int64_t base[1];
     kept.offsets(o, base);
-    T acc = reduce_init<T>(op);
+    A acc = reduce_init<A>(op);
     for (int64_t r = threadIdx.x; r < extent; r += blockDim.x) {
       int64_t off[1];
       reduced.offsets(r, off);
-      acc = combine(op, acc, x[base[0] + off[0]]);
+      acc = combine(op, acc, A(widen(x[base[0] + off[0]])));
     }
     acc = block_reduce(op, acc, scratch);
-    if (threadIdx.x == 0) out[o] = finish(op, acc, extent);
+    if (threadIdx.x == 0) out[o] = narrow<T>(finish(op, acc, extent));
   }
 }
 
 template <class T>
 __global__ void reduce_thread_kernel(ReduceOp op, const T* x, OffsetCalc<1> kept, OffsetCalc<1> reduced,
                                      int64_t outputs, int64_t extent, T* out) {
+  using A = acc_t<T>;
   DUET_GRID_STRIDE(o, outputs) {
     int64_t base[1];
     kept.offsets(o, base);
-    T acc = reduce_init<T>(op);
+    A acc = reduce_init<A>(op);
     for (int64_t r = 0; r < extent; ++r) {
       int64_t off[1];
       reduced.offsets(r, off);
-      acc = combine(op, acc, x[base[0] + off[0]]);
+      acc = combine(op, acc, A(widen(x[base[0] + off[0]])));
     }
-    out[o] = finish(op, acc, extent);
+    out[o] = narrow<T>(finish(op, acc, extent));
   }
 }
 
@@ -107,7 +110,7 @@ __global__ void argmax_kernel(const T* x, int64_t outer, int64_t len, int64_t in
 cudaError_t reduce(ReduceOp op, DType dt, const void* x, const OffsetCalc<1>& kept, const OffsetCalc<1>& reduced,
                    int64_t outputs, int64_t extent, void* out, cudaStream_t s) {
   if (outputs <= 0) return cudaSuccess;
-  DUET_DISPATCH_FLOAT(dt, {
+  DUET_DISPATCH_FLOAT_OR_HALF(dt, {
     const T* px = static_cast<const T*>(x);
     T* po = static_cast<T*>(out);
     if (math::reduce_block_per_output(outputs, extent)) {

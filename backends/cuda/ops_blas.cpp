@@ -2,7 +2,9 @@
 // and duet row-major, so out = A B is computed as out^T = B^T A^T: a row-major matrix is its own
 // transpose in column-major, so no data moves. A batch of 1 broadcasts with batch stride 0.
 // linear's bias is broadcast into y first (the strided copy kernel) and the GEMM accumulates onto
-// it with beta = 1, which every cuBLAS version supports for every dtype.
+// it with beta = 1, which every cuBLAS version supports for every dtype. f16/bf16 operands (autocast)
+// go to the same call with CUDA_R_16F / CUDA_R_16BF matrices and CUBLAS_COMPUTE_32F: products
+// accumulate in f32 on tensor cores and only the output is rounded to 16 bits.
 #include <algorithm>
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
@@ -44,12 +46,26 @@ void gemm(OpGuard& g, DType dt, const void* a, const void* b, void* out, const G
                                                  CUBLAS_COMPUTE_64F, CUBLAS_GEMM_DEFAULT),
                       g.op);
   } else {
+    // alpha and beta are float for every CUBLAS_COMPUTE_32F* type, whatever the matrices hold.
     const float alpha = 1.0f, beta = static_cast<float>(m.beta);
-    const cublasComputeType_t compute = cuda_allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    DUET_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, op_b, op_a, N, M, K, &alpha, b, CUDA_R_32F, ld_b, m.stride_b, a,
-                                                 CUDA_R_32F, ld_a, m.stride_a, &beta, out, CUDA_R_32F, ld_c, stride_c, batch,
-                                                 compute, CUBLAS_GEMM_DEFAULT),
+    const cudaDataType_t t = dt == DType::f16 ? CUDA_R_16F : dt == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    // TF32 only changes how f32 inputs are rounded; 16-bit inputs always run on tensor cores.
+    const cublasComputeType_t compute =
+        dt == DType::f32 && cuda_allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    DUET_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, op_b, op_a, N, M, K, &alpha, b, t, ld_b, m.stride_b, a, t, ld_a,
+                                                 m.stride_a, &beta, out, t, ld_c, stride_c, batch, compute,
+                                                 CUBLAS_GEMM_DEFAULT),
                       g.op);
+  }
+}
+
+// The profiler's impl column: which cuBLAS path ran.
+const char* gemm_impl_name(DType dt) {
+  switch (dt) {
+    case DType::f16: return "cublas gemm f16 (compute 32f)";
+    case DType::bf16: return "cublas gemm bf16 (compute 32f)";
+    case DType::f32: return cuda_allow_tf32() ? "cublas gemm (tf32)" : "cublas gemm";
+    default: return "cublas gemm";
   }
 }
 
@@ -57,7 +73,7 @@ void gemm(OpGuard& g, DType dt, const void* a, const void* b, void* out, const G
 
 void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b) {
   OpGuard g("matmul", a);
-  check_float(g.op, "a", a);
+  check_float_or_half(g.op, "a", a);
   check_on(g.op, "b", b, g.device());
   DUET_CHECK(a.dim() == 3 && b.dim() == 3 && out.dim() == 3 && a.is_contiguous() && b.is_contiguous() && out.is_contiguous(),
              "matmul on backend 'cuda': expected contiguous 3-D operands, got {}, {} and {}", shape_str(a.shape()),
@@ -72,12 +88,12 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, bo
   m.stride_a = a.size(0) == 1 ? 0 : m.M * m.K;
   m.stride_b = b.size(0) == 1 ? 0 : m.K * m.N;
   gemm(g, a.dtype(), a.raw_data(), b.raw_data(), out.raw_data(), m);
-  profiler::note_impl(cuda_allow_tf32() && a.dtype() == DType::f32 ? "cublas gemm (tf32)" : "cublas gemm");
+  profiler::note_impl(gemm_impl_name(a.dtype()));
 }
 
 void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y) {
   OpGuard g("linear", x);
-  check_float(g.op, "x", x);
+  check_float_or_half(g.op, "x", x);
   check_on(g.op, "weight", w, g.device());
   DUET_CHECK(x.is_contiguous() && w.is_contiguous() && y.is_contiguous(),
              "linear on backend 'cuda': x, weight and y must be contiguous");
@@ -97,6 +113,7 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bias, c
     m.beta = 1.0;
   }
   gemm(g, x.dtype(), x.raw_data(), w.raw_data(), y.raw_data(), m);
+  profiler::note_impl(gemm_impl_name(x.dtype()));
 }
 
 }  // namespace duet

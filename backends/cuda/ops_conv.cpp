@@ -5,6 +5,8 @@
 // (conv_key.h) and gets its workspace from the caching allocator; candidates cuDNN cannot run, or
 // whose workspace does not fit, are skipped in heuristic order. The bias is duet's own kernels: a
 // per-channel add forward and the strided reduction for its gradient.
+// f16/bf16 tensors (autocast) use cuDNN's pseudo-half configurations: 16-bit data, a FLOAT compute
+// type on the convolution descriptor, tensor-core math allowed; products accumulate in f32.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -71,12 +73,17 @@ struct Problem {
                                                      to_int(op, "stride_h", p.stride_h), to_int(op, "stride_w", p.stride_w),
                                                      to_int(op, "dilation_h", p.dilation_h),
                                                      to_int(op, "dilation_w", p.dilation_w), CUDNN_CROSS_CORRELATION,
-                                                     cudnn_dtype(op, dt)),
+                                                     cudnn_compute_dtype(dt)),
                      op);
     DUET_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv, to_int(op, "groups", p.groups)), op);
     strict_fp32 = dt == DType::f32 && !cuda_allow_tf32();
-    // Set before the heuristics are queried: they only propose algorithms for this math type.
-    DUET_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, strict_fp32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH), op);
+    // Set before the heuristics are queried: they only propose algorithms for this math type. The
+    // 16-bit types are what tensor cores are for (their accumulation stays f32).
+    const bool half = dt == DType::f16 || dt == DType::bf16;
+    DUET_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, strict_fp32 ? CUDNN_FMA_MATH
+                                                       : half      ? CUDNN_TENSOR_OP_MATH
+                                                                   : CUDNN_DEFAULT_MATH),
+                     op);
     key.pass = pass;
     key.dtype = dt;
     key.channels_last = nhwc;
@@ -174,7 +181,7 @@ Tensor weight_in(const Tensor& w, bool nhwc) { return w.is_contiguous(mem_format
 
 void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv2dParams& p) {
   OpGuard g("conv2d", x);
-  check_float(g.op, "input", x);
+  check_float_or_half(g.op, "input", x);
   check_on(g.op, "weight", w, g.device());
   const bool nhwc = channels_last(x) || channels_last(y);
   check_format(g.op, "input", x, nhwc);
@@ -213,7 +220,7 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, c
 
 void CudaBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p) {
   OpGuard g("conv2d.backward_data", dy);
-  check_float(g.op, "grad_output", dy);
+  check_float_or_half(g.op, "grad_output", dy);
   check_on(g.op, "weight", w, g.device());
   const bool nhwc = channels_last(dx) || channels_last(dy);
   check_format(g.op, "grad_output", dy, nhwc);
@@ -251,7 +258,7 @@ void CudaBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const 
 void CudaBackend::conv2d_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& dbias,
                                          const Conv2dParams& p) {
   OpGuard g("conv2d.backward_weight", dy);
-  check_float(g.op, "grad_output", dy);
+  check_float_or_half(g.op, "grad_output", dy);
   check_on(g.op, "input", x, g.device());
   const bool nhwc = channels_last(x) || channels_last(dy);
   check_format(g.op, "input", x, nhwc);

@@ -197,6 +197,30 @@ std::vector<CudaSelftestCase> cuda_selftest_cases(uint64_t seed) {
   conv_case("conv2d 1x1 (channels-last)", 1, {1, 1, 0, 0, 1, 1, 1}, 1, true, DType::f32, 1e-4, 1e-3);
   conv_case("conv2d f64", 1, {1, 1, 1, 1, 1, 1, 1}, 3, false, DType::f64, 1e-11, 1e-9);
 
+  // -- mixed precision: autocast sends 16-bit operands to cuDNN/cuBLAS and the reference loops;
+  // both accumulate in f32 and round once, so they differ by about an ulp of the 16-bit type --
+  auto autocast_case = [&](std::string name, DType low, std::vector<Tensor> in,
+                           std::function<Tensor(const std::vector<Tensor>&)> fn) {
+    const double tol = low == DType::bf16 ? 2e-2 : 4e-3;
+    std::vector<bool> diff(in.size(), true);
+    add_case(std::move(name), std::move(in), std::move(diff),
+             [low, fn](const std::vector<Tensor>& v) {
+               AutocastGuard amp(low);
+               return fn(v);
+             },
+             tol, tol);
+  };
+  autocast_case("conv2d bf16 autocast (channels-last)", DType::bf16,
+                {rnd({2, Cin, H, W}, next()), rnd({Cout, Cin, 3, 3}, next()), rnd({Cout}, next())},
+                [](const auto& v) { return conv2d(v[0].contiguous(MemoryFormat::channels_last), v[1], v[2], {1, 1, 1, 1, 1, 1, 1}); });
+  autocast_case("conv2d f16 autocast (groups 2)", DType::f16,
+                {rnd({2, Cin, H, W}, next()), rnd({Cout, Cin / 2, 3, 3}, next()), rnd({Cout}, next())},
+                [](const auto& v) { return conv2d(v[0], v[1], v[2], {2, 2, 1, 1, 1, 1, 2}); });
+  autocast_case("matmul bf16 autocast (broadcast, transposed)", DType::bf16, {rnd({K, M}, next()), rnd({B, N, K}, next())},
+                [](const auto& v) { return matmul(v[0].transpose(0, 1), v[1].transpose(-1, -2)); });
+  autocast_case("linear f16 autocast (+bias)", DType::f16, {rnd({B, M, K}, next()), rnd({N, K}, next()), rnd({N}, next())},
+                [](const auto& v) { return linear(v[0], v[1], v[2]); });
+
   // -- normalisation --
   add_case("batch_norm train", {rnd({4, Cin, 6, 5}, next()), rnd({Cin}, next()), rnd({Cin}, next())}, {true, true, true},
            [](const auto& v) {

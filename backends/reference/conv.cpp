@@ -1,7 +1,8 @@
 // 2-D convolution on the host, as direct loops over the definition (no im2col, no Winograd):
 // forward, gradient wrt the input and gradient wrt the weight and bias. Every tensor is indexed
 // through its strides, so NCHW and channels-last share the code; each output element is gathered
-// once into a double accumulator, so the backward passes overwrite rather than accumulate.
+// once into an accumulator (double; float for f16/bf16 data, see acc_t), so the backward passes
+// overwrite rather than accumulate.
 #include "backends/reference/loops.h"
 #include "backends/reference/reference_backend.h"
 
@@ -16,21 +17,22 @@ namespace {
 // group; taps that fall in the zero padding contribute nothing.
 template <class T>
 void conv2d_kernel(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv2dParams& p) {
+  using Acc = acc_t<T>;
   const View4 X(x), Wt(w), Y(y);
   const int64_t Cg = X.C / p.groups, Og = Y.C / p.groups;
   const int64_t KH = Wt.H, KW = Wt.W;
-  const T* px = x.data<T>();
-  const T* pw = w.data<T>();
-  const T* pbias = bias.defined() ? bias.data<T>() : nullptr;
-  T* py = y.data<T>();
+  const T* px = ptr<T>(x);
+  const T* pw = ptr<T>(w);
+  const T* pbias = bias.defined() ? ptr<T>(bias) : nullptr;
+  T* py = ptr<T>(y);
   for (int64_t n = 0; n < X.N; ++n)
     for (int64_t o = 0; o < Y.C; ++o) {
       const int64_t c0 = (o / Og) * Cg;
-      const double b = pbias ? double(pbias[o * bias.stride(0)]) : 0.0;
+      const Acc b = pbias ? Acc(widen(pbias[o * bias.stride(0)])) : Acc(0);
       for (int64_t oh = 0; oh < Y.H; ++oh)
         for (int64_t ow = 0; ow < Y.W; ++ow) {
           const int64_t ih0 = oh * p.stride_h - p.pad_h, iw0 = ow * p.stride_w - p.pad_w;
-          double acc = b;
+          Acc acc = b;
           for (int64_t c = 0; c < Cg; ++c)
             for (int64_t kh = 0; kh < KH; ++kh) {
               const int64_t ih = ih0 + kh * p.dilation_h;
@@ -38,10 +40,10 @@ void conv2d_kernel(const Tensor& x, const Tensor& w, const Tensor& bias, const T
               for (int64_t kw = 0; kw < KW; ++kw) {
                 const int64_t iw = iw0 + kw * p.dilation_w;
                 if (iw < 0 || iw >= X.W) continue;
-                acc += double(px[X.at(n, c0 + c, ih, iw)]) * double(pw[Wt.at(o, c, kh, kw)]);
+                acc += Acc(widen(px[X.at(n, c0 + c, ih, iw)])) * Acc(widen(pw[Wt.at(o, c, kh, kw)]));
               }
             }
-          py[Y.at(n, o, oh, ow)] = static_cast<T>(acc);
+          py[Y.at(n, o, oh, ow)] = narrow<T>(acc);
         }
     }
 }
@@ -51,18 +53,19 @@ void conv2d_kernel(const Tensor& x, const Tensor& w, const Tensor& bias, const T
 // number inside [0, OH). Gathering (instead of scattering the forward taps) writes each dx once.
 template <class T>
 void conv2d_backward_data_kernel(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p) {
+  using Acc = acc_t<T>;
   const View4 DY(dy), Wt(w), DX(dx);
   const int64_t Cg = DX.C / p.groups, Og = DY.C / p.groups;
   const int64_t KH = Wt.H, KW = Wt.W;
-  const T* pdy = dy.data<T>();
-  const T* pw = w.data<T>();
-  T* pdx = dx.data<T>();
+  const T* pdy = ptr<T>(dy);
+  const T* pw = ptr<T>(w);
+  T* pdx = ptr<T>(dx);
   for (int64_t n = 0; n < DX.N; ++n)
     for (int64_t c = 0; c < DX.C; ++c) {
       const int64_t g = c / Cg, cg = c % Cg;
       for (int64_t ih = 0; ih < DX.H; ++ih)
         for (int64_t iw = 0; iw < DX.W; ++iw) {
-          double acc = 0.0;
+          Acc acc = 0;
           for (int64_t o = g * Og; o < (g + 1) * Og; ++o)
             for (int64_t kh = 0; kh < KH; ++kh) {
               const int64_t th = ih + p.pad_h - kh * p.dilation_h;
@@ -74,10 +77,10 @@ void conv2d_backward_data_kernel(const Tensor& dy, const Tensor& w, const Tensor
                 if (tw < 0 || tw % p.stride_w != 0) continue;
                 const int64_t ow = tw / p.stride_w;
                 if (ow >= DY.W) continue;
-                acc += double(pdy[DY.at(n, o, oh, ow)]) * double(pw[Wt.at(o, cg, kh, kw)]);
+                acc += Acc(widen(pdy[DY.at(n, o, oh, ow)])) * Acc(widen(pw[Wt.at(o, cg, kh, kw)]));
               }
             }
-          pdx[DX.at(n, c, ih, iw)] = static_cast<T>(acc);
+          pdx[DX.at(n, c, ih, iw)] = narrow<T>(acc);
         }
     }
 }
@@ -87,17 +90,18 @@ void conv2d_backward_data_kernel(const Tensor& dy, const Tensor& w, const Tensor
 template <class T>
 void conv2d_backward_weight_kernel(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& dbias,
                                    const Conv2dParams& p) {
+  using Acc = acc_t<T>;
   const View4 X(x), DY(dy), DW(dw);
   const int64_t Cg = X.C / p.groups, Og = DY.C / p.groups;
-  const T* px = x.data<T>();
-  const T* pdy = dy.data<T>();
-  T* pdw = dw.data<T>();
+  const T* px = ptr<T>(x);
+  const T* pdy = ptr<T>(dy);
+  T* pdw = ptr<T>(dw);
   for (int64_t o = 0; o < DY.C; ++o) {
     const int64_t c0 = (o / Og) * Cg;
     for (int64_t c = 0; c < Cg; ++c)
       for (int64_t kh = 0; kh < DW.H; ++kh)
         for (int64_t kw = 0; kw < DW.W; ++kw) {
-          double acc = 0.0;
+          Acc acc = 0;
           for (int64_t n = 0; n < X.N; ++n)
             for (int64_t oh = 0; oh < DY.H; ++oh) {
               const int64_t ih = oh * p.stride_h - p.pad_h + kh * p.dilation_h;
@@ -105,20 +109,20 @@ void conv2d_backward_weight_kernel(const Tensor& x, const Tensor& dy, const Tens
               for (int64_t ow = 0; ow < DY.W; ++ow) {
                 const int64_t iw = ow * p.stride_w - p.pad_w + kw * p.dilation_w;
                 if (iw < 0 || iw >= X.W) continue;
-                acc += double(pdy[DY.at(n, o, oh, ow)]) * double(px[X.at(n, c0 + c, ih, iw)]);
+                acc += Acc(widen(pdy[DY.at(n, o, oh, ow)])) * Acc(widen(px[X.at(n, c0 + c, ih, iw)]));
               }
             }
-          pdw[DW.at(o, c, kh, kw)] = static_cast<T>(acc);
+          pdw[DW.at(o, c, kh, kw)] = narrow<T>(acc);
         }
   }
   if (!dbias.defined()) return;
-  T* pdb = dbias.data<T>();
+  T* pdb = ptr<T>(dbias);
   for (int64_t o = 0; o < DY.C; ++o) {
-    double acc = 0.0;
+    Acc acc = 0;
     for (int64_t n = 0; n < DY.N; ++n)
       for (int64_t oh = 0; oh < DY.H; ++oh)
-        for (int64_t ow = 0; ow < DY.W; ++ow) acc += pdy[DY.at(n, o, oh, ow)];
-    pdb[o * dbias.stride(0)] = static_cast<T>(acc);
+        for (int64_t ow = 0; ow < DY.W; ++ow) acc += Acc(widen(pdy[DY.at(n, o, oh, ow)]));
+    pdb[o * dbias.stride(0)] = narrow<T>(acc);
   }
 }
 
@@ -126,18 +130,18 @@ void conv2d_backward_weight_kernel(const Tensor& x, const Tensor& dy, const Tens
 
 void ReferenceBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
                               const Conv2dParams& p) {
-  dispatch_float(x.dtype(), "conv2d", [&](auto tag) { conv2d_kernel<decltype(tag)>(x, w, bias, y, p); });
+  dispatch_float_or_half(x.dtype(), "conv2d", [&](auto tag) { conv2d_kernel<decltype(tag)>(x, w, bias, y, p); });
 }
 
 void ReferenceBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx,
                                             const Conv2dParams& p) {
-  dispatch_float(dy.dtype(), "conv2d_backward_data",
+  dispatch_float_or_half(dy.dtype(), "conv2d_backward_data",
                  [&](auto tag) { conv2d_backward_data_kernel<decltype(tag)>(dy, w, dx, p); });
 }
 
 void ReferenceBackend::conv2d_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw,
                                               const Tensor& dbias, const Conv2dParams& p) {
-  dispatch_float(x.dtype(), "conv2d_backward_weight",
+  dispatch_float_or_half(x.dtype(), "conv2d_backward_weight",
                  [&](auto tag) { conv2d_backward_weight_kernel<decltype(tag)>(x, dy, dw, dbias, p); });
 }
 

@@ -6,9 +6,11 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <fmt/format.h>
 #include "engine/dtype.h"
 #include "engine/error.h"
+#include "engine/tensor.h"
 
 namespace duet::ref {
 
@@ -28,15 +30,19 @@ inline uint16_t float_to_bf16(float f) {
   return static_cast<uint16_t>(x >> 16);
 }
 
+// Exact, and cheap enough for the inner loops of the reference's f16 convolutions and GEMMs.
 inline float f16_to_float(uint16_t h) {
-  const bool negative = (h & 0x8000u) != 0;
-  const int exponent = (h >> 10) & 0x1f;
-  const int mantissa = h & 0x3ff;
-  float magnitude;
-  if (exponent == 0) magnitude = std::ldexp(static_cast<float>(mantissa), -24);  // zero or subnormal: mantissa * 2^-24
-  else if (exponent == 31) magnitude = mantissa ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
-  else magnitude = std::ldexp(static_cast<float>(1024 + mantissa), exponent - 25);  // (1 + m/1024) * 2^(e-15)
-  return negative ? -magnitude : magnitude;
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu;
+  const uint32_t mantissa = h & 0x3ffu;
+  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24, exact in f32
+    const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
+    return sign ? -magnitude : magnitude;
+  }
+  if (exponent == 31)  // infinity, or NaN (made quiet)
+    return std::bit_cast<float>(sign | 0x7f800000u | (mantissa ? 0x00400000u | (mantissa << 13) : 0u));
+  // Normal: rebias the exponent (15 -> 127) and widen the mantissa (10 -> 23 bits).
+  return std::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
 }
 
 inline uint16_t float_to_f16(float f) {
@@ -58,6 +64,39 @@ inline uint16_t float_to_f16(float f) {
   const uint32_t dropped = x & 0x1fffu;
   if (dropped > 0x1000u || (dropped == 0x1000u && (h & 1u))) ++h;
   return sign | static_cast<uint16_t>(h);
+}
+
+// Arithmetic happens in a "wide" type: the 16-bit floats widen to float, everything else is used
+// as stored.
+inline float widen(Half v) { return f16_to_float(v.bits); }
+inline float widen(BFloat16 v) { return bf16_to_float(v.bits); }
+template <class T>
+T widen(T v) { return v; }
+
+// Converts a wide value to the storage type To. Floating values bound for a narrow integer type
+// go through int64 first, as c10 does, because a direct float -> uint8 cast of a negative value
+// is undefined behaviour in C++ (through int64 it wraps, like PyTorch).
+template <class To, class W>
+To narrow(W v) {
+  if constexpr (std::is_same_v<To, Half>) return Half{float_to_f16(static_cast<float>(v))};
+  else if constexpr (std::is_same_v<To, BFloat16>) return BFloat16{float_to_bf16(static_cast<float>(v))};
+  else if constexpr (std::is_floating_point_v<W> && (std::is_same_v<To, uint8_t> || std::is_same_v<To, int32_t>))
+    return static_cast<To>(static_cast<int64_t>(v));
+  else return static_cast<To>(v);
+}
+
+template <class To, class From>
+To convert(From v) {
+  if constexpr (std::is_same_v<To, From>) return v;
+  else return narrow<To>(widen(v));
+}
+
+// Typed pointer to element [0, ..., 0]; the 16-bit float types have no dtype_of<>, so they go
+// through raw_data() (the caller has already dispatched on the dtype).
+template <class T>
+T* ptr(const Tensor& t) {
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return static_cast<T*>(t.raw_data());
+  else return t.data<T>();
 }
 
 // Calls f(T{}) for every storage dtype; f16 and bf16 arrive as their bit-pattern tag types.

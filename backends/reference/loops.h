@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstdint>
 #include <tuple>
+#include <type_traits>
 #include <utility>
+#include "backends/reference/half.h"
 #include "engine/dtype.h"
 #include "engine/error.h"
 #include "engine/tensor.h"
@@ -27,6 +29,26 @@ void dispatch_float(DType t, const char* op, F&& f) {
     default: unsupported_dtype(op, t);
   }
 }
+
+// The GEMM-heavy kernels (conv2d, matmul, linear) also take the mixed-precision dtypes: T is float,
+// double, Half or BFloat16 (the 16-bit ones as bit patterns, read with widen() and written with
+// narrow<T>(), both in half.h).
+template <class F>
+void dispatch_float_or_half(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::f32: f(float{}); return;
+    case DType::f64: f(double{}); return;
+    case DType::f16: f(Half{}); return;
+    case DType::bf16: f(BFloat16{}); return;
+    default: unsupported_dtype(op, t, "f32, f64, f16 or bf16");
+  }
+}
+
+// The accumulator of a kernel over storage type T. f32 and f64 accumulate in double (the
+// reference is the oracle of the f32 backends); f16 and bf16 accumulate in float, which is what
+// cuDNN, cuBLAS (CUBLAS_COMPUTE_32F) and oneDNN do for them, and round once when storing.
+template <class T>
+using acc_t = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, double>;
 
 // Calls f(offsets...) once per element of `shape`, in row-major order, where offsets[k] is the
 // element's offset under strides[k]. Stride 0 expresses broadcasting. The walk keeps running

@@ -12,40 +12,6 @@
 namespace duet {
 using namespace ref;
 
-namespace {
-
-// Typed pointer to element [0, ..., 0]; the 16-bit float types have no dtype_of<>, so they go
-// through raw_data() (the caller has already dispatched on the dtype).
-template <class T>
-T* ptr(const Tensor& t) {
-  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return static_cast<T*>(t.raw_data());
-  else return t.data<T>();
-}
-
-// Arithmetic happens in the "wide" type: the 16-bit floats widen to float, everything else is
-// used as stored.
-inline float widen(Half v) { return f16_to_float(v.bits); }
-inline float widen(BFloat16 v) { return bf16_to_float(v.bits); }
-template <class T>
-T widen(T v) { return v; }
-
-// Converts a wide value to the storage type To. Floating values bound for a narrow integer type
-// go through int64 first, as c10 does, because a direct float -> uint8 cast of a negative value
-// is undefined behaviour in C++ (through int64 it wraps, like PyTorch).
-template <class To, class W>
-To narrow(W v) {
-  if constexpr (std::is_same_v<To, Half>) return Half{float_to_f16(static_cast<float>(v))};
-  else if constexpr (std::is_same_v<To, BFloat16>) return BFloat16{float_to_bf16(static_cast<float>(v))};
-  else if constexpr (std::is_floating_point_v<W> && (std::is_same_v<To, uint8_t> || std::is_same_v<To, int32_t>))
-    return static_cast<To>(static_cast<int64_t>(v));
-  else return static_cast<To>(v);
-}
-
-template <class To, class From>
-To convert(From v) { return narrow<To>(widen(v)); }
-
-}  // namespace
-
 void ReferenceBackend::fill(const Tensor& out, double value) {
   dispatch_any(out.dtype(), [&](auto tag) {
     using T = decltype(tag);

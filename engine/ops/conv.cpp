@@ -1,6 +1,7 @@
 // Front-end of conv2d. The output keeps the input's memory format (NCHW or channels-last), as
 // PyTorch does, so a network fed channels-last activations stays channels-last end to end. One
-// backward node computes only the gradients someone needs (PyTorch's output mask).
+// backward node computes only the gradients someone needs (PyTorch's output mask). Under autocast
+// (engine/autocast.h) it runs in f16/bf16 between two casts.
 #include "engine/ops/frontend.h"
 
 namespace duet {
@@ -8,7 +9,10 @@ namespace duet {
 using namespace detail;
 
 Tensor conv2d(const Tensor& x_in, const Tensor& w, const Tensor& bias, const Conv2dParams& p) {
-  check_float("conv2d", "input", x_in);
+  // Under autocast: cast f32 input, weight and bias to the low dtype, convolve there, return f32.
+  if (const auto low = autocast_target({&x_in, &w, &bias}))
+    return conv2d(autocast_input(x_in, *low), autocast_input(w, *low), autocast_input(bias, *low), p).to(DType::f32);
+  check_float_or_half("conv2d", "input", x_in);
   check_dim("conv2d", "input", x_in, 4);
   check_same("conv2d", "weight", w, "input", x_in);
   check_dim("conv2d", "weight", w, 4);

@@ -14,6 +14,12 @@ void check_float(const char* op, const char* arg, const Tensor& t) {
              "{}: argument '{}' has dtype {}, expected f32 or f64", op, arg, dtype_name(t.dtype()));
 }
 
+void check_float_or_half(const char* op, const char* arg, const Tensor& t) {
+  check_defined(op, arg, t);
+  DUET_CHECK(is_floating(t.dtype()), "{}: argument '{}' has dtype {}, expected f32, f64, f16 or bf16", op, arg,
+             dtype_name(t.dtype()));
+}
+
 void check_dtype(const char* op, const char* arg, const Tensor& t, DType expected) {
   check_defined(op, arg, t);
   DUET_CHECK(t.dtype() == expected, "{}: argument '{}' has dtype {}, expected {}", op, arg, dtype_name(t.dtype()),
@@ -60,7 +66,7 @@ Tensor dense(const Tensor& t) { return t.is_dense() ? t : t.contiguous(); }
 
 Tensor same_layout(const Tensor& t, const Tensor& ref) {
   if (t.strides() == ref.strides()) return t;
-  return copy_into(t.detach(), ref.device(), [&] {
+  return copy_into(t.detach(), ref.device(), ref.dtype(), [&] {
     Tensor out = empty_like_layout(ref, ref.shape());
     if (out.strides() != ref.strides()) out = Tensor::empty(ref.shape(), TensorOptions(ref.dtype()).with_device(ref.device()));
     return out;

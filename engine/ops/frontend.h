@@ -9,6 +9,7 @@
 #pragma once
 #include <initializer_list>
 #include <string>
+#include "engine/autocast.h"
 #include "engine/autograd.h"
 #include "engine/backend.h"
 #include "engine/functional.h"
@@ -21,6 +22,9 @@ inline BackendImpl& backend_of(const Tensor& t) { return backend(t.backend()); }
 
 void check_defined(const char* op, const char* arg, const Tensor& t);
 void check_float(const char* op, const char* arg, const Tensor& t);  // f32 or f64
+// f32, f64, f16 or bf16: the GEMM-heavy ops (conv2d, linear, matmul) also run in the two
+// mixed-precision dtypes (engine/autocast.h); every other op takes f32 or f64 only.
+void check_float_or_half(const char* op, const char* arg, const Tensor& t);
 void check_dtype(const char* op, const char* arg, const Tensor& t, DType expected);
 void check_same(const char* op, const char* arg, const Tensor& t, const char* ref_arg, const Tensor& ref);  // device + dtype
 void check_dim(const char* op, const char* arg, const Tensor& t, int64_t ndim);
@@ -45,16 +49,17 @@ Tensor expand_nograd(const Tensor& t, const Shape& shape);
 
 std::string dims_str(const std::vector<int64_t>& d);
 
-// One copy op from src into the tensor make_dst() returns, which must live on device `to` and
-// have src's shape. The destination is made inside the op's window, so a copy into a new tensor
-// (contiguous, clone, to, same_layout) counts the new tensor's bytes as its own; copy_ hands in
-// the existing tensor.
+// One copy op from src into the tensor make_dst() returns, which must live on device `to`, have
+// src's shape and dtype `to_dtype`. The destination is made inside the op's window, so a copy
+// into a new tensor (contiguous, clone, to, same_layout) counts the new tensor's bytes as its
+// own; copy_ hands in the existing tensor. A dtype change on one device is named "cast": its own
+// row in the profiler (autocast's casts show there).
 template <class MakeDst>
-Tensor copy_into(const Tensor& src, Device to, MakeDst&& make_dst) {
+Tensor copy_into(const Tensor& src, Device to, DType to_dtype, MakeDst&& make_dst) {
   BackendImpl& be = backend(src.device().type == DeviceType::cuda ? Backend::cuda : default_backend(to.type));
   const bool cross = src.device() != to;
   profiler::PhaseGuard phase(cross ? Phase::copy : profiler::current_phase());
-  profiler::OpScope scope(cross ? "copy.device" : "copy", be.kind(), {&src});
+  profiler::OpScope scope(cross ? "copy.device" : src.dtype() != to_dtype ? "cast" : "copy", be.kind(), {&src});
   Tensor dst = make_dst();
   scope.set_cost([&] { return cost::elementwise({&src}, {&dst}, 0); });
   be.copy(src, dst);

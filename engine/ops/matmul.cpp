@@ -1,6 +1,7 @@
 // Front-ends of matmul and linear. Operands reach the kernel as 3-D row-major [B, rows, cols]
 // blocks plus a transpose flag, so q @ k^T in attention needs no copy: the transposed view of a
 // contiguous tensor is passed as the tensor itself with trans = true (what BLAS calls 'T').
+// Both also run in f16/bf16, which is what autocast (engine/autocast.h) sends them.
 #include "engine/ops/frontend.h"
 
 namespace duet {
@@ -40,7 +41,7 @@ Tensor as3d(const Tensor& t, int64_t batch) {
 }
 
 Tensor matmul_impl(const Tensor& a, const Tensor& b, const char* name) {
-  check_float(name, "a", a);
+  check_float_or_half(name, "a", a);
   check_same(name, "b", b, "a", a);
   DUET_CHECK(a.dim() >= 2 && b.dim() >= 2, "{}: operands need at least 2 dims, got shapes {} and {}", name,
              shape_str(a.shape()), shape_str(b.shape()));
@@ -73,6 +74,8 @@ Tensor matmul_impl(const Tensor& a, const Tensor& b, const char* name) {
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  // Under autocast: both operands to the low dtype, the product back to f32.
+  if (const auto low = autocast_target({&a, &b})) return matmul(autocast_input(a, *low), autocast_input(b, *low)).to(DType::f32);
   Tensor out = matmul_impl(a, b, "matmul");
   if (should_record({&a, &b})) {
     const bool need_a = a.requires_grad(), need_b = b.requires_grad();
@@ -90,7 +93,10 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
-  check_float("linear", "x", x);
+  // Under autocast: input, weight and bias to the low dtype, the output back to f32.
+  if (const auto low = autocast_target({&x, &w, &bias}))
+    return linear(autocast_input(x, *low), autocast_input(w, *low), autocast_input(bias, *low)).to(DType::f32);
+  check_float_or_half("linear", "x", x);
   check_same("linear", "weight", w, "x", x);
   check_dim("linear", "weight", w, 2);
   DUET_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1),

@@ -33,6 +33,12 @@ Shape dropped_shape(const Shape& s, const std::vector<int64_t>& dims) {
 }
 
 Tensor reduce_impl(ReduceOp op, const Tensor& x_in, std::vector<int64_t> dims_in, bool keepdim, const char* name) {
+  // Sums of f16/bf16 tensors (the bias gradients of autocast layers, a broadcast matmul's operand
+  // gradient) are computed in f32 and rounded once at the end, as PyTorch accumulates them; the
+  // reduction kernels stay f32/f64 only.
+  const DType dt = x_in.defined() ? x_in.dtype() : DType::f32;
+  if ((dt == DType::f16 || dt == DType::bf16) && (op == ReduceOp::sum || op == ReduceOp::mean))
+    return reduce_impl(op, x_in.to(DType::f32), std::move(dims_in), keepdim, name).to(dt);
   check_float(name, "x", x_in);
   const std::vector<int64_t> dims = normalize_dims(name, x_in, std::move(dims_in));
   const Shape x_shape = x_in.shape();

@@ -265,7 +265,7 @@ std::string format_header(const nlohmann::json& r) {
   std::string s = fmt::format(
       "duet profile ({}), created {} | timing: {} ({})\n", r.value("schema", std::string("?")),
       r.value("created", std::string("?")), mode,
-      mode == "per-op" ? "every op timed, synchronised on asynchronous devices: op times add up to the step"
+      mode == "per-op" ? "every op timed, CUDA ops by events on the stream: op times add up to the step"
                        : "end to end, no per-op events or synchronisation");
   const nlohmann::json& rc = r.at("run_config");
   if (!rc.empty()) {

@@ -10,6 +10,7 @@ void start_session(const SessionOptions& o) {
   clear();
   device_allocator(Device::cpu()).reset_peak();
   if (o.device != Device::cpu()) device_allocator(o.device).reset_peak();
+  set_sync_per_op(o.sync_per_op);
   if (o.telemetry_ms > 0) start_telemetry(o.telemetry_ms);
   if (o.mode == TimingMode::per_op) enable(true);
   else enable_throughput(true);

@@ -13,6 +13,9 @@ struct SessionOptions {
   TimingMode mode = TimingMode::per_op;
   int telemetry_ms = 100;      // sampling interval; 0: no telemetry thread
   Device device = Device::cpu();  // its allocator's peak is reset (the cpu's always is)
+  // Per-op mode on CUDA: synchronise around every op and time it on the host clock instead of with
+  // CUDA events resolved once per step (profiler::set_sync_per_op).
+  bool sync_per_op = false;
 };
 
 // Clears earlier events, resets the allocators' peaks so the memory peak is this session's,

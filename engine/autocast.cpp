@@ -1,0 +1,36 @@
+#include "engine/autocast.h"
+#include <initializer_list>
+#include "engine/error.h"
+#include "engine/tensor.h"
+
+namespace duet {
+
+namespace {
+thread_local std::optional<DType> t_autocast;
+}
+
+std::optional<DType> autocast_dtype() { return t_autocast; }
+
+AutocastGuard::AutocastGuard(DType low) : prev_(t_autocast) {
+  DUET_CHECK(low == DType::f16 || low == DType::bf16, "AutocastGuard: dtype {} is not a low-precision dtype; expected f16 or bf16",
+             dtype_name(low));
+  t_autocast = low;
+}
+
+AutocastGuard::~AutocastGuard() { t_autocast = prev_; }
+
+namespace detail {
+
+std::optional<DType> autocast_target(std::initializer_list<const Tensor*> inputs) {
+  if (!t_autocast) return std::nullopt;
+  for (const Tensor* t : inputs)
+    if (t && t->defined() && t->dtype() == DType::f32) return t_autocast;
+  return std::nullopt;
+}
+
+Tensor autocast_input(const Tensor& t, DType low) {
+  return t.defined() && t.dtype() == DType::f32 ? t.to(low) : t;
+}
+
+}  // namespace detail
+}  // namespace duet

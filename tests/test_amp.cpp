@@ -1,0 +1,400 @@
+// Mixed precision: autocast of conv2d / linear / matmul to bf16 and f16 on every backend (outputs
+// and gradients against f32 within the low dtype's tolerance, f32 gradients on the f32 master
+// weights, casts visible in the profiler), the GradScaler's policy and its skip of overflowing
+// steps, and `duet train --amp` end to end (the loss falls; fp16 resume is exact).
+#include <unistd.h>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <sstream>
+#include "apps/checkpoint.h"
+#include "apps/trainer.h"
+#include "backends/registry.h"
+#include "engine/autocast.h"
+#include "engine/optim/grad_scaler.h"
+#include "engine/optim/optimizer.h"
+#include "tests/test_support.h"
+#include "tests/trainer_config.h"
+
+using namespace duet;
+using duet::testing::closeness;
+using duet::testing::random_tensor;
+
+namespace {
+
+// Where an autocast case runs: a CPU backend, or the CUDA device (skipped without one).
+struct AmpCase {
+  Backend backend;
+  DType low;
+};
+
+std::string case_name(const ::testing::TestParamInfo<AmpCase>& i) {
+  return fmt::format("{}_{}", backend_name(i.param.backend), dtype_name(i.param.low));
+}
+
+std::vector<AmpCase> amp_cases() {
+  std::vector<AmpCase> v;
+  for (Backend b : {Backend::reference, Backend::cpu, Backend::cuda})
+    for (DType d : {DType::bf16, DType::f16}) v.push_back({b, d});
+  return v;
+}
+
+// Tolerances of a low-precision GEMM against f32 for inputs in [-1, 1] and a few dozen products
+// per output: inputs and output are rounded to 8 (bf16) or 11 (f16) significant bits.
+double tol(DType low) { return low == DType::bf16 ? 3e-2 : 4e-3; }
+
+class Autocast : public ::testing::TestWithParam<AmpCase> {
+protected:
+  void SetUp() override {
+    const AmpCase c = GetParam();
+    if (c.backend == Backend::cuda) {
+#ifdef DUET_HAVE_CUDA
+      if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: autocast on cuDNN/cuBLAS needs a GPU";
+      device_ = Device::cuda(0);
+#else
+      GTEST_SKIP() << "built without the CUDA backend (configure with -DDUET_CUDA=ON)";
+#endif
+    } else {
+      if (!backend_available(c.backend)) GTEST_SKIP() << "backend " << backend_name(c.backend) << " is not built in";
+      prev_ = default_backend(DeviceType::cpu);
+      set_default_backend(DeviceType::cpu, c.backend);
+      restore_ = true;
+    }
+  }
+  void TearDown() override {
+    if (restore_) set_default_backend(DeviceType::cpu, prev_);
+    profiler::enable(false);
+    profiler::clear();
+  }
+  // An f32 leaf on the case's device that requires grad.
+  Tensor leaf(const Shape& s, uint64_t seed) const {
+    Tensor t = random_tensor(s, seed, DType::f32).to(device_);
+    t.set_requires_grad(true);
+    return t;
+  }
+  // f(leaves) in f32 and under autocast: outputs and every leaf's gradient (of sum(out * R)) compared.
+  void check(const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& leaves) {
+    const DType low = GetParam().low;
+    for (const Tensor& l : leaves) l.zero_grad();
+    const Tensor ref = f(leaves);
+    const Tensor R = random_tensor(ref.shape(), 99, DType::f32).to(device_);
+    sum(mul(ref, R)).backward();
+    std::vector<Tensor> ref_grads;
+    for (const Tensor& l : leaves) {
+      ref_grads.push_back(l.grad());
+      l.zero_grad();
+    }
+    Tensor out;
+    {
+      AutocastGuard amp(low);
+      out = f(leaves);
+    }
+    EXPECT_EQ(out.dtype(), DType::f32) << "autocast ops hand back f32";
+    EXPECT_LE(closeness(out, ref, tol(low), tol(low)), 1.0) << "forward in " << dtype_name(low);
+    sum(mul(out, R)).backward();
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      const Tensor g = leaves[i].grad();
+      ASSERT_TRUE(g.defined()) << "leaf " << i << " got no gradient";
+      EXPECT_EQ(g.dtype(), DType::f32) << "leaf " << i << ": the f32 master weight gets an f32 gradient";
+      EXPECT_LE(closeness(g, ref_grads[i], 2 * tol(low), 2 * tol(low)), 1.0) << "gradient of leaf " << i;
+    }
+  }
+
+  Device device_ = Device::cpu();
+  Backend prev_ = Backend::reference;
+  bool restore_ = false;
+};
+
+}  // namespace
+
+// ---- autocast on every backend ------------------------------------------------------------------
+
+TEST_P(Autocast, Conv2dMatchesF32) {
+  const Tensor x = leaf({2, 3, 7, 6}, 1), w = leaf({4, 3, 3, 3}, 2), b = leaf({4}, 3);
+  check([](const std::vector<Tensor>& t) { return conv2d(t[0], t[1], t[2], {.pad_h = 1, .pad_w = 1}); }, {x, w, b});
+}
+
+TEST_P(Autocast, GroupedStridedConv2dChannelsLastMatchesF32) {
+  const Tensor x = leaf({2, 4, 8, 8}, 4), w = leaf({6, 2, 3, 3}, 5);
+  check(
+      [](const std::vector<Tensor>& t) {
+        return conv2d(t[0].contiguous(MemoryFormat::channels_last), t[1], Tensor(),
+                      {.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1, .groups = 2});
+      },
+      {x, w});
+}
+
+TEST_P(Autocast, LinearMatchesF32) {
+  const Tensor x = leaf({5, 3, 16}, 6), w = leaf({7, 16}, 7), b = leaf({7}, 8);
+  check([](const std::vector<Tensor>& t) { return linear(t[0], t[1], t[2]); }, {x, w, b});
+}
+
+TEST_P(Autocast, BatchedAndBroadcastMatmulMatchF32) {
+  const Tensor a = leaf({3, 5, 8}, 9), b = leaf({3, 6, 8}, 10), c = leaf({8, 4}, 11);
+  // q @ k^T (a transposed operand) and a broadcast [K, N] operand, whose gradient sums over the batch.
+  check([](const std::vector<Tensor>& t) { return matmul(t[0], t[1].transpose(-1, -2)); }, {a, b});
+  check([](const std::vector<Tensor>& t) { return matmul(t[0], t[1]); }, {a, c});
+}
+
+TEST_P(Autocast, LowDtypeOpsRunAndCastsShowInTheProfiler) {
+  const DType low = GetParam().low;
+  const Tensor x = leaf({4, 16}, 12), w = leaf({8, 16}, 13), b = leaf({8}, 14);
+  profiler::clear();
+  profiler::enable(true);
+  {
+    AutocastGuard amp(low);
+    const Tensor y = relu(linear(x, w, b));
+    EXPECT_EQ(y.dtype(), DType::f32) << "ops after the autocast op stay in f32";
+    sum(y).backward();
+  }
+  profiler::enable(false);
+  int casts_to_low = 0, casts_to_f32 = 0, linear_low = 0;
+  for (const OpEvent& e : profiler::collect()) {
+    const std::string n = e.name;
+    if (n == "cast" && e.dtype == DType::f32) ++casts_to_low;
+    if (n == "cast" && e.dtype == low) ++casts_to_f32;
+    if (n == "linear" && e.dtype == low) ++linear_low;
+    if (n == "relu") {
+      EXPECT_EQ(e.dtype, DType::f32);
+    }
+  }
+  EXPECT_EQ(linear_low, 1) << "the linear layer ran in " << dtype_name(low);
+  // forward: x, w, b down and y up; backward: dy down and dx, dw, db up.
+  EXPECT_GE(casts_to_low, 4);
+  EXPECT_GE(casts_to_f32, 4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Amp, Autocast, ::testing::ValuesIn(amp_cases()), case_name);
+
+// ---- the policy itself ----------------------------------------------------------------------------
+
+TEST(AutocastPolicy, GuardNestsAndRejectsNonLowDtypes) {
+  EXPECT_FALSE(autocast_dtype().has_value());
+  {
+    AutocastGuard a(DType::bf16);
+    EXPECT_EQ(autocast_dtype(), DType::bf16);
+    {
+      AutocastGuard b(DType::f16);
+      EXPECT_EQ(autocast_dtype(), DType::f16);
+    }
+    EXPECT_EQ(autocast_dtype(), DType::bf16);
+  }
+  EXPECT_FALSE(autocast_dtype().has_value());
+  EXPECT_THROW(AutocastGuard(DType::f32), Error);
+}
+
+TEST(AutocastPolicy, F64IsNeverCastAndOtherOpsRejectLowDtypes) {
+  BackendGuard ref(DeviceType::cpu, Backend::reference);
+  const Tensor x = random_tensor({2, 8}, 1), w = random_tensor({3, 8}, 2);  // f64
+  AutocastGuard amp(DType::bf16);
+  EXPECT_EQ(linear(x, w).dtype(), DType::f64);
+  // Only the GEMM-heavy ops take the 16-bit dtypes; the rest say what they expect.
+  const Tensor h = random_tensor({2, 8}, 3, DType::f32).to(DType::bf16);
+  try {
+    (void)softmax(h, 1);
+    FAIL() << "softmax accepted bf16";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected f32 or f64"), std::string::npos) << e.what();
+  }
+}
+
+TEST(AutocastPolicy, CpuBf16AgreesWithTheReference) {
+  if (!backend_available(Backend::cpu)) GTEST_SKIP() << "the cpu backend (oneDNN) is not built into this binary";
+  const Tensor x = random_tensor({2, 8, 9, 9}, 5, DType::f32).to(DType::bf16);
+  const Tensor w = random_tensor({16, 8, 3, 3}, 6, DType::f32).to(DType::bf16);
+  Tensor ref_y, cpu_y;
+  {
+    BackendGuard g(DeviceType::cpu, Backend::reference);
+    ref_y = conv2d(x, w, Tensor(), {.pad_h = 1, .pad_w = 1});
+  }
+  {
+    BackendGuard g(DeviceType::cpu, Backend::cpu);
+    cpu_y = conv2d(x, w, Tensor(), {.pad_h = 1, .pad_w = 1});
+  }
+  EXPECT_EQ(cpu_y.dtype(), DType::bf16);
+  // Both accumulate in f32 and round once: at most an ulp or two of bf16 apart.
+  EXPECT_LE(closeness(cpu_y, ref_y, 2e-2, 1.6e-2), 1.0);
+}
+
+// ---- GradScaler ------------------------------------------------------------------------------------
+
+TEST(GradScaler, BacksOffOnInfAndGrowsAfterInterval) {
+  optim::GradScaler s({.init_scale = 1024, .growth_interval = 3});
+  EXPECT_EQ(s.scale(), 1024);
+  EXPECT_FALSE(s.update(true));  // overflow: skip the step, halve
+  EXPECT_EQ(s.scale(), 512);
+  EXPECT_EQ(s.skipped_steps(), 1);
+  EXPECT_TRUE(s.update(false));
+  EXPECT_TRUE(s.update(false));
+  EXPECT_EQ(s.scale(), 512);
+  EXPECT_EQ(s.growth_tracker(), 2);
+  EXPECT_TRUE(s.update(false));  // third clean step in a row: double
+  EXPECT_EQ(s.scale(), 1024);
+  EXPECT_EQ(s.growth_tracker(), 0);
+  EXPECT_TRUE(s.update(false));
+  EXPECT_FALSE(s.update(true));  // an overflow resets the run of clean steps
+  EXPECT_EQ(s.scale(), 512);
+  EXPECT_EQ(s.growth_tracker(), 0);
+  EXPECT_DOUBLE_EQ(s.inv_scale(), 1.0 / 512);
+}
+
+TEST(GradScaler, DefaultsLimitsAndState) {
+  optim::GradScaler s;
+  EXPECT_EQ(s.scale(), 65536.0);
+  EXPECT_EQ(s.options().growth_factor, 2.0);
+  EXPECT_EQ(s.options().backoff_factor, 0.5);
+  EXPECT_EQ(s.options().growth_interval, 2000);
+  optim::GradScaler h({.init_scale = std::numeric_limits<double>::max(), .growth_interval = 1});
+  h.update(false);
+  EXPECT_TRUE(std::isfinite(h.scale()));  // never grows to infinity
+  optim::GradScaler off({.enabled = false});
+  EXPECT_EQ(off.scale(), 1.0);
+  EXPECT_TRUE(off.update(true));
+  EXPECT_THROW(optim::GradScaler({.init_scale = 0.0}), Error);
+  EXPECT_THROW(optim::GradScaler({.backoff_factor = 1.5}), Error);
+  optim::GradScaler a({.init_scale = 64, .growth_interval = 5});
+  a.update(true);
+  a.update(false);
+  optim::GradScaler b;
+  b.load_state(a.state());
+  EXPECT_EQ(b.scale(), 32);
+  EXPECT_EQ(b.growth_tracker(), 1);
+  EXPECT_EQ(b.skipped_steps(), 1);
+  EXPECT_THROW(b.load_state({.scale = std::numeric_limits<double>::infinity()}), Error);
+}
+
+TEST(GradScaler, UnscalesGradientsAndDetectsInfAndNan) {
+  for (Backend be : duet::testing::cpu_backends()) {
+    BackendGuard g(DeviceType::cpu, be);
+    Tensor w = Tensor::ones({4}, TensorOptions().with_grad(true));
+    Tensor v = Tensor::ones({2, 3}, TensorOptions().with_grad(true));
+    optim::GradScaler s({.init_scale = 8});
+    s.scale_loss(add(sum(mul(w, 3.0)), sum(v))).backward();
+    EXPECT_EQ(w.grad().to_vector<float>(), std::vector<float>(4, 24.0f));
+    EXPECT_FALSE(s.unscale_grads({w, v}));
+    EXPECT_EQ(w.grad().to_vector<float>(), std::vector<float>(4, 3.0f));
+    EXPECT_EQ(v.grad().to_vector<float>(), std::vector<float>(6, 1.0f));
+    w.set_grad(Tensor::from_vector<float>({1.0f, INFINITY, 0.0f, 2.0f}, {4}));
+    EXPECT_TRUE(s.unscale_grads({w, v})) << backend_name(be);
+    w.set_grad(Tensor::from_vector<float>({1.0f, NAN, 0.0f, 2.0f}, {4}));
+    EXPECT_TRUE(s.unscale_grads({w, v})) << backend_name(be);
+  }
+}
+
+TEST(GradScaler, SkipsTheOptimizerStepOnOverflowAndHalvesTheScale) {
+  Tensor p = Tensor::full({3}, 1.0, TensorOptions().with_grad(true));
+  optim::SGD opt({p}, {.lr = 0.5});
+  optim::GradScaler s({.init_scale = 4, .growth_interval = 2});
+  // A clean step: the gradient (4 * 2 after scaling) is unscaled back to 2 before SGD sees it.
+  s.scale_loss(sum(mul(p, 2.0))).backward();
+  EXPECT_TRUE(s.step(opt));
+  EXPECT_EQ(p.to_vector<float>(), std::vector<float>(3, 0.0f));  // 1 - 0.5 * 2
+  EXPECT_EQ(s.scale(), 4);
+  // An inf gradient: the weights stay, the scale halves, the skip is counted.
+  opt.zero_grad();
+  p.set_grad(Tensor::from_vector<float>({1.0f, INFINITY, 1.0f}, {3}));
+  EXPECT_FALSE(s.step(opt));
+  EXPECT_EQ(p.to_vector<float>(), std::vector<float>(3, 0.0f));
+  EXPECT_EQ(s.scale(), 2);
+  EXPECT_EQ(s.skipped_steps(), 1);
+  EXPECT_EQ(opt.steps(), 1);
+  // Two clean steps in a row grow it again.
+  for (int i = 0; i < 2; ++i) {
+    opt.zero_grad();
+    s.scale_loss(sum(p)).backward();
+    EXPECT_TRUE(s.step(opt));
+  }
+  EXPECT_EQ(s.scale(), 4);
+  EXPECT_EQ(opt.steps(), 3);
+}
+
+// ---- duet train --amp ----------------------------------------------------------------------------
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The trainer suites' tiny run, a little wider and longer (8 steps per epoch), constant lr.
+app::TrainConfig amp_config(const std::string& amp) {
+  app::TrainConfig c = duet::testing::tiny_train_config();
+  c.model.width_mult = 0.5;
+  c.data.train_size = 256;
+  c.data.test_size = 64;
+  c.seed = 3;
+  c.optim.lr = 0.05;
+  c.optim.nesterov = false;
+  c.optim.schedule = "constant";
+  c.optim.label_smoothing = 0.0;
+  c.amp = amp;
+  return c;
+}
+
+struct AmpRun {
+  std::vector<double> losses;
+  std::vector<app::EpochMetrics> epochs;
+  optim::GradScaler::State scaler;
+  std::string output;
+};
+
+AmpRun train_amp(app::TrainConfig c, Backend b) {
+  BackendGuard backend(DeviceType::cpu, b);
+  app::RunEnv env;
+  env.device = Device::cpu();
+  env.backend = b;
+  manual_seed(c.seed);
+  app::TrainData data = app::make_train_data(c.data, c.seed);
+  c.model.classes = static_cast<int64_t>(data.class_names.size());
+  auto model = app::build_model(c.model, c.model.classes, data.image_size);
+  std::ostringstream out;
+  AmpRun r;
+  app::Trainer t(c, env, std::move(data), model, out);
+  t.on_step = [&](const app::StepRecord& s) { r.losses.push_back(s.loss); };
+  r.epochs = t.fit().epochs;
+  r.scaler = t.grad_scaler().state();
+  r.output = out.str();
+  return r;
+}
+
+}  // namespace
+
+TEST(TrainAmp, Bf16OnTheCpuBackendLowersTheLoss) {
+  const Backend b = backend_available(Backend::cpu) ? Backend::cpu : Backend::reference;
+  const AmpRun r = train_amp(amp_config("bf16"), b);
+  ASSERT_EQ(r.losses.size(), 16u);
+  double first = 0, last = 0;
+  for (size_t i = 0; i < 4; ++i) first += r.losses[i] / 4;
+  for (size_t i = 12; i < 16; ++i) last += r.losses[i] / 4;
+  EXPECT_LT(last, first * 0.9) << r.output;
+  EXPECT_NE(r.output.find("amp bf16"), std::string::npos) << r.output;
+  EXPECT_EQ(r.scaler.skipped_steps, 0);
+  EXPECT_EQ(r.epochs.back().loss_scale, 1.0) << "bf16 runs without loss scaling";
+}
+
+TEST(TrainAmp, Fp16CountsSkippedStepsAndResumesExactly) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("duet_test_amp_{}", ::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const AmpRun straight = train_amp(amp_config("fp16"), Backend::reference);
+  ASSERT_EQ(straight.losses.size(), 16u);
+  EXPECT_NE(straight.output.find("amp fp16 (scale"), std::string::npos) << straight.output;
+  int64_t skipped = 0;
+  for (const app::EpochMetrics& m : straight.epochs) skipped += m.skipped_steps;
+  EXPECT_EQ(skipped, straight.scaler.skipped_steps);
+
+  app::TrainConfig c = amp_config("fp16");
+  c.checkpoint = (dir / "amp.safetensors").string();
+  c.stop_after_epochs = 1;
+  const AmpRun first = train_amp(c, Backend::reference);
+  const app::Checkpoint ck = app::read_checkpoint(c.checkpoint);
+  ASSERT_FALSE(ck.state.grad_scaler.is_null()) << "the checkpoint keeps the loss scaler's state";
+  EXPECT_EQ(ck.state.grad_scaler["scale"].get<double>(), first.scaler.scale);
+  c.stop_after_epochs = 0;
+  c.resume = c.checkpoint;
+  const AmpRun second = train_amp(c, Backend::reference);
+  std::vector<double> joined = first.losses;
+  joined.insert(joined.end(), second.losses.begin(), second.losses.end());
+  EXPECT_EQ(joined, straight.losses) << "fp16 resume continues the uninterrupted run bit for bit";
+  EXPECT_EQ(second.scaler.scale, straight.scaler.scale);
+  EXPECT_EQ(second.scaler.skipped_steps, straight.scaler.skipped_steps);
+  fs::remove_all(dir);
+}
