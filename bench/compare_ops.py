@@ -16,14 +16,17 @@ and then at once with PyTorch (run it with the venv's python, which has torch):
       --interleave build/bench/duet_bench_ops [--filter conv2d] [--json both.json]
 
 Before/after: --baseline OLD_duet_bench_ops times an older build in the same round (duet, old
-duet, PyTorch, back to back); --rounds R repeats each round R times and reports medians.
+duet, PyTorch, back to back); --rounds R repeats each round R times and reports medians. --cpu-time compares CPU time instead
+of wall time (duet's cpu_time, PyTorch's process time): with --threads 1 on a shared machine it
+leaves out the time the process was descheduled (not meaningful with several threads, whose
+OpenMP spin-waits count as CPU time).
 """
 import json
 import math
 import sys
 
 
-def duet_times(path):
+def duet_times(path, field="real_time"):
     with open(path) as f:
         data = json.load(f)
     scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
@@ -34,7 +37,7 @@ def duet_times(path):
         name = b.get("run_name", b["name"]).replace("/real_time", "")
         if not name.endswith("/cpu"):
             continue
-        t = b["real_time"] * scale[b.get("time_unit", "ns")]
+        t = b[field] * scale[b.get("time_unit", "ns")]
         key = name[: -len("/cpu")]
         best[key] = min(best.get(key, float("inf")), t)
     return best
@@ -46,7 +49,7 @@ def torch_times(path):
     return {b["name"][: -len("/torch")]: b["real_time_s"] for b in data["benchmarks"]}
 
 
-def run_duet(binary, key, threads, min_time, repetitions):
+def run_duet(binary, key, threads, min_time, repetitions, field="real_time"):
     """Fastest of `repetitions` runs of one benchmark of a duet_bench_ops binary, in seconds."""
     import os
     import re
@@ -57,7 +60,7 @@ def run_duet(binary, key, threads, min_time, repetitions):
         subprocess.run([binary, f"--benchmark_filter=^{re.escape(key)}/cpu(/real_time)?$", f"--benchmark_min_time={min_time}",
                         f"--benchmark_repetitions={repetitions}", f"--benchmark_out={f.name}",
                         "--benchmark_out_format=json"], check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        return duet_times(f.name).get(key)
+        return duet_times(f.name, field).get(key)
 
 
 def interleave(argv):
@@ -75,9 +78,15 @@ def interleave(argv):
     ap.add_argument("--repetitions", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=1, help="repeat duet/baseline/torch this often; report medians")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="compare CPU time, not wall time (with --threads 1 on a loaded machine)")
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    field = "real_time"
+    if args.cpu_time:
+        import time
+        field, torch_ops.clock = "cpu_time", time.process_time
     d, t, base = {}, {}, {}
     for sp in torch_ops.specs():
         for bwd in ([False, True] if sp["backward"] else [False]):
@@ -86,11 +95,11 @@ def interleave(argv):
                 continue
             ds, bs, ts = [], [], []
             for _ in range(args.rounds):
-                ds.append(run_duet(args.interleave, key, args.threads, args.min_time, args.repetitions))
+                ds.append(run_duet(args.interleave, key, args.threads, args.min_time, args.repetitions, field))
                 if ds[-1] is None:
                     break
                 if args.baseline:
-                    bs.append(run_duet(args.baseline, key, args.threads, args.min_time, args.repetitions))
+                    bs.append(run_duet(args.baseline, key, args.threads, args.min_time, args.repetitions, field))
                 ts.append(torch_ops.bench(sp, bwd, args.min_time, args.repetitions))
             if ds[-1] is None:
                 print(f"{key}: not in duet's benchmarks")
