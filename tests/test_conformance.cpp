@@ -234,7 +234,13 @@ std::vector<Case> reduction_cases() {
       v.push_back({n, {In{{3, 4, 5, 6}}}, f});
       v.push_back({n + "_nhwc", {cl({3, 4, 5, 6})}, f});
       v.push_back({n + "_big", {In{{16, 32, 12, 13}}}, f, 2.0});
+      v.push_back({n + "_nhwc_big", {cl({16, 32, 12, 13})}, f, 2.0});  // past the OpenMP grain, no copy
     }
+  // Channels-last bias-gradient pattern (N, H, W reduced: rows of C), wide C, and a transposed view.
+  v.push_back({"sum_nhwc_bias_grad", {cl({8, 300, 9, 11})}, one([](const std::vector<Tensor>& x) { return sum(x[0], {0, 2, 3}); }), 2.0});
+  v.push_back({"mean_nhwc_hw", {cl({4, 40, 33, 35})}, one([](const std::vector<Tensor>& x) { return mean(x[0], {2, 3}); }), 2.0});
+  v.push_back({"sum_transposed_d0", {tr({300, 257})}, one([](const std::vector<Tensor>& x) { return sum(x[0], {0}); }), 2.0});
+  v.push_back({"amax_transposed_d1", {tr({300, 257})}, one([](const std::vector<Tensor>& x) { return amax(x[0], {1}); })});
   auto sum_rows = one([](const std::vector<Tensor>& x) { return sum(x[0], {0}); });
   v.push_back({"sum_bias_grad_shape", {In{{4096, 24}}}, sum_rows, 2.0});
   v.push_back({"sum_few_long_rows", {In{{2, 70000}}}, one([](const std::vector<Tensor>& x) { return sum(x[0], {1}); }), 2.0});
@@ -245,6 +251,14 @@ std::vector<Case> reduction_cases() {
                  one([d](const std::vector<Tensor>& x) { return argmax(x[0], d); })});
   }
   v.push_back({"argmax_big", {In{{256, 1000}, Layout::plain, false}},
+               one([](const std::vector<Tensor>& x) { return argmax(x[0], 1); })});
+  for (int64_t d : {0, 1, 2, 3}) {
+    In a{{4, 19, 6, 7}, Layout::channels_last, false};
+    v.push_back({"argmax_nhwc_d" + std::to_string(d), {a}, one([d](const std::vector<Tensor>& x) { return argmax(x[0], d); })});
+  }
+  v.push_back({"argmax_nchw_channels_big", {In{{8, 21, 33, 35}, Layout::plain, false}},
+               one([](const std::vector<Tensor>& x) { return argmax(x[0], 1); })});
+  v.push_back({"argmax_nhwc_channels_big", {In{{8, 21, 33, 35}, Layout::channels_last, false}},
                one([](const std::vector<Tensor>& x) { return argmax(x[0], 1); })});
   return v;
 }
@@ -595,6 +609,31 @@ TEST(CpuBackend, F64OnOneDnnOpsNamesTheOp) {
   expect_error([&] { max_pool2d(x, Pool2dParams{}); }, "max_pool2d");
   // The loop ops do run in f64.
   EXPECT_TRUE(all_close(add(a, a), mul(a, 2.0), 0, 0));
+}
+
+// argmax's NaN rule (the first NaN wins) and first-of-ties in every walk of the cpu kernel:
+// lines along a contiguous dim and runs of outputs scanned together.
+TEST(CpuBackend, ArgmaxNaNAndTiesMatchReference) {
+  if (!backend_available(Backend::cpu)) GTEST_SKIP() << "the cpu backend (oneDNN) is not built into this binary";
+  const Shape shape{3, 5, 4, 6};
+  std::vector<float> v(static_cast<size_t>(numel_of(shape)));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((i * 7) % 5);  // many ties
+  for (size_t i = 3; i < v.size(); i += 17) v[i] = NAN;
+  for (const MemoryFormat mf : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
+    const Tensor x = Tensor::from_vector<float>(v, shape).contiguous(mf);
+    for (int64_t d = 0; d < 4; ++d) {
+      Tensor got, want;
+      {
+        BackendGuard g(DeviceType::cpu, Backend::cpu);
+        got = argmax(x, d);
+      }
+      {
+        BackendGuard g(DeviceType::cpu, Backend::reference);
+        want = argmax(x, d);
+      }
+      EXPECT_EQ(got.to_vector<int64_t>(), want.to_vector<int64_t>()) << "dim " << d << " channels_last " << (mf == MemoryFormat::channels_last);
+    }
+  }
 }
 
 // GELU (erf) in f32 against the reference in f64 on a dense grid: the cpu kernel keeps relative
