@@ -60,24 +60,111 @@ void Allocator::retag(size_t bytes, MemTag from, MemTag to) {
   if (s_.by_tag[t] > s_.peak_by_tag[t]) s_.peak_by_tag[t] = s_.by_tag[t];
 }
 
-void* CpuAllocator::allocate(size_t bytes, MemTag tag) {
+namespace {
+void* aligned_block(size_t bytes) {
   // aligned_alloc needs a size that is a multiple of the alignment; zero-byte tensors still get
   // a unique pointer so that storage identity works.
-  const size_t rounded = ((bytes + kAlignment - 1) / kAlignment) * kAlignment;
-  void* p = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+  const size_t a = CpuAllocator::kAlignment;
+  const size_t rounded = ((bytes + a - 1) / a) * a;
+  return std::aligned_alloc(a, rounded == 0 ? a : rounded);
+}
+
+size_t default_cache_limit() {
+  if (const char* e = std::getenv("DUET_CPU_CACHE_MB"); e && *e) return static_cast<size_t>(std::strtoull(e, nullptr, 10)) << 20;
+#if defined(__SANITIZE_ADDRESS__)
+  return 0;  // AddressSanitizer must see every free to catch a use after it
+#else
+  return size_t(2048) << 20;
+#endif
+}
+}  // namespace
+
+CpuAllocator::CpuAllocator() : limit_(default_cache_limit()) {}
+
+CpuAllocator::~CpuAllocator() {
+  std::lock_guard<std::mutex> lk(cache_mu_);
+  release_cached_locked();
+}
+
+size_t CpuAllocator::size_class(size_t bytes) {
+  if (bytes < kCacheMin) return bytes;
+  int top = 63;
+  while (!(bytes >> top)) --top;
+  const size_t step = size_t(1) << (top - 3);  // eight classes per power of two
+  return (bytes + step - 1) / step * step;
+}
+
+void* CpuAllocator::allocate(size_t bytes, MemTag tag) {
+  const size_t cls = size_class(bytes);
+  void* p = nullptr;
+  if (bytes >= kCacheMin) {
+    std::lock_guard<std::mutex> lk(cache_mu_);
+    if (auto it = free_.find(cls); it != free_.end() && !it->second.empty()) {
+      p = it->second.back();
+      it->second.pop_back();
+      cached_ -= cls;
+      hits_++;
+      set_cached(static_cast<int64_t>(cached_));
+    }
+  }
+  if (!p) p = aligned_block(cls);
+  if (!p && release_cached() > 0) p = aligned_block(cls);
   if (!p) throw Error(fmt::format("out of host memory: could not allocate {} bytes for a {} buffer", bytes, mem_tag_name(tag)));
   count_alloc(bytes, tag);
   return p;
 }
 
 void CpuAllocator::deallocate(void* p, size_t bytes, MemTag tag) {
-  std::free(p);
   count_free(bytes, tag);
+  if (bytes >= kCacheMin) {
+    const size_t cls = size_class(bytes);
+    std::lock_guard<std::mutex> lk(cache_mu_);
+    if (cached_ + cls <= limit_) {
+      free_[cls].push_back(p);
+      cached_ += cls;
+      set_cached(static_cast<int64_t>(cached_));
+      return;
+    }
+  }
+  std::free(p);
+}
+
+size_t CpuAllocator::release_cached() {
+  std::lock_guard<std::mutex> lk(cache_mu_);
+  return release_cached_locked();
+}
+
+size_t CpuAllocator::release_cached_locked() {
+  const size_t released = cached_;
+  for (auto& [cls, blocks] : free_)
+    for (void* p : blocks) std::free(p);
+  free_.clear();
+  cached_ = 0;
+  set_cached(0);
+  return released;
+}
+
+size_t CpuAllocator::cache_limit() const {
+  std::lock_guard<std::mutex> lk(cache_mu_);
+  return limit_;
+}
+
+void CpuAllocator::set_cache_limit(size_t bytes) {
+  std::lock_guard<std::mutex> lk(cache_mu_);
+  limit_ = bytes;
+  if (cached_ > limit_) release_cached_locked();
+}
+
+int64_t CpuAllocator::cache_hits() const {
+  std::lock_guard<std::mutex> lk(cache_mu_);
+  return hits_;
 }
 
 CpuAllocator& cpu_allocator() {
-  static CpuAllocator a;
-  return a;
+  // Never destroyed: a tensor in static storage may be freed after any function-local static
+  // would be, and the cache's blocks go back to the system with the process anyway.
+  static CpuAllocator* a = new CpuAllocator;
+  return *a;
 }
 
 namespace {
