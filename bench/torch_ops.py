@@ -100,16 +100,21 @@ def make_inputs(sp, grad):
     return out
 
 
+# The clock of time_loop: wall time by default; bench/compare_ops.py --cpu-time switches it to the
+# process's CPU time (one thread on a shared machine: time spent descheduled is not counted).
+clock = time.perf_counter
+
+
 def time_loop(body, min_time, reps):
     body()
     body()  # warm-up: allocator, kernels, caches
     best = float("inf")
     for _ in range(reps):
-        n, start = 0, time.perf_counter()
+        n, start = 0, clock()
         while True:
             body()
             n += 1
-            el = time.perf_counter() - start
+            el = clock() - start
             if el >= min_time and n >= 2:
                 break
         best = min(best, el / n)

@@ -104,11 +104,6 @@ CpuAllocator::CpuAllocator() {
   cache_limit_ = physical_memory_bytes() / 4;
 }
 
-CpuAllocator::~CpuAllocator() {
-  std::lock_guard<std::mutex> lk(cache_mu_);
-  release_cached_locked();
-}
-
 size_t CpuAllocator::size_class(size_t bytes) {
   if (bytes < kCacheMin) return round_up(bytes == 0 ? kAlignment : bytes, kAlignment);
   // Quarter steps between powers of two: 64K, 80K, 96K, 112K, 128K, 160K, ...
@@ -186,8 +181,9 @@ void CpuAllocator::set_cache_limit(int64_t bytes) {
 }
 
 CpuAllocator& cpu_allocator() {
-  static CpuAllocator a;
-  return a;
+  // Never destroyed: tensors in static storage may be freed after it would have been.
+  static CpuAllocator* a = new CpuAllocator;
+  return *a;
 }
 
 namespace {

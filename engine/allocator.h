@@ -70,7 +70,6 @@ public:
   static constexpr size_t kAlignment = 64;
   static constexpr size_t kCacheMin = size_t{64} << 10;
   CpuAllocator();
-  ~CpuAllocator() override;
   void* allocate(size_t bytes, MemTag tag) override;
   void deallocate(void* p, size_t bytes, MemTag tag) override;
   const char* name() const override { return "cpu"; }

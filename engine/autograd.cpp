@@ -58,8 +58,13 @@ void accumulate_into_leaf(TensorImpl* leaf, const Tensor& g) {
       }
       leaf->grad = g;
     } else {
+      // The copy takes the leaf's layout when the leaf is channels-last (PyTorch's
+      // AccumulateGrad does the same): a channel slice of a channels-last gradient (cat's
+      // backward) then copies rows instead of transposing into NCHW.
       MemTagGuard tag(MemTag::gradient);
-      leaf->grad = g.clone();
+      const bool cl = leaf->shape.size() == 4 && leaf->strides != contiguous_strides(leaf->shape) &&
+                      leaf->strides == channels_last_strides(leaf->shape);
+      leaf->grad = cl && !g.is_contiguous(MemoryFormat::channels_last) ? g.contiguous(MemoryFormat::channels_last) : g.clone();
     }
   } else {
     MemTagGuard tag(MemTag::gradient);

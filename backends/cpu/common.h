@@ -156,6 +156,17 @@ inline dnnl::memory mem(const dnnl::memory::desc& d, void* p) { return dnnl::mem
 constexpr int kScratchSlots = 6;
 void* scratch(size_t bytes, int slot);
 
+// ---- SIMD -----------------------------------------------------------------------------------------
+
+// The library is built for the baseline x86-64 ISA (SSE2); a hot loop marked with this gets an
+// AVX-512 and an x86-64-v3 (AVX2 + FMA) copy as well, and the loader picks the widest the CPU
+// runs (ifunc). Those clones may contract a * b + c into an FMA (more accurate, not
+// bit-identical to the baseline); a file that must match the reference bit for bit is built with
+// -ffp-contract=off. std::fma is an instruction there and a (correct, slow) libm call in the
+// baseline clone. OpenMP regions are outlined before cloning, so mark the per-chunk function that
+// a parallel_for calls, not a function containing `#pragma omp parallel`.
+#define DUET_SIMD_CLONES __attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
+
 // ---- OpenMP ---------------------------------------------------------------------------------------
 
 // Below this many elements a loop runs on the calling thread: waking the team costs more than

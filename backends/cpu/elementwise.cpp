@@ -1,10 +1,13 @@
 // Elementwise ops on the cpu backend. Transcendental f32 maths (exp, log, tanh and the smooth
 // activations with their derivatives) runs in oneDNN's jit eltwise kernels, which vectorise
-// exp/erf/tanh with AVX-512; cheap ops (neg, abs, relu, scalar arithmetic, broadcasting binary
-// ops, dropout) are OpenMP loops the compiler vectorises, since they are memory-bound and a
-// primitive call would cost more than the arithmetic on small tensors. f64 takes the loops.
+// exp/erf/tanh with AVX-512, except GELU (erf), whose forward and backward are our own SIMD
+// loops over vmath.h (oneDNN 2.6's gelu_erf backward took twice PyTorch's time); cheap ops
+// (neg, abs, relu, scalar arithmetic, broadcasting binary ops, dropout) are OpenMP loops the
+// compiler vectorises, since they are memory-bound and a primitive call would cost more than
+// the arithmetic on small tensors. f64 takes the loops.
 #include <cmath>
 #include "backends/cpu/loops.h"
+#include "backends/cpu/vmath.h"
 #include "backends/reference/loops.h"
 #include "engine/rng.h"
 
@@ -253,14 +256,49 @@ void activation_backward_loop(Activation act, const Tensor& x, const Tensor& dy,
   throw Error(fmt::format("activation_backward on backend 'cpu': unknown activation code {}", static_cast<int>(act)));
 }
 
+// ---- GELU (erf) in f32: y = x Phi(x), dy/dx = Phi(x) + x phi(x) -----------------------------------
+
+DUET_SIMD_CLONES void gelu_erf_chunk(const float* __restrict x, float* __restrict y, int64_t b, int64_t e) {
+#pragma omp simd
+  for (int64_t i = b; i < e; ++i) y[i] = x[i] * vmath::normal_cdf(x[i]).cdf;
+}
+
+DUET_SIMD_CLONES void gelu_erf_backward_chunk(const float* __restrict x, const float* __restrict dy,
+                                              float* __restrict dx, int64_t b, int64_t e) {
+#pragma omp simd
+  for (int64_t i = b; i < e; ++i) {
+    const float v = x[i];
+    const vmath::CdfGauss c = vmath::normal_cdf(v);
+    dx[i] = dy[i] * (c.cdf + v * (kInvSqrt2Pi<float> * c.gauss));
+  }
+}
+
+// ~40 vector instructions per element: worth a thread well below the memory-bound grain.
+constexpr int64_t kGeluCost = 8;
+
+void gelu_erf_f32(const Tensor& x, const Tensor& out) {
+  const float* px = static_cast<const float*>(x.raw_data());
+  float* po = static_cast<float*>(out.raw_data());
+  parallel_for(x.numel(), x.numel() * kGeluCost, [&](int64_t b, int64_t e) { gelu_erf_chunk(px, po, b, e); });
+}
+
+void gelu_erf_backward_f32(const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  const float* px = static_cast<const float*>(x.raw_data());
+  const float* pdy = static_cast<const float*>(dy.raw_data());
+  float* pdx = static_cast<float*>(dx.raw_data());
+  parallel_for(x.numel(), x.numel() * kGeluCost,
+               [&](int64_t b, int64_t e) { gelu_erf_backward_chunk(px, pdy, pdx, b, e); });
+}
+
 // oneDNN's algorithm for each activation (relu6 is clip_v2 to (0, 6), whose derivative is 0 at
-// both ends as PyTorch's is); relu stays a loop: one compare per element is memory-bound anyway.
+// both ends as PyTorch's is); relu stays a loop: one compare per element is memory-bound anyway,
+// and gelu_erf has its own (gelu_erf_f32).
 bool dnnl_activation(Activation act, dnnl::algorithm& alg, float& alpha, float& beta) {
   alpha = 0.f, beta = 0.f;
   switch (act) {
     case Activation::relu: return false;
     case Activation::relu6: alg = dnnl::algorithm::eltwise_clip_v2; beta = 6.f; return true;
-    case Activation::gelu_erf: alg = dnnl::algorithm::eltwise_gelu_erf; return true;
+    case Activation::gelu_erf: return false;  // gelu_erf_f32
     case Activation::gelu_tanh: alg = dnnl::algorithm::eltwise_gelu_tanh; return true;
     case Activation::sigmoid: alg = dnnl::algorithm::eltwise_logistic; return true;
     case Activation::silu: alg = dnnl::algorithm::eltwise_swish; alpha = 1.f; return true;
@@ -293,6 +331,7 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Ten
 }
 
 void CpuBackend::activation(Activation act, const Tensor& x, const Tensor& out) {
+  if (x.dtype() == DType::f32 && act == Activation::gelu_erf) return gelu_erf_f32(x, out);
   dnnl::algorithm alg;
   float alpha, beta;
   if (x.dtype() == DType::f32 && dnnl_activation(act, alg, alpha, beta))
@@ -301,6 +340,7 @@ void CpuBackend::activation(Activation act, const Tensor& x, const Tensor& out) 
 }
 
 void CpuBackend::activation_backward(Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  if (x.dtype() == DType::f32 && act == Activation::gelu_erf) return gelu_erf_backward_f32(x, dy, dx);
   dnnl::algorithm alg;
   float alpha, beta;
   if (x.dtype() == DType::f32 && dnnl_activation(act, alg, alpha, beta))

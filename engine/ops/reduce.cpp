@@ -44,7 +44,8 @@ Tensor reduce_impl(ReduceOp op, const Tensor& x_in, std::vector<int64_t> dims_in
   const Shape x_shape = x_in.shape();
   const Shape keep = kept_shape(x_shape, dims);
   if (x_in.dim() == 0) return x_in.clone();  // reducing a scalar over no dims is the identity
-  const Tensor x = x_in.contiguous();
+  // Kernels take any dense layout (channels-last included) as it is.
+  const Tensor x = x_in.is_dense() ? x_in : x_in.contiguous();
   BackendImpl& be = backend_of(x);
   Tensor out;
   {
@@ -111,7 +112,8 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
 Tensor argmax(const Tensor& x_in, int64_t dim, bool keepdim) {
   check_float("argmax", "x", x_in);
   dim = wrap_dim(dim, x_in.dim(), "argmax");
-  const Tensor x = x_in.contiguous();
+  // The host kernels take any dense layout as it is; the cuda kernel wants contiguous.
+  const Tensor x = x_in.is_dense() && x_in.device().type == DeviceType::cpu ? x_in : x_in.contiguous();
   const Shape keep = kept_shape(x.shape(), {dim});
   BackendImpl& be = backend_of(x);
   Tensor out;
