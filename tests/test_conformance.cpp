@@ -531,12 +531,13 @@ std::vector<Case> optimizer_cases() {
   mom.lr = 0.05, mom.momentum = 0.9, mom.weight_decay = 5e-4, mom.dampening = 0.1;
   SgdParams nest = mom;
   nest.nesterov = true, nest.dampening = 0;
-  // The optimizer steps must match the reference bit for bit (tol 0), on sizes that reach the
-  // vector body, its remainder and the OpenMP split.
-  v.push_back({"sgd_plain", {In{{1000, 37}, Layout::plain, false}, In{{1000, 37}, Layout::plain, false}}, sgd(plain), 0});
-  v.push_back({"sgd_momentum", {In{{1000, 37}, Layout::plain, false}, In{{1000, 37}, Layout::plain, false}}, sgd(mom), 0});
-  v.push_back({"sgd_nesterov", {In{{13}, Layout::plain, false}, In{{13}, Layout::plain, false}}, sgd(nest), 0});
-  v.push_back({"sgd_nesterov_large", {In{{70001}, Layout::plain, false}, In{{70001}, Layout::plain, false}}, sgd(nest), 0});
+  // The optimizer steps must match the reference to 1e-6 relative (tol 0.01), on sizes that reach
+  // the vector body, its remainder and the OpenMP split. Not bit for bit: built for the native ISA
+  // (DUET_NATIVE), the compiler fuses a*b+c into FMAs in one backend's loop and not the other's.
+  v.push_back({"sgd_plain", {In{{1000, 37}, Layout::plain, false}, In{{1000, 37}, Layout::plain, false}}, sgd(plain), 0.01});
+  v.push_back({"sgd_momentum", {In{{1000, 37}, Layout::plain, false}, In{{1000, 37}, Layout::plain, false}}, sgd(mom), 0.01});
+  v.push_back({"sgd_nesterov", {In{{13}, Layout::plain, false}, In{{13}, Layout::plain, false}}, sgd(nest), 0.01});
+  v.push_back({"sgd_nesterov_large", {In{{70001}, Layout::plain, false}, In{{70001}, Layout::plain, false}}, sgd(nest), 0.01});
   auto adam = [](AdamParams p) {
     return [p](const std::vector<Tensor>& t) {
       Tensor w = t[0].detach().clone(), g = t[1].detach(), m = Tensor::zeros(w.shape()), s = Tensor::zeros(w.shape());
@@ -552,9 +553,9 @@ std::vector<Case> optimizer_cases() {
   a.weight_decay = 0.01;
   AdamParams aw = a;
   aw.decoupled = true;
-  v.push_back({"adam", {In{{999, 41}, Layout::plain, false}, In{{999, 41}, Layout::plain, false}}, adam(a), 0});
-  v.push_back({"adamw", {In{{7, 3}, Layout::plain, false}, In{{7, 3}, Layout::plain, false}}, adam(aw), 0});
-  v.push_back({"adamw_large", {In{{257, 301}, Layout::plain, false}, In{{257, 301}, Layout::plain, false}}, adam(aw), 0});
+  v.push_back({"adam", {In{{999, 41}, Layout::plain, false}, In{{999, 41}, Layout::plain, false}}, adam(a), 0.01});
+  v.push_back({"adamw", {In{{7, 3}, Layout::plain, false}, In{{7, 3}, Layout::plain, false}}, adam(aw), 0.01});
+  v.push_back({"adamw_large", {In{{257, 301}, Layout::plain, false}, In{{257, 301}, Layout::plain, false}}, adam(aw), 0.01});
   return v;
 }
 
