@@ -5,6 +5,7 @@
 // Each case builds the same f32 leaves under both backends, runs the op, backpropagates
 // sum(out * R) for a fixed random R, and compares outputs and gradients.
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -648,6 +649,54 @@ TEST(CpuBackend, ArgmaxNaNAndTiesMatchReference) {
         want = argmax(x, d);
       }
       EXPECT_EQ(got.to_vector<int64_t>(), want.to_vector<int64_t>()) << "dim " << d << " channels_last " << (mf == MemoryFormat::channels_last);
+    }
+  }
+}
+
+// NaN and infinities through the SIMD elementwise loops (long enough for the vector body):
+// NaN propagates through relu, clamp, maximum/minimum and the smooth activations as in
+// PyTorch; the loop ops match the reference bit for bit, the transcendental ones closely.
+TEST(CpuBackend, ElementwiseNaNMatchesReference) {
+  if (!backend_available(Backend::cpu)) GTEST_SKIP() << "the cpu backend (oneDNN) is not built into this binary";
+  const float special[] = {NAN, -1.0f, 2.0f, -INFINITY, INFINITY, 0.0f, -0.0f, 0.25f, 7.0f};
+  std::vector<float> v(70001);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = special[(i * 5) % 9];
+  const Tensor x = Tensor::from_vector<float>(v, {static_cast<int64_t>(v.size())});
+  struct Op {
+    const char* name;
+    std::function<Tensor(const Tensor&)> f;
+    bool exact;
+  };
+  const std::vector<Op> ops = {
+      {"relu", [](const Tensor& t) { return relu(t); }, true},
+      {"relu6", [](const Tensor& t) { return relu6(t); }, true},
+      {"clamp_min", [](const Tensor& t) { return clamp_min(t, 0.5); }, true},
+      {"clamp_max", [](const Tensor& t) { return clamp_max(t, 0.5); }, true},
+      {"maximum", [](const Tensor& t) { return maximum(t, mul(t, -1.0)); }, true},
+      {"minimum", [](const Tensor& t) { return minimum(mul(t, -1.0), t); }, true},
+      {"abs", [](const Tensor& t) { return abs(t); }, true},
+      {"neg_mul", [](const Tensor& t) { return neg(mul(t, 0.5)); }, true},
+      {"sigmoid", [](const Tensor& t) { return sigmoid(t); }, false},
+      {"silu", [](const Tensor& t) { return silu(t); }, false},
+      {"hardswish", [](const Tensor& t) { return hardswish(t); }, false},
+      {"gelu", [](const Tensor& t) { return gelu(t); }, false},
+  };
+  for (const Op& op : ops) {
+    std::vector<float> got, want;
+    {
+      BackendGuard g(DeviceType::cpu, Backend::cpu);
+      got = op.f(x).to_vector<float>();
+    }
+    {
+      BackendGuard g(DeviceType::cpu, Backend::reference);
+      want = op.f(x).to_vector<float>();
+    }
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      const bool same = std::memcmp(&got[i], &want[i], sizeof(float)) == 0 || (std::isnan(got[i]) && std::isnan(want[i]));
+      const bool close = same || (!std::isnan(got[i]) && !std::isnan(want[i]) && std::isinf(got[i]) == std::isinf(want[i]) &&
+                                  std::abs(got[i] - want[i]) <= 1e-6 + 1e-6 * std::abs(want[i]));
+      ASSERT_TRUE(op.exact ? same : close) << op.name << " at " << i << ": " << got[i] << " vs " << want[i] << " (x = " << v[i] << ")";
     }
   }
 }

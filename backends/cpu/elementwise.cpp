@@ -20,14 +20,20 @@ namespace {
 using ref::max_nan;
 using ref::min_nan;
 
+// o[i] = f(in[i]) over [b, e), in SIMD clones: memory-bound loops still gain from full-width
+// loads and stores (relu, scalar ops).
+template <class T, class F>
+DUET_SIMD_CLONES void map_chunk(const T* in, T* o, int64_t b, int64_t e, F f) {
+#pragma omp simd
+  for (int64_t i = b; i < e; ++i) o[i] = f(in[i]);
+}
+
 // x dense and out with the same strides: one flat span (see the contract in ops.def).
 template <class T, class F>
 void map_flat(const Tensor& x, const Tensor& out, F f) {
   const T* in = static_cast<const T*>(x.raw_data());
   T* o = static_cast<T*>(out.raw_data());
-  parallel_for(x.numel(), x.numel(), [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) o[i] = f(in[i]);
-  });
+  parallel_for(x.numel(), x.numel(), [&](int64_t b, int64_t e) { map_chunk(in, o, b, e, f); });
 }
 
 // ---- oneDNN eltwise on a flat span ----------------------------------------------------------------
@@ -194,13 +200,17 @@ void activation_loop(Activation act, const Tensor& x, const Tensor& out) {
 }
 
 template <class T, class F>
+DUET_SIMD_CLONES void backward_chunk(const T* px, const T* pdy, T* pdx, int64_t b, int64_t e, F dfdx) {
+#pragma omp simd
+  for (int64_t i = b; i < e; ++i) pdx[i] = pdy[i] * dfdx(px[i]);
+}
+
+template <class T, class F>
 void backward_flat(const Tensor& x, const Tensor& dy, const Tensor& dx, F dfdx) {
   const T* px = static_cast<const T*>(x.raw_data());
   const T* pdy = static_cast<const T*>(dy.raw_data());
   T* pdx = static_cast<T*>(dx.raw_data());
-  parallel_for(x.numel(), x.numel(), [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) pdx[i] = pdy[i] * dfdx(px[i]);
-  });
+  parallel_for(x.numel(), x.numel(), [&](int64_t b, int64_t e) { backward_chunk(px, pdy, pdx, b, e, dfdx); });
 }
 
 template <class T>
@@ -290,14 +300,14 @@ void gelu_erf_backward_f32(const Tensor& x, const Tensor& dy, const Tensor& dx) 
                [&](int64_t b, int64_t e) { gelu_erf_backward_chunk(px, pdy, pdx, b, e); });
 }
 
-// oneDNN's algorithm for each activation (relu6 is clip_v2 to (0, 6), whose derivative is 0 at
-// both ends as PyTorch's is); relu stays a loop: one compare per element is memory-bound anyway,
-// and gelu_erf has its own (gelu_erf_f32).
+// oneDNN's algorithm for each activation. relu and relu6 stay loops: a compare or two per
+// element is memory-bound anyway, and oneDNN's clip (relu6) maps NaN to 0 where PyTorch keeps
+// it; gelu_erf has its own (gelu_erf_f32).
 bool dnnl_activation(Activation act, dnnl::algorithm& alg, float& alpha, float& beta) {
   alpha = 0.f, beta = 0.f;
   switch (act) {
     case Activation::relu: return false;
-    case Activation::relu6: alg = dnnl::algorithm::eltwise_clip_v2; beta = 6.f; return true;
+    case Activation::relu6: return false;  // a loop: oneDNN's clip turns NaN into 0
     case Activation::gelu_erf: return false;  // gelu_erf_f32
     case Activation::gelu_tanh: alg = dnnl::algorithm::eltwise_gelu_tanh; return true;
     case Activation::sigmoid: alg = dnnl::algorithm::eltwise_logistic; return true;

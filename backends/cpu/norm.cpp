@@ -369,6 +369,66 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
 // row-wise formula is two short vectorised passes per row (D = 192 fits in L1):
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  g = dy * gamma,  xhat = (x - mean) * rstd
 // and dgamma/dbeta are column sums kept per thread in double and added at the end.
+namespace {
+
+struct LayerNormBackwardArgs {
+  const float *x, *dy, *mean, *rstd, *gamma;  // gamma may be null
+  float* dx;                                  // may be null
+  double *dgamma, *dbeta;                     // this thread's column sums, or null
+  int64_t D;
+};
+
+// Rows [r0, r1): xhat = (x - mean) rstd, g = dy gamma, dx = rstd (g - mean(g) - xhat mean(g xhat)),
+// column sums of dy xhat and dy. The row sums are `omp simd` reductions (vector partial sums; a
+// plain float loop stays scalar without reassociation), in SIMD clones.
+DUET_SIMD_CLONES void layer_norm_backward_rows(const LayerNormBackwardArgs& a, int64_t r0, int64_t r1, float* scratch) {
+  const int64_t D = a.D;
+  float* __restrict xh = scratch;
+  float* __restrict gg = scratch + D;
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* __restrict xr = a.x + r * D;
+    const float* __restrict dyr = a.dy + r * D;
+    const float m = a.mean[r], rs = a.rstd[r];
+    float sg = 0.f, sgx = 0.f;
+    if (a.gamma) {
+#pragma omp simd reduction(+ : sg, sgx)
+      for (int64_t d = 0; d < D; ++d) {
+        const float xv = (xr[d] - m) * rs, gv = dyr[d] * a.gamma[d];
+        xh[d] = xv;
+        gg[d] = gv;
+        sg += gv;
+        sgx += gv * xv;
+      }
+    } else {
+#pragma omp simd reduction(+ : sg, sgx)
+      for (int64_t d = 0; d < D; ++d) {
+        const float xv = (xr[d] - m) * rs, gv = dyr[d];
+        xh[d] = xv;
+        gg[d] = gv;
+        sg += gv;
+        sgx += gv * xv;
+      }
+    }
+    if (a.dgamma) {
+      double* __restrict dg = a.dgamma;
+      double* __restrict db = a.dbeta;
+#pragma omp simd
+      for (int64_t d = 0; d < D; ++d) {
+        dg[d] += double(dyr[d] * xh[d]);
+        db[d] += double(dyr[d]);
+      }
+    }
+    if (a.dx) {
+      const float mg = sg / float(D), mgx = sgx / float(D);
+      float* __restrict o = a.dx + r * D;
+#pragma omp simd
+      for (int64_t d = 0; d < D; ++d) o[d] = rs * (gg[d] - mg - xh[d] * mgx);
+    }
+  }
+}
+
+}  // namespace
+
 void CpuBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                                      const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) {
   require_f32("layer_norm_backward", x);
@@ -392,34 +452,8 @@ void CpuBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Te
   parallel_for(rows, rows * D * 4, [&](int64_t r0, int64_t r1) {
     const int t = omp_in_parallel() ? omp_get_thread_num() : 0;
     double* dg = want_cols ? cols.data() + static_cast<size_t>(t) * 2 * D : nullptr;
-    double* db = want_cols ? dg + D : nullptr;
-    std::vector<float> xhat(static_cast<size_t>(D)), g(static_cast<size_t>(D));
-    float* xh = xhat.data();
-    float* gg = g.data();
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* xr = px + r * D;
-      const float* dyr = pdy + r * D;
-      const float m = pm[r], rs = pr[r];
-      float sg = 0.f, sgx = 0.f;
-      for (int64_t d = 0; d < D; ++d) {
-        const float xv = (xr[d] - m) * rs;
-        const float gv = pg ? dyr[d] * pg[d] : dyr[d];
-        xh[d] = xv;
-        gg[d] = gv;
-        sg += gv;
-        sgx += gv * xv;
-      }
-      if (want_cols)
-        for (int64_t d = 0; d < D; ++d) {
-          dg[d] += double(dyr[d] * xh[d]);
-          db[d] += double(dyr[d]);
-        }
-      if (pdx) {
-        const float mg = sg / float(D), mgx = sgx / float(D);
-        float* o = pdx + r * D;
-        for (int64_t d = 0; d < D; ++d) o[d] = rs * (gg[d] - mg - xh[d] * mgx);
-      }
-    }
+    std::vector<float> scratch(static_cast<size_t>(2 * D));
+    layer_norm_backward_rows({px, pdy, pm, pr, pg, pdx, dg, want_cols ? dg + D : nullptr, D}, r0, r1, scratch.data());
   });
   if (!want_cols) return;
   for (int64_t d = 0; d < D; ++d) {
