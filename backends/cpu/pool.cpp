@@ -167,6 +167,15 @@ void avg_pool_backward_loop(const Tensor& dy, const Tensor& dx, const Pool2dPara
 inline int64_t bin_start(int64_t o, int64_t I, int64_t O) { return (o * I) / O; }
 inline int64_t bin_end(int64_t o, int64_t I, int64_t O) { return ((o + 1) * I + O - 1) / O; }
 
+// acc[c] += img[i * C + c] over HW rows of C (one NHWC image), full-width in the SIMD clones.
+template <class T>
+DUET_SIMD_CLONES void add_pixels(T* __restrict acc, const T* __restrict img, int64_t HW, int64_t C) {
+  for (int64_t i = 0; i < HW; ++i) {
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) acc[c] += img[i * C + c];
+  }
+}
+
 template <class T>
 void adaptive_forward(const Tensor& x, const Tensor& y) {
   const V4 X(x), Y(y);
@@ -181,12 +190,7 @@ void adaptive_forward(const Tensor& x, const Tensor& y) {
       std::vector<T> acc(static_cast<size_t>(X.C));
       for (int64_t n = b; n < e; ++n) {
         std::fill(acc.begin(), acc.end(), T(0));
-        const T* img = px + n * X.sN;
-        T* a = acc.data();
-        for (int64_t i = 0; i < HW; ++i) {
-          const T* row = img + i * X.C;
-          for (int64_t c = 0; c < X.C; ++c) a[c] += row[c];
-        }
+        add_pixels(acc.data(), px + n * X.sN, HW, X.C);
         for (int64_t c = 0; c < X.C; ++c) py[Y.at(n, c, 0, 0)] = static_cast<T>(double(acc[c]) / double(HW));
       }
     });
