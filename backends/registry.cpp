@@ -2,8 +2,23 @@
 // every backend in one switch, and no static-initialisation order or linker dead-stripping can
 // make one silently disappear.
 #include "backends/registry.h"
+#ifdef DUET_HAVE_CUDA
+#include "backends/cuda/machine_info.h"
+#include "engine/profiler/machine.h"
+#endif
 
 namespace duet {
+
+#ifdef DUET_HAVE_CUDA
+namespace {
+// The CUDA runtime, driver, cuDNN, cuBLAS and GPUs in every report's machine section. This file is
+// always linked (every op dispatch goes through it), so its initialiser always runs.
+const bool g_cuda_machine_info = [] {
+  profiler::add_machine_info_hook("cuda", [](nlohmann::json& m) { cuda::describe_machine(m); });
+  return true;
+}();
+}  // namespace
+#endif
 
 bool backend_available(Backend b) {
   switch (b) {

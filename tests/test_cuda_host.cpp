@@ -26,6 +26,7 @@
 #include "backends/registry.h"
 #include "engine/duet.h"
 #include "engine/rng.h"
+#include "engine/profiler/machine.h"
 
 using namespace duet;
 using namespace duet::cuda;
@@ -545,6 +546,25 @@ TEST(CudaHostSettings, Tf32Switch) {
   cuda_set_allow_tf32(false);
   EXPECT_FALSE(cuda_allow_tf32());
   cuda_set_allow_tf32(before);
+}
+
+// Every report's machine section says which CUDA runtime, cuDNN and cuBLAS the binary uses and
+// which GPUs it sees; without a device the list is empty and the reason is given.
+TEST(CudaHostMachineInfo, ReportsVersionsAndGpus) {
+  const nlohmann::json m = profiler::machine_info();
+  ASSERT_TRUE(m.contains("cuda") && m["cuda"].is_object()) << m.dump();
+  const nlohmann::json& c = m["cuda"];
+  EXPECT_TRUE(c["runtime"].is_string()) << c.dump();
+  EXPECT_TRUE(c["cudnn"].is_string()) << c.dump();
+  EXPECT_EQ(c["cudnn"].get<std::string>().substr(0, 2), "9.") << c.dump();
+  ASSERT_TRUE(c["gpus"].is_array()) << c.dump();
+  EXPECT_EQ(static_cast<int>(c["gpus"].size()), cuda_device_count()) << c.dump();
+  if (cuda_device_count() == 0) {
+    EXPECT_TRUE(c["unavailable"].is_string()) << c.dump();
+  } else {
+    EXPECT_TRUE(c["gpus"][0]["name"].is_string()) << c.dump();
+    EXPECT_TRUE(c["unavailable"].is_null()) << c.dump();
+  }
 }
 
 #else
