@@ -768,6 +768,25 @@ TEST(CpuBackend, ThreadCountIsSettable) {
   set_num_threads(before);
   EXPECT_THROW(set_num_threads(0), Error);
 }
+
+// Reductions split across threads combine their partial sums in thread order: repeated runs
+// with the same thread count give the same bits (channels-last bias-gradient pattern, few
+// outputs, so the rows are split).
+TEST(CpuBackend, ReductionsAreDeterministic) {
+  const int before = num_threads();
+  set_num_threads(2);
+  {
+    BackendGuard guard(DeviceType::cpu, Backend::cpu);
+    const Tensor x = random_tensor({32, 24, 17, 19}, 5, DType::f32).contiguous(MemoryFormat::channels_last);
+    const std::vector<float> first = sum(x, {0, 2, 3}).to_vector<float>();
+    const std::vector<float> mean_first = mean(x, {0, 2, 3}).to_vector<float>();
+    for (int i = 0; i < 5; ++i) {
+      EXPECT_EQ(sum(x, {0, 2, 3}).to_vector<float>(), first);
+      EXPECT_EQ(mean(x, {0, 2, 3}).to_vector<float>(), mean_first);
+    }
+  }
+  set_num_threads(before);
+}
 #endif
 
 }  // namespace
