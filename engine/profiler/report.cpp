@@ -16,15 +16,6 @@ namespace duet::profiler {
 
 namespace {
 
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 // The device the run computed on: the steps' device, else the one with the most op time.
 std::string run_device(const Capture& c) {
   for (const StepEvent& s : c.steps)
