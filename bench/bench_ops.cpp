@@ -125,6 +125,15 @@ void register_all() {
   conv("mbv2_project1x1_144x24_16_nhwc", {64, 144, 16, 16}, 24, 1, conv_p(1, 0), true);
   conv("densenet_bottleneck1x1_160x128_16_nhwc", {64, 160, 16, 16}, 128, 1, conv_p(1, 0), true);
   conv("densenet_growth3x3_128x32_16_nhwc", {64, 128, 16, 16}, 32, 3, conv_p(1, 1), true);
+  // DenseNet-121 on 32x32 inputs runs its last two blocks on 2x2 and 1x1 maps (where a 3x3 kernel
+  // mostly reads padding), and MobileNetV2 its last stages on 2x2 and 1x1 maps.
+  conv("densenet_growth3x3_128x32_2_nhwc", {64, 128, 2, 2}, 32, 3, conv_p(1, 1), true);
+  conv("densenet_growth3x3_128x32_1_nhwc", {64, 128, 1, 1}, 32, 3, conv_p(1, 1), true);
+  conv("densenet_bottleneck1x1_512x128_2_nhwc", {64, 512, 2, 2}, 128, 1, conv_p(1, 0), true);
+  conv("mbv2_dw3x3_576_2_nhwc", {64, 576, 2, 2}, 576, 3, conv_p(1, 1, 576), true);
+  conv("mbv2_dw3x3_960_1_nhwc", {64, 960, 1, 1}, 960, 3, conv_p(1, 1, 960), true);
+  conv("mbv2_project1x1_960x160_1_nhwc", {64, 960, 1, 1}, 160, 1, conv_p(1, 0), true);
+  conv("resnet_l4_512x512_4_nhwc", {64, 512, 4, 4}, 512, 3, conv_p(1, 1), true);
 
   // ---- ViT-tiny: tokens 65, width 192, MLP 768, 3 heads of 64, batch 64 -------------------------
   auto lin = [](const std::string& shape, int64_t rows, int64_t in, int64_t out) {
@@ -172,6 +181,15 @@ void register_all() {
                    {n, 8 * n}, {2 * n, 12 * n}});
     register_spec({"add", "resnet_residual_64x64x32x32_nhwc", {x, x}, {true, true},
                    [](const Inputs& t) { return add(t[0], t[1]); }, {n, 12 * n}, {0, 8 * n}});
+    // DenseNet's gradient accumulation: the cat backward hands each earlier feature map a
+    // channel slice of the concatenated gradient, and autograd adds the slices up.
+    {
+      const Shape cs{64, 32, 2, 2};
+      const double m = static_cast<double>(numel_of(cs));
+      register_spec({"add", "densenet_grad_slices_64x32x2x2_of_256_nhwc", {{64, 256, 2, 2}, {64, 256, 2, 2}},
+                     {true, true}, [](const Inputs& t) { return add(t[0].slice(1, 0, 32), t[1].slice(1, 64, 96)); },
+                     {m, 12 * m}, {0, 8 * m}});
+    }
     register_spec({"add", "bias_broadcast_64x64x32x32_nhwc", {x, {1, 64, 1, 1}}, {true, false},
                    [](const Inputs& t) { return add(t[0], t[1]); }, {n, 8 * n}, {n, 8 * n}});
     register_spec({"mul_scalar", "64x64x32x32", {x}, {false}, [](const Inputs& t) { return mul(t[0], 0.5); },

@@ -41,6 +41,19 @@ void record_impl(const char* name, std::vector<Edge> edges, const std::vector<Te
   }
 }
 
+// The sum of two gradients reaching one tensor. A buffer nobody else holds is added into in place
+// (no allocation, and the sum stays in cache: DenseNet adds up to 24 slices into each feature
+// map's gradient); a shared one (a slice of cat's gradient, or one tensor handed to two inputs)
+// gets a new buffer.
+Tensor accumulate(Tensor acc, const Tensor& g) {
+  const bool exclusive = acc.impl_ptr().use_count() == 1 && acc.storage().use_count() == 1 && acc.is_dense() &&
+                         acc.dtype() == g.dtype() && acc.shape() == g.shape() && acc.device() == g.device() &&
+                         !acc.requires_grad();
+  if (!exclusive) return add(acc, g);
+  add_(acc, g);
+  return acc;
+}
+
 // Gradients handed to a leaf become its .grad. A buffer nobody else holds is kept as is (and
 // counted as gradient memory); anything shared is copied, so later in-place updates of .grad
 // can never write into another tensor.
@@ -179,7 +192,7 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
       auto& buf = grads[e.fn.get()];
       buf.resize(e.fn->outputs.size());
       Tensor& slot = buf[e.output_nr];
-      slot = slot.defined() ? add(slot, in_grads[i]) : in_grads[i];
+      slot = slot.defined() ? accumulate(std::move(slot), in_grads[i]) : in_grads[i];
       if (--deps[e.fn.get()] == 0) ready.push_back(e.fn);
     }
   }

@@ -22,6 +22,9 @@ Tensor eq(const Tensor& a, const Tensor& b);  // 1 where equal, else 0; not diff
 Tensor gt(const Tensor& a, const Tensor& b);
 Tensor lt(const Tensor& a, const Tensor& b);
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
+// acc += b in place, b of acc's shape; not recorded by autograd (it is how autograd itself sums
+// the gradients reaching one tensor, as PyTorch's engine does). Profiled as "add".
+void add_(const Tensor& acc, const Tensor& b);
 
 Tensor add(const Tensor& x, double s);
 Tensor mul(const Tensor& x, double s);

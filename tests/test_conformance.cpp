@@ -329,6 +329,11 @@ std::vector<Case> conv_cases() {
       {"batch1_5x5", 1, 6, 8, 8, 4, 5, P(1, 2, 1, 1), true},
       {"1x1_spatial", 3, 5, 1, 1, 7, 1, P(1, 0, 1, 1), true},
       {"resnet_block", 4, 16, 8, 8, 16, 3, P(1, 1, 1, 1), false},
+      // Outputs of at most 16 pixels: the cpu backend's forward runs these in oneDNN's blocked
+      // layout (reorders around the primitive), the backward passes in NHWC.
+      {"3x3_4x4_out", 3, 24, 4, 4, 20, 3, P(1, 1, 1, 1), true},
+      {"3x3_stride2_to_2x2", 2, 16, 4, 3, 12, 3, P(2, 1, 1, 1), false},
+      {"3x3_on_1x1_spatial", 2, 16, 1, 1, 8, 3, P(1, 1, 1, 1), false},
   };
   for (const ConvSpec& s : specs) {
     const Conv2dParams p = s.p;
@@ -578,6 +583,19 @@ std::vector<Case> composite_cases() {
                  return linear(h, t[5], t[6]);
                }),
                2.0});
+  // DenseNet's tail on 32x32 inputs: NHWC maps pooled to [N, C, 1, 1], whose gradient comes back
+  // from a 1x1 convolution with NCHW strides ([N, C, 1, 1] is both layouts). oneDNN matched the
+  // two layouts by their strides and ran its reference pooling kernel until md_of() gave size-1
+  // dims canonical strides; this pins the values of that path.
+  v.push_back({"densenet_tail_pool_to_1x1_nhwc", {cl({3, 16, 2, 2}), In{{16}}, In{{16}}, In{{8, 16, 1, 1}}},
+               one([](const std::vector<Tensor>& t) {
+                 BatchNormParams bp;
+                 Tensor h = avg_pool2d(t[0], Pool2dParams{});
+                 h = relu(batch_norm(h, t[1], t[2], Tensor(), Tensor(), bp));
+                 h = conv2d(h, t[3], Tensor(), Conv2dParams{});
+                 return adaptive_avg_pool2d(h, 1, 1).flatten(1);
+               }),
+               2.0});
   v.push_back({"attention_block", {In{{2, 9, 16}}, In{{48, 16}}, In{{48}}, In{{16}}, In{{16}}},
                one([](const std::vector<Tensor>& t) {
                  Tensor h = layer_norm(t[0], t[3], t[4]);
@@ -731,6 +749,35 @@ TEST(CpuBackend, GeluErfF32IsAccurate) {
 }
 
 #ifdef DUET_HAVE_DNNL
+// The shapes a model's tail produces ([N, C, 1, 1] maps, gradients that reach them with NCHW
+// strides) must still land on oneDNN's optimised kernels: a reference kernel there cost
+// DenseNet-121 3% of its step. Every op of this tail reports which implementation ran.
+TEST(CpuBackend, ModelTailRunsNoReferenceKernel) {
+  BackendGuard guard(DeviceType::cpu, Backend::cpu);
+  const Tensor x = random_tensor({8, 64, 2, 2}, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);
+  Tensor g = Tensor::ones({64}).set_requires_grad(true), b = Tensor::zeros({64}).set_requires_grad(true);
+  Tensor w1 = random_tensor({32, 64, 1, 1}, 2, DType::f32).set_requires_grad(true);
+  Tensor w3 = random_tensor({16, 32, 3, 3}, 3, DType::f32).set_requires_grad(true);
+  profiler::clear();
+  profiler::enable(true);
+  BatchNormParams bp;
+  Tensor h = avg_pool2d(x, Pool2dParams{});
+  h = relu(batch_norm(h, g, b, Tensor(), Tensor(), bp));
+  h = conv2d(h, w1, Tensor(), Conv2dParams{});
+  h = conv2d(h, w3, Tensor(), Conv2dParams{1, 1, 1, 1});  // a 3x3 kernel on a 1x1 map
+  sum(adaptive_avg_pool2d(h, 1, 1)).backward();
+  profiler::enable(false);
+  int with_impl = 0;
+  for (const OpEvent& e : profiler::collect()) {
+    if (e.impl.empty()) continue;
+    ++with_impl;
+    EXPECT_EQ(e.impl.find("ref"), std::string::npos) << e.name << " " << e.shapes << " ran " << e.impl;
+    EXPECT_EQ(e.impl.find("gemm"), std::string::npos) << e.name << " " << e.shapes << " ran " << e.impl;
+  }
+  profiler::clear();
+  EXPECT_GE(with_impl, 7);  // pool fwd/bwd, bn fwd/bwd, 2 convs x 3 passes
+}
+
 // One training step of a small conv net; the second identical step must find every primitive in
 // the cache.
 TEST(CpuBackend, SecondTrainingStepCreatesNoPrimitive) {

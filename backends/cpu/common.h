@@ -131,9 +131,19 @@ inline dt dt_of(DType t) {
 }
 
 // The tensor's own layout, as oneDNN sees it: its shape, strides and dtype (0-d as [1]).
+// The strides of size-1 dims address nothing, yet oneDNN matches formats by all strides: an
+// [N, C, 1, 1] map that came out of an op as NCHW, next to an NHWC partner, sent DenseNet's
+// last transition pooling to oneDNN's reference kernel (100x slower). So a 4-d tensor dense in
+// channels-last order is described with exact NHWC strides (an [N, C, 1, 1] map is both), and
+// one dense in NCHW order with exact NCHW strides.
+inline Shape canonical_strides(const Tensor& t) {
+  if (t.dim() == 4 && t.is_contiguous(MemoryFormat::channels_last)) return channels_last_strides(t.shape());
+  if (t.is_contiguous()) return contiguous_strides(t.shape());
+  return t.strides();
+}
 inline dnnl::memory::desc md_of(const Tensor& t) {
   if (t.dim() == 0) return dnnl::memory::desc({1}, dt_of(t.dtype()), dims{1});
-  return dnnl::memory::desc(to_dims(t.shape()), dt_of(t.dtype()), to_dims(t.strides()));
+  return dnnl::memory::desc(to_dims(t.shape()), dt_of(t.dtype()), to_dims(canonical_strides(t)));
 }
 // Same shape and the same element order in memory. Strides of size-1 dimensions do not matter
 // ([N, C, 1, 1] is both NCHW and NHWC), so they are not compared.

@@ -100,10 +100,22 @@ void finish_output(const Reordered& r, dnnl::memory& pm, const Tensor& t) {
 // full speed). Plain NCHW would select the slow im2col+GEMM path, so there the primitive picks its
 // own (blocked nChw16c) layout and the activations are reordered around it: two cheap passes
 // instead of a 2-5x slower convolution.
-dnnl::memory::desc activation_md(const Tensor& t) {
+dnnl::memory::desc activation_md(const Tensor& t, bool blocked = false) {
   const bool nhwc = t.size(1) > 1 && t.stride(1) == 1;
-  if (nhwc) return md_of(t);
+  if (nhwc && !blocked) return md_of(t);
   return dnnl::memory::desc(to_dims(t.shape()), dt_of(t.dtype()), tag::any);
+}
+
+// The one place where the blocked layout beats NHWC here: the forward pass of a dense KxK
+// convolution (K > 1) whose output map has at most 16 pixels. oneDNN 2.6 picks its brgconv
+// kernel for NHWC there and reaches about half of what its jit kernel does on nChw16c (2
+// threads, batch 64: ResNet's 512->512 at 4x4 ran 234 against 447 GFLOP/s, 256->512 stride 2
+// from 8x8 381 against 497, DenseNet's 128->32 at 2x2 342 against 446); from 8x8 outputs up NHWC
+// is as fast or faster (256->256 at 8x8: 514 against 450). The two reorders around it move ~4 MB
+// at most. The backward passes stay NHWC: there the blocked kernels are not faster.
+// (Measured with a bare oneDNN program, docs/cpu_backend.md "Layout".)
+bool blocked_forward(const Tensor& w, const Tensor& y, const Conv2dParams& p) {
+  return p.groups == 1 && (w.size(2) > 1 || w.size(3) > 1) && y.size(2) * y.size(3) <= 16;
 }
 
 // oneDNN's kernels made for depthwise convolution are named "jit_dw" and "brdgmm_dw"; any other
@@ -156,8 +168,9 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, co
     auto e = cached<ConvFwd>(conv_key("conv_fwd", x, w, bias, y, p), [&] {
       ConvFwd r;
       if (bias.defined()) r.bias = bias_md(bias);
-      r.pd = forward_pd(activation_md(x), weights_any(w.shape(), p.groups, w.dtype()), bias.defined() ? &r.bias : nullptr,
-                        activation_md(y), p);
+      const bool blocked = blocked_forward(w, y, p);
+      r.pd = forward_pd(activation_md(x, blocked), weights_any(w.shape(), p.groups, w.dtype()),
+                        bias.defined() ? &r.bias : nullptr, activation_md(y, blocked), p);
       r.prim = dnnl::convolution_forward(r.pd);
       r.x = reordered(md_of(x), r.pd.src_desc(), false);
       r.w = reordered(weights_md(w, p.groups), r.pd.weights_desc(), false);

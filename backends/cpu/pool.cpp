@@ -14,11 +14,13 @@ using namespace cpu;
 
 namespace {
 
+// Sizes and (canonical, see md_of) strides of an N-C-H-W tensor, so that the NHWC fast paths
+// below also take [N, C, 1, 1] maps whatever strides their size-1 dims carry.
 struct V4 {
   int64_t N, C, H, W, sN, sC, sH, sW;
-  explicit V4(const Tensor& t)
-      : N(t.size(0)), C(t.size(1)), H(t.size(2)), W(t.size(3)),
-        sN(t.stride(0)), sC(t.stride(1)), sH(t.stride(2)), sW(t.stride(3)) {}
+  explicit V4(const Tensor& t) : V4(t, canonical_strides(t)) {}
+  V4(const Tensor& t, const Shape& s)
+      : N(t.size(0)), C(t.size(1)), H(t.size(2)), W(t.size(3)), sN(s[0]), sC(s[1]), sH(s[2]), sW(s[3]) {}
   int64_t at(int64_t n, int64_t c, int64_t h, int64_t w) const { return n * sN + c * sC + h * sH + w * sW; }
 };
 

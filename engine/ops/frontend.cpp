@@ -48,9 +48,13 @@ void check_shape(const char* op, const char* arg, const Tensor& t, const Shape& 
 
 Tensor empty_like_layout(const Tensor& t, const Shape& shape) {
   const TensorOptions o = TensorOptions(t.dtype()).with_device(t.device());
-  if (shape != t.shape() || !t.is_dense() || t.is_contiguous()) return Tensor::empty(shape, o);
+  bool broadcast = false;  // an expanded view has no memory order of its own to copy
+  for (int64_t d = 0; d < t.dim(); ++d) broadcast = broadcast || (t.size(d) > 1 && t.stride(d) == 0);
+  if (shape != t.shape() || broadcast || t.is_contiguous()) return Tensor::empty(shape, o);
   if (t.is_contiguous(MemoryFormat::channels_last)) return Tensor::empty(shape, o, MemoryFormat::channels_last);
-  // Any other dense permutation: allocate contiguous in t's stride order, then permute back.
+  // Any other permutation, and views with gaps (a channel slice of an NHWC map): dense in t's
+  // stride order, so that a kernel reading t and writing the result walks both in the same order.
+  // (A slice given NCHW strides made DenseNet's gradient sums walk rows of 2 elements.)
   std::vector<int64_t> order(static_cast<size_t>(t.dim()));
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return t.stride(a) > t.stride(b); });
