@@ -11,6 +11,7 @@
 #include <vector>
 #include "tests/test_support.h"
 #ifdef DUET_HAVE_DNNL
+#include "backends/cpu/conv_algorithm.h"
 #include "backends/cpu/depthwise.h"
 #endif
 #ifdef DUET_HAVE_DNNL
@@ -334,6 +335,8 @@ std::vector<Case> conv_cases() {
       {"3x3_4x4_out", 3, 24, 4, 4, 20, 3, P(1, 1, 1, 1), true},
       {"3x3_stride2_to_2x2", 2, 16, 4, 3, 12, 3, P(2, 1, 1, 1), false},
       {"3x3_on_1x1_spatial", 2, 16, 1, 1, 8, 3, P(1, 1, 1, 1), false},
+      // ResNet-like channel counts on an odd map: the cpu backend's Winograd path.
+      {"3x3_32ch_odd_map", 2, 32, 9, 7, 48, 3, P(1, 1, 1, 1), true},
   };
   for (const ConvSpec& s : specs) {
     const Conv2dParams p = s.p;
@@ -831,6 +834,51 @@ TEST(CpuBackend, OwnDepthwiseKernelsMatchReference) {
     ++n;
   }
   EXPECT_GE(n, 15);
+}
+
+// Winograd (backends/cpu/conv_algorithm.h) on every dense 3x3 stride-1 case, forced on, within
+// the conformance tolerance; and the automatic policy does pick it for a ResNet-like layer.
+TEST(CpuBackend, WinogradConvolutionMatchesReference) {
+  struct PolicyGuard {
+    PolicyGuard() { cpu::set_winograd_policy(cpu::WinogradPolicy::always); }
+    ~PolicyGuard() { cpu::set_winograd_policy(cpu::WinogradPolicy::automatic); }
+  } always;
+  int n = 0;
+  for (const Case& c : conv_cases()) {
+    const bool dense3x3 = c.name.find("3x3_same") != std::string::npos || c.name.find("resnet_block") != std::string::npos ||
+                          c.name.find("3x3_4x4_out") != std::string::npos || c.name.find("3x3_32ch") != std::string::npos ||
+                          c.name.find("3x3_on_1x1") != std::string::npos;
+    if (!dense3x3) continue;
+    SCOPED_TRACE(c.name);
+    expect_cpu_matches_reference(c);
+    ++n;
+  }
+  EXPECT_GE(n, 15);
+}
+
+TEST(CpuBackend, AutomaticPolicyRunsResNetLayersOnWinograd) {
+  BackendGuard guard(DeviceType::cpu, Backend::cpu);
+  const Tensor x = random_tensor({4, 32, 8, 8}, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);
+  const Tensor w = random_tensor({32, 32, 3, 3}, 2, DType::f32).set_requires_grad(true);
+  auto impls = [&] {
+    profiler::clear();
+    profiler::enable(true);
+    sum(conv2d(x, w, Tensor(), Conv2dParams{1, 1, 1, 1})).backward();
+    profiler::enable(false);
+    std::string all;
+    for (const OpEvent& e : profiler::collect())
+      if (!e.impl.empty()) all += std::string(e.name) + "=" + e.impl + " ";
+    profiler::clear();
+    return all;
+  };
+  const std::string automatic = impls();
+  size_t wino = 0;
+  for (size_t at = automatic.find("wino"); at != std::string::npos; at = automatic.find("wino", at + 1)) ++wino;
+  EXPECT_EQ(wino, 3u) << automatic;  // forward, backward data, backward weights
+  cpu::set_winograd_policy(cpu::WinogradPolicy::never);
+  const std::string direct = impls();
+  cpu::set_winograd_policy(cpu::WinogradPolicy::automatic);
+  EXPECT_EQ(direct.find("wino"), std::string::npos) << direct;
 }
 
 TEST(CpuBackend, ThreadCountIsSettable) {
