@@ -134,6 +134,15 @@ void register_all() {
   conv("mbv2_dw3x3_960_1_nhwc", {64, 960, 1, 1}, 960, 3, conv_p(1, 1, 960), true);
   conv("mbv2_project1x1_960x160_1_nhwc", {64, 960, 1, 1}, 160, 1, conv_p(1, 0), true);
   conv("resnet_l4_512x512_4_nhwc", {64, 512, 4, 4}, 512, 3, conv_p(1, 1), true);
+  {
+    // conv + bias + ReLU, the ReLU fused as a oneDNN post-op (its backward masks with the output).
+    const Shape x{64, 64, 32, 32}, w{64, 64, 3, 3}, y{64, 64, 32, 32};
+    const OpCost c = cost::conv2d(x, w, y, 4, true);
+    Conv2dParams p = conv_p(1, 1);
+    p.relu = true;
+    register_spec({"conv2d_bias_relu", "resnet_l1_64x64_32_nhwc", {x, w, {64}}, {true, false},
+                   [p](const Inputs& t) { return conv2d(t[0], t[1], t[2], p); }, c, {2 * c.flops, 2 * c.bytes}});
+  }
 
   // ---- ViT-tiny: tokens 65, width 192, MLP 768, 3 heads of 64, batch 64 -------------------------
   auto lin = [](const std::string& shape, int64_t rows, int64_t in, int64_t out) {
@@ -179,6 +188,11 @@ void register_all() {
                    cost::batch_norm(x, 4, true), cost::batch_norm_backward(x, 4)});
     register_spec({"relu", "resnet_64x64x32x32_nhwc", {x}, {true}, [](const Inputs& t) { return relu(t[0]); },
                    {n, 8 * n}, {2 * n, 12 * n}});
+    BatchNormParams bpr;
+    bpr.relu = true;
+    register_spec({"batch_norm_relu", "resnet_64x64x32x32_nhwc", {x, {64}, {64}}, {true},
+                   [bpr](const Inputs& t) { return batch_norm(t[0], t[1], t[2], Tensor(), Tensor(), bpr); },
+                   cost::batch_norm(x, 4, true), cost::batch_norm_backward(x, 4)});
     register_spec({"add", "resnet_residual_64x64x32x32_nhwc", {x, x}, {true, true},
                    [](const Inputs& t) { return add(t[0], t[1]); }, {n, 12 * n}, {0, 8 * n}});
     // DenseNet's gradient accumulation: the cat backward hands each earlier feature map a

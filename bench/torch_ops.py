@@ -46,7 +46,17 @@ def specs():
         conv("mbv2_project1x1_144x24_16_nhwc", [64, 144, 16, 16], 24, 1, 1, 0, 1, True),
         conv("densenet_bottleneck1x1_160x128_16_nhwc", [64, 160, 16, 16], 128, 1, 1, 0, 1, True),
         conv("densenet_growth3x3_128x32_16_nhwc", [64, 128, 16, 16], 32, 3, 1, 1, 1, True),
+        conv("densenet_growth3x3_128x32_2_nhwc", [64, 128, 2, 2], 32, 3, 1, 1, 1, True),
+        conv("densenet_growth3x3_128x32_1_nhwc", [64, 128, 1, 1], 32, 3, 1, 1, 1, True),
+        conv("densenet_bottleneck1x1_512x128_2_nhwc", [64, 512, 2, 2], 128, 1, 1, 0, 1, True),
+        conv("mbv2_dw3x3_576_2_nhwc", [64, 576, 2, 2], 576, 3, 1, 1, 576, True),
+        conv("mbv2_dw3x3_960_1_nhwc", [64, 960, 1, 1], 960, 3, 1, 1, 960, True),
+        conv("mbv2_project1x1_960x160_1_nhwc", [64, 960, 1, 1], 160, 1, 1, 0, 1, True),
+        conv("resnet_l4_512x512_4_nhwc", [64, 512, 4, 4], 512, 3, 1, 1, 1, True),
     ]
+    # conv + bias + ReLU: PyTorch at its best runs the ReLU in place on the conv's output.
+    s.append(spec("conv2d_bias_relu", "resnet_l1_64x64_32_nhwc", [[64, 64, 32, 32], [64, 64, 3, 3], [64]],
+                  lambda t: F.relu(F.conv2d(t[0], t[1], t[2], 1, 1), inplace=True), channels_last=(True, False)))
     for name, rows, i, o in [("vit_qkv_4160x192x576", 4160, 192, 576), ("vit_fc1_4160x192x768", 4160, 192, 768),
                              ("vit_fc2_4160x768x192", 4160, 768, 192)]:
         s.append(spec("linear", name, [[64, rows // 64, i], [o, i], [o]], lambda t: F.linear(t[0], t[1], t[2])))
@@ -63,6 +73,11 @@ def specs():
     s.append(spec("batch_norm", "resnet_64x64x32x32_nchw", [x, [64], [64]],
                   lambda t: F.batch_norm(t[0], None, None, t[1], t[2], True)))
     s.append(spec("relu", "resnet_64x64x32x32_nhwc", [x], lambda t: F.relu(t[0]), channels_last=(True,)))
+    s.append(spec("batch_norm_relu", "resnet_64x64x32x32_nhwc", [x, [64], [64]],
+                  lambda t: F.relu(F.batch_norm(t[0], None, None, t[1], t[2], True), inplace=True),
+                  channels_last=(True,)))
+    s.append(spec("add", "densenet_grad_slices_64x32x2x2_of_256_nhwc", [[64, 256, 2, 2], [64, 256, 2, 2]],
+                  lambda t: t[0][:, 0:32] + t[1][:, 64:96], channels_last=(True, True)))
     s.append(spec("add", "resnet_residual_64x64x32x32_nhwc", [x, x], lambda t: t[0] + t[1], channels_last=(True, True)))
     s.append(spec("add", "bias_broadcast_64x64x32x32_nhwc", [x, [1, 64, 1, 1]], lambda t: t[0] + t[1],
                   channels_last=(True, False)))

@@ -25,6 +25,7 @@ struct Conv2dParams {
   int64_t pad_h = 0, pad_w = 0;
   int64_t dilation_h = 1, dilation_w = 1;
   int64_t groups = 1;
+  bool relu = false;  // y = max(conv(x) + bias, 0): the activation fused into the same kernel or pass
 };
 
 struct Pool2dParams {
@@ -39,6 +40,7 @@ struct BatchNormParams {
   bool training = true;
   double momentum = 0.1;  // running = (1 - momentum) * running + momentum * batch (PyTorch's rule)
   double eps = 1e-5;
+  bool relu = false;  // y = max(batch_norm(x), 0): the activation fused into the normalisation pass
 };
 
 struct SgdParams {

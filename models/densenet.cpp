@@ -18,8 +18,9 @@ DenseLayer::DenseLayer(int64_t in, int64_t growth_rate, int64_t bn_size, double 
 }
 
 Tensor DenseLayer::forward(const Tensor& x) {
-  const Tensor bottleneck = (*conv1)((*relu1)((*norm1)(x)));
-  Tensor y = (*conv2)((*relu2)((*norm2)(bottleneck)));
+  // norm then relu, fused (relu1/relu2 stay registered, as in torchvision)
+  const Tensor bottleneck = (*conv1)(norm1->forward_relu(x));
+  Tensor y = (*conv2)(norm2->forward_relu(bottleneck));
   if (drop_rate > 0) y = dropout(y, drop_rate, is_training());
   return y;
 }

@@ -29,7 +29,7 @@ BasicBlock::BasicBlock(int64_t inplanes, int64_t planes, int64_t stride, std::sh
 }
 
 Tensor BasicBlock::forward(const Tensor& x) {
-  Tensor out = (*relu)((*bn1)((*conv1)(x)));
+  Tensor out = bn1->forward_relu((*conv1)(x));  // bn1 then relu, fused
   out = (*bn2)((*conv2)(out));
   const Tensor identity = downsample ? (*downsample)(x) : x;
   return (*relu)(add(out, identity));
@@ -51,8 +51,8 @@ Bottleneck::Bottleneck(int64_t inplanes, int64_t planes, int64_t stride, std::sh
 }
 
 Tensor Bottleneck::forward(const Tensor& x) {
-  Tensor out = (*relu)((*bn1)((*conv1)(x)));
-  out = (*relu)((*bn2)((*conv2)(out)));
+  Tensor out = bn1->forward_relu((*conv1)(x));  // bn then relu, fused
+  out = bn2->forward_relu((*conv2)(out));
   out = (*bn3)((*conv3)(out));
   const Tensor identity = downsample ? (*downsample)(x) : x;
   return (*relu)(add(out, identity));
@@ -127,7 +127,7 @@ ResNet::ResNet(const ResNetConfig& cfg) : config(cfg) {
 Tensor ResNet::forward(const Tensor& x) {
   DUET_CHECK(x.defined() && x.dim() == 4 && x.size(1) == config.in_channels,
              "ResNet: input has shape {}, expected [N, {}, H, W]", shape_or_undefined(x), config.in_channels);
-  Tensor y = (*maxpool)((*relu)((*bn1)((*conv1)(x))));
+  Tensor y = (*maxpool)(bn1->forward_relu((*conv1)(x)));
   y = (*layer4)((*layer3)((*layer2)((*layer1)(y))));
   return (*fc)((*avgpool)(y).flatten(1));
 }

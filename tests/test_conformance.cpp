@@ -350,6 +350,20 @@ std::vector<Case> conv_cases() {
     ins[1].layout = Layout::channels_last;
     v.push_back({std::string("conv_") + s.name + "_nhwc_weights", ins, f, tol});
   }
+  // conv + bias + ReLU fused (a oneDNN post-op; Winograd, direct and duet's depthwise kernels).
+  for (const ConvSpec& s : specs) {
+    if (s.name != std::string("3x3_same") && s.name != std::string("3x3_32ch_odd_map") &&
+        s.name != std::string("depthwise_stride2") && s.name != std::string("1x1"))
+      continue;
+    Conv2dParams p = s.p;
+    p.relu = true;
+    auto f = one([p](const std::vector<Tensor>& x) { return conv2d(x[0], x[1], x.size() > 2 ? x[2] : Tensor(), p); });
+    std::vector<In> ins{cl({s.N, s.C, s.H, s.W}), In{{s.O, s.C / s.p.groups, s.K, s.K}}};
+    if (s.bias) ins.push_back(In{{s.O}});
+    v.push_back({std::string("conv_relu_") + s.name + "_nhwc", ins, f, s.C * s.K * s.K / s.p.groups > 64 ? 3.0 : 1.0});
+    ins[0].layout = Layout::plain;
+    v.push_back({std::string("conv_relu_") + s.name, ins, f, s.C * s.K * s.K / s.p.groups > 64 ? 3.0 : 1.0});
+  }
   // Frozen weight: only dx (and a bias-only gradient through the sum path).
   {
     In x{{2, 4, 6, 6}}, w{{5, 4, 3, 3}, Layout::plain, false}, b{{5}};
@@ -393,6 +407,24 @@ std::vector<Case> norm_cases() {
     v.push_back({"batch_norm_big_nhwc", {cl({16, 32, 9, 9}), In{{32}}, In{{32}}},
                  one([p](const std::vector<Tensor>& t) { return batch_norm(t[0], t[1], t[2], Tensor(), Tensor(), p); }),
                  3.0});
+  }
+  // batch norm + ReLU fused (oneDNN's fuse_norm_relu on NHWC, duet's loop on NCHW), train and eval.
+  for (bool training : {true, false}) {
+    for (int layout = 0; layout < 3; ++layout) {
+      BatchNormParams p;
+      p.training = training;
+      p.relu = true;
+      const Shape xs = layout == 2 ? Shape{12, 5} : Shape{3, 5, 4, 7};
+      In x{xs, layout == 1 ? Layout::channels_last : Layout::plain, true, -2, 3};
+      In rm{{5}, Layout::plain, false, -0.5, 0.5}, rv{{5}, Layout::plain, false, 0.5, 1.5};
+      const std::string n = std::string("batch_norm_relu_") + (training ? "train" : "eval") +
+                            (layout == 0 ? "_nchw" : layout == 1 ? "_nhwc" : "_2d");
+      v.push_back({n, {x, In{{5}}, In{{5}}, rm, rv}, [p](const std::vector<Tensor>& t) {
+                     Tensor rmean = t[3].clone(), rvar = t[4].clone();
+                     Tensor y = batch_norm(t[0], t[1], t[2], rmean, rvar, p);
+                     return std::vector<Tensor>{y, rmean, rvar};
+                   }});
+    }
   }
   auto ln = one([](const std::vector<Tensor>& t) {
     return layer_norm(t[0], t.size() > 1 ? t[1] : Tensor(), t.size() > 2 ? t[2] : Tensor(), 1e-5);

@@ -136,6 +136,26 @@ TEST(GradCheck, BatchNorm) {
   }
 }
 
+// The fused ReLU of conv2d and batch_norm: its gradient is the unfused pair's. Inputs are shifted
+// away from the kink at 0, where finite differences are meaningless.
+TEST(GradCheck, FusedReluOfConvAndBatchNorm) {
+  Tensor x = leaf({2, 3, 5, 5}, 21), w = leaf({4, 3, 3, 3}, 22), b = leaf({4}, 23, 0.2, 0.6);
+  Conv2dParams p;
+  p.pad_h = p.pad_w = 1;
+  p.relu = true;
+  EXPECT_GRAD_OK(gradcheck([p](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], in[2], p); }, {x, w, b}));
+  Tensor xb = leaf({3, 2, 3, 4}, 24), g = leaf({2}, 25, 0.5, 1.5), bb = leaf({2}, 26, 0.1, 0.3);
+  for (bool training : {true, false}) {
+    BatchNormParams bp;
+    bp.training = training;
+    bp.relu = true;
+    Tensor rm = random_tensor({2}, 27), rv = random_tensor({2}, 28, DType::f64, 0.5, 2.0);
+    EXPECT_GRAD_OK(gradcheck(
+        [bp, rm, rv](const std::vector<Tensor>& in) { return batch_norm(in[0], in[1], in[2], rm, rv, bp); }, {xb, g, bb}))
+        << (training ? "training" : "eval");
+  }
+}
+
 TEST(GradCheck, LayerNorm) {
   for (const Shape& s : {Shape{4, 7}, Shape{2, 3, 5}, Shape{1, 1, 9}}) {
     Tensor x = leaf(s, 20), g = leaf({s.back()}, 21, 0.5, 1.5), b = leaf({s.back()}, 22);

@@ -269,6 +269,40 @@ TEST(Module, ProfilerScopesNameTheLayer) {
   EXPECT_TRUE(fc);
 }
 
+TEST(Module, BatchNormForwardReluIsTheFusedPair) {
+  // Values and gradients equal relu(bn(x)); one "batch_norm+relu" op in the module's scope, and
+  // the running statistics move exactly as with the unfused pair.
+  struct Net : nn::Module {
+    std::shared_ptr<nn::BatchNorm2d> bn = register_module("bn", std::make_shared<nn::BatchNorm2d>(4));
+    bool fused = true;
+    Tensor forward(const Tensor& x) override { return fused ? bn->forward_relu(x) : relu((*bn)(x)); }
+  };
+  Net a, b;
+  b.fused = false;
+  a.named_modules();
+  const Tensor x = images(3, 4, 5, 5, 7).contiguous(MemoryFormat::channels_last);
+  const Tensor xa = x.detach().set_requires_grad(true), xb = x.detach().set_requires_grad(true);
+  profiler::clear();
+  profiler::enable(true);
+  const Tensor ya = a(xa);
+  sum(mul(ya, ya)).backward();
+  profiler::enable(false);
+  const Tensor yb = b(xb);
+  sum(mul(yb, yb)).backward();
+  EXPECT_TRUE(all_close(ya, yb, 1e-6, 1e-6));
+  EXPECT_TRUE(all_close(xa.grad(), xb.grad(), 1e-6, 1e-6));
+  EXPECT_TRUE(all_close(a.bn->weight.grad(), b.bn->weight.grad(), 1e-5, 1e-5));
+  EXPECT_TRUE(all_close(a.bn->running_var, b.bn->running_var, 1e-6, 1e-6));
+  int fused = 0, relus = 0;
+  for (const OpEvent& e : profiler::collect()) {
+    if (std::string(e.name) == "batch_norm+relu" && e.scope == "bn") ++fused;
+    if (std::string(e.name) == "relu") ++relus;
+  }
+  profiler::clear();
+  EXPECT_EQ(fused, 1);
+  EXPECT_EQ(relus, 0);
+}
+
 TEST(Module, LayerNormAndSequential) {
   nn::LayerNorm ln(6);
   EXPECT_EQ(ln.extra_repr(), "(6,), eps=1e-05, elementwise_affine=True");

@@ -77,13 +77,20 @@ dnnl::memory::desc bias_md(const Tensor& b) {
 dnnl::convolution_forward::primitive_desc forward_pd(const dnnl::memory::desc& x, const dnnl::memory::desc& w,
                                                      const dnnl::memory::desc* bias, const dnnl::memory::desc& y,
                                                      const Conv2dParams& p,
-                                                     dnnl::algorithm alg = dnnl::algorithm::convolution_direct) {
+                                                     dnnl::algorithm alg = dnnl::algorithm::convolution_direct,
+                                                     bool relu = false) {
   const ConvGeometry g = geometry(p);
   const auto d = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, x, w, *bias, y,
                                                         g.strides, g.dilates, g.pad_l, g.pad_r)
                       : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, x, w, y, g.strides,
                                                         g.dilates, g.pad_l, g.pad_r);
-  return dnnl::convolution_forward::primitive_desc(d, engine());
+  if (!relu) return dnnl::convolution_forward::primitive_desc(d, engine());
+  // The fused ReLU as a post-op: applied to each output tile while it is still in registers.
+  dnnl::post_ops ops;
+  ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(ops);
+  return dnnl::convolution_forward::primitive_desc(d, attr, engine());
 }
 
 // Builds a primitive with Winograd when the policy asks for it and oneDNN has a kernel for the
@@ -158,7 +165,7 @@ dnnl::memory::desc activation_md(const Tensor& t, bool blocked = false) {
 // from 8x8 381 against 497, DenseNet's 128->32 at 2x2 342 against 446); from 8x8 outputs up NHWC
 // is as fast or faster (256->256 at 8x8: 514 against 450). The two reorders around it move ~4 MB
 // at most. The backward passes stay NHWC: there the blocked kernels are not faster.
-// (Measured with a bare oneDNN program, docs/cpu_backend.md "Layout".)
+// (bench/onednn_conv_algos.cpp measures each variant; docs/cpu_backend.md has the tables.)
 bool blocked_forward(const Tensor& w, const Tensor& y, const Conv2dParams& p) {
   return p.groups == 1 && (w.size(2) > 1 || w.size(3) > 1) && y.size(2) * y.size(3) <= 16;
 }
@@ -208,15 +215,17 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, co
     const auto own = [&] {
       profiler::note_impl(kOwnDepthwise);
       depthwise_forward(x, w, bias, y, p);
+      if (p.relu) activation(Activation::relu, y, y);
     };
     if (own_depthwise_always(dw)) return own();
     const bool wino = winograd_wanted(x, w, y, p);
-    auto e = cached<ConvFwd>(conv_key(wino ? "conv_fwd_wino" : "conv_fwd", x, w, bias, y, p), [&] {
+    const char* tag = wino ? (p.relu ? "conv_fwd_wino_relu" : "conv_fwd_wino") : (p.relu ? "conv_fwd_relu" : "conv_fwd");
+    auto e = cached<ConvFwd>(conv_key(tag, x, w, bias, y, p), [&] {
       ConvFwd r;
       if (bias.defined()) r.bias = bias_md(bias);
       r.pd = with_algorithm(wino, blocked_forward(w, y, p), [&](dnnl::algorithm alg, bool blocked) {
         return forward_pd(activation_md(x, blocked), weights_any(w.shape(), p.groups, w.dtype()),
-                          bias.defined() ? &r.bias : nullptr, activation_md(y, blocked), p, alg);
+                          bias.defined() ? &r.bias : nullptr, activation_md(y, blocked), p, alg, p.relu);
       });
       r.prim = dnnl::convolution_forward(r.pd);
       r.x = reordered(md_of(x), r.pd.src_desc(), false);

@@ -99,15 +99,20 @@ inline void span_dot(const float* dy, const float* x, int64_t n, double& sdy, do
   for (int j = 0; j < 8; ++j) sdy += a[j], sdyx += b[j];
 }
 
-// y = x * scale[c] + shift[c] over every plane.
-void affine_planes(const float* x, float* y, int64_t N, int64_t C, int64_t HW, const float* scale, const float* shift) {
+// y = x * scale[c] + shift[c] over every plane, then max(y, 0) when relu.
+void affine_planes(const float* x, float* y, int64_t N, int64_t C, int64_t HW, const float* scale, const float* shift,
+                   bool relu) {
   parallel_for(N * C, N * C * HW, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const int64_t c = i % C;
       const float a = scale[c], d = shift[c];
       const float* xp = x + i * HW;
       float* yp = y + i * HW;
-      for (int64_t k = 0; k < HW; ++k) yp[k] = xp[k] * a + d;
+      if (relu) {
+        for (int64_t k = 0; k < HW; ++k) yp[k] = std::max(xp[k] * a + d, 0.0f);
+      } else {
+        for (int64_t k = 0; k < HW; ++k) yp[k] = xp[k] * a + d;
+      }
     }
   });
 }
@@ -153,7 +158,7 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
       scale[c] = static_cast<float>(inv * g[c]);
       shift[c] = static_cast<float>(b[c] - mean[c] * inv * g[c]);
     }
-    affine_planes(px, y.data<float>(), N, C, HW, scale.data(), shift.data());
+    affine_planes(px, y.data<float>(), N, C, HW, scale.data(), shift.data(), p.relu);
     if (save_mean.defined()) store_vec(save_mean, mean.data());
     if (save_invstd.defined()) store_vec(save_invstd, invstd.data());
     if (p.training && running_mean.defined() && running_var.defined()) {
@@ -172,7 +177,7 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
     DUET_CHECK(same_layout(x, y), "batch_norm on backend 'cpu': x and y must share a layout");
     const float eps = static_cast<float>(p.eps);
     Key key("bn_fwd");
-    key.add(x).add(double(eps)).add(int64_t(p.training));
+    key.add(x).add(double(eps)).add(int64_t(p.training)).add(int64_t(p.relu));
     auto e = cached<BnFwd>(key, [&] {
       BnFwd r;
       r.x = md_of(x);
@@ -180,6 +185,10 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
       r.vec = dnnl::memory::desc({C}, dt::f32, tag::a);
       nf flags = nf::use_scale | nf::use_shift;
       if (!p.training) flags = flags | nf::use_global_stats;
+      // oneDNN applies the ReLU in its normalisation pass. In training it also writes a bit mask
+      // (the workspace) for its own fused backward; duet's backward masks the gradient with the
+      // saved output instead (any backend can), so the mask goes to scratch memory.
+      if (p.relu) flags = flags | nf::fuse_norm_relu;
       r.pd = bn_fwd_pd(r.x, eps, flags, p.training);
       r.prim = dnnl::batch_normalization_forward(r.pd);
       return r;
@@ -196,6 +205,10 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
       std::vector<float> mean(static_cast<size_t>(C)), var(static_cast<size_t>(C));
       args.emplace(DNNL_ARG_MEAN, mem(e->vec, mean.data()));
       args.emplace(DNNL_ARG_VARIANCE, mem(e->vec, var.data()));
+      if (p.relu) {
+        const dnnl::memory::desc ws = e->pd.workspace_desc();
+        args.emplace(DNNL_ARG_WORKSPACE, mem(ws, scratch(ws.get_size(), 0)));
+      }
       e->prim.execute(stream(), args);
       std::vector<float> invstd(static_cast<size_t>(C));
       for (int64_t c = 0; c < C; ++c) invstd[c] = static_cast<float>(1.0 / std::sqrt(double(var[c]) + p.eps));

@@ -216,6 +216,9 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, c
     const Tensor b = contiguous(bias);
     DUET_CUDA_CHECK(kern::add_channel_bias(y.dtype(), y.raw_data(), dims4(y), b.raw_data(), g.stream()), g.op);
   }
+  // Fused ReLU as a second pass on the same stream (cudnnConvolutionBiasActivationForward would
+  // fuse it, but takes only some algorithms and layouts; not worth the second code path here).
+  if (p.relu && y.numel() > 0) activation(Activation::relu, y, y);
 }
 
 void CudaBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p) {

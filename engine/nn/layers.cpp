@@ -3,6 +3,7 @@
 #include <cmath>
 #include "engine/allocator.h"
 #include "engine/autograd.h"
+#include "engine/profiler.h"
 
 namespace duet::nn {
 
@@ -93,7 +94,15 @@ BatchNorm2d::BatchNorm2d(int64_t channels, double eps_, double momentum_) : eps(
   num_batches_tracked = register_buffer("num_batches_tracked", Tensor::zeros({}, DType::i64));
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x) {
+Tensor BatchNorm2d::forward(const Tensor& x) { return run(x, false); }
+
+Tensor BatchNorm2d::forward_relu(const Tensor& x) {
+  if (!profiler::enabled()) return run(x, true);
+  profiler::ScopeGuard scope(name());
+  return run(x, true);
+}
+
+Tensor BatchNorm2d::run(const Tensor& x, bool relu) {
   DUET_CHECK(x.defined() && (x.dim() == 4 || x.dim() == 2),
              "BatchNorm2d: input has shape {}, expected [N, C, H, W] or [N, C]",
              x.defined() ? shape_str(x.shape()) : std::string("undefined"));
@@ -109,7 +118,7 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
       num_batches_tracked.copy_(add(num_batches_tracked.to(DType::f64), 1.0));
     }
   }
-  return batch_norm(x, weight, bias, running_mean, running_var, BatchNormParams{training, momentum, eps});
+  return batch_norm(x, weight, bias, running_mean, running_var, BatchNormParams{training, momentum, eps, relu});
 }
 
 std::string BatchNorm2d::extra_repr() const {

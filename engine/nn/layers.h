@@ -40,10 +40,17 @@ class BatchNorm2d : public Module {
 public:
   explicit BatchNorm2d(int64_t channels, double eps = 1e-5, double momentum = 0.1);
   Tensor forward(const Tensor& x) override;
+  // relu(forward(x)) as one fused op ("batch_norm+relu" in the profiler), inside this module's
+  // profiler scope. Models keep their ReLU modules registered, so names and printing stay
+  // torchvision's; they call this instead of running the two modules one after the other.
+  Tensor forward_relu(const Tensor& x);
   std::string type_name() const override { return "BatchNorm2d"; }
   std::string extra_repr() const override;
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;  // names as torch.nn
   double eps, momentum;
+
+private:
+  Tensor run(const Tensor& x, bool relu);
 };
 
 class LayerNorm : public Module {

@@ -10,8 +10,13 @@ using namespace detail;
 
 Tensor conv2d(const Tensor& x_in, const Tensor& w, const Tensor& bias, const Conv2dParams& p) {
   // Under autocast: cast f32 input, weight and bias to the low dtype, convolve there, return f32.
-  if (const auto low = autocast_target({&x_in, &w, &bias}))
-    return conv2d(autocast_input(x_in, *low), autocast_input(w, *low), autocast_input(bias, *low), p).to(DType::f32);
+  if (const auto low = autocast_target({&x_in, &w, &bias})) {
+    // The ReLU runs after the cast back (f16 has no activation kernels on the CPU).
+    Conv2dParams q = p;
+    q.relu = false;
+    const Tensor y = conv2d(autocast_input(x_in, *low), autocast_input(w, *low), autocast_input(bias, *low), q).to(DType::f32);
+    return p.relu ? relu(y) : y;
+  }
   check_float_or_half("conv2d", "input", x_in);
   check_dim("conv2d", "input", x_in, 4);
   check_same("conv2d", "weight", w, "input", x_in);
@@ -45,7 +50,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w, const Tensor& bias, const Con
   const size_t elem = dtype_size(x.dtype());
   Tensor y;
   {
-    profiler::OpScope scope("conv2d", be.kind(), {&x, &w});
+    profiler::OpScope scope(p.relu ? "conv2d+relu" : "conv2d", be.kind(), {&x, &w});
     y = Tensor::empty({N, O, OH, OW}, TensorOptions(x.dtype()).with_device(x.device()), f);
     scope.set_cost([&] { return cost::conv2d(x.shape(), w.shape(), y.shape(), elem, bias.defined()); });
     be.conv2d(x, wk, bias, y, p);
@@ -57,10 +62,11 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w, const Tensor& bias, const Con
     // Keep x only if the weight gradient needs it: inference-style inputs are not held.
     const Tensor xd = need_w ? x : Tensor();
     const Tensor wd = need_x ? wk : Tensor();
+    const Tensor yd = p.relu ? y.detach() : Tensor();  // the fused ReLU's mask (the next layer keeps y anyway)
     const DType dt = x.dtype();
     const Device dev = x.device();
     record("conv2d", {&x_in, &w, &bias}, {&y}, [=](const std::vector<Tensor>& gs) {
-      const Tensor dy = in_format(gs[0], f);
+      const Tensor dy = in_format(p.relu ? activation_backward_op(Activation::relu, yd, gs[0]) : gs[0], f);
       BackendImpl& b = backend_of(dy);
       Tensor dx, dw, db;
       if (need_x) {

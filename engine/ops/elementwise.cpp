@@ -235,17 +235,23 @@ Tensor activation(Activation act, const Tensor& x_in) {
     const bool from_output = act == Activation::relu || act == Activation::relu6;
     const Tensor xd = from_output ? out.detach() : x.detach();
     record(name, {&x_in}, {&out}, [=](const std::vector<Tensor>& gs) {
-      const Tensor dy = same_layout(gs[0], xd);
-      BackendImpl& b = backend_of(xd);
-      profiler::OpScope scope(activation_backward_name(act), b.kind(), {&xd, &dy});
-      Tensor dx = empty_like_layout(xd, xd.shape());
-      scope.set_cost([&] { return cost::elementwise({&xd, &dy}, {&dx}, activation_flops(act) + 1); });
-      b.activation_backward(act, xd, dy, dx);
-      return std::vector<Tensor>{dx};
+      return std::vector<Tensor>{activation_backward_op(act, xd, gs[0])};
     });
   }
   return out;
 }
+
+namespace detail {
+Tensor activation_backward_op(Activation act, const Tensor& saved, const Tensor& g) {
+  const Tensor dy = same_layout(g, saved);
+  BackendImpl& b = backend_of(saved);
+  profiler::OpScope scope(activation_backward_name(act), b.kind(), {&saved, &dy});
+  Tensor dx = empty_like_layout(saved, saved.shape());
+  scope.set_cost([&] { return cost::elementwise({&saved, &dy}, {&dx}, activation_flops(act) + 1); });
+  b.activation_backward(act, saved, dy, dx);
+  return dx;
+}
+}  // namespace detail
 
 Tensor relu(const Tensor& x) { return activation(Activation::relu, x); }
 Tensor relu6(const Tensor& x) { return activation(Activation::relu6, x); }

@@ -43,7 +43,8 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, c
   const size_t elem = dtype_size(x.dtype());
   Tensor y, save_mean, save_invstd;
   {
-    profiler::OpScope scope("batch_norm", be.kind(), {&x}, [&] { return cost::batch_norm(x.shape(), elem, p.training); });
+    profiler::OpScope scope(p.relu ? "batch_norm+relu" : "batch_norm", be.kind(), {&x},
+                            [&] { return cost::batch_norm(x.shape(), elem, p.training); });
     y = x.dim() == 4 ? Tensor::empty(x.shape(), opts, f) : Tensor::empty(x.shape(), opts);
     save_mean = Tensor::empty({C}, opts);
     save_invstd = Tensor::empty({C}, opts);
@@ -53,10 +54,12 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, c
     const bool need_x = x_in.requires_grad(), need_g = gamma.requires_grad(), need_b = beta.requires_grad();
     const Tensor gd = gamma.detach();
     const bool training = p.training;
+    const Tensor yd = p.relu ? y.detach() : Tensor();  // the fused ReLU's mask (the next layer keeps y anyway)
     record("batch_norm", {&x_in, &gamma, &beta}, {&y}, [=](const std::vector<Tensor>& gs) {
       Tensor dx, dgamma, dbeta;
+      const Tensor g_out = yd.defined() ? activation_backward_op(Activation::relu, yd, gs[0]) : gs[0];
       if (training) {
-        const Tensor dy = in_format(gs[0], x.dim() == 4 ? f : MemoryFormat::contiguous);
+        const Tensor dy = in_format(g_out, x.dim() == 4 ? f : MemoryFormat::contiguous);
         BackendImpl& b = backend_of(dy);
         profiler::OpScope scope("batch_norm.backward", b.kind(), {&dy, &x}, [&] { return cost::batch_norm_backward(x.shape(), elem); });
         if (need_x) dx = Tensor::empty_like(x);
@@ -67,7 +70,7 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, c
         // y = (x - mean) * invstd * gamma + beta with constant statistics.
         const Shape cs = x.dim() == 4 ? Shape{1, C, 1, 1} : Shape{1, C};
         const Tensor invstd = save_invstd.view(cs), mu = save_mean.view(cs);
-        const Tensor& g = gs[0];
+        const Tensor& g = g_out;
         std::vector<int64_t> red = x.dim() == 4 ? std::vector<int64_t>{0, 2, 3} : std::vector<int64_t>{0};
         if (need_x) dx = mul(g, mul(invstd, gd.view(cs)));
         if (need_g) dgamma = sum(mul(g, mul(sub(x, mu), invstd)), red);

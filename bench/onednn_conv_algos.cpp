@@ -1,0 +1,99 @@
+// A bare oneDNN program (no duet code): times one convolution's forward, backward-data and
+// backward-weights passes for each layout and algorithm oneDNN 2.6 offers on this machine, so the
+// choices backends/cpu/conv.cpp makes can be re-measured on another one:
+//   nhwc direct       channels-last memory used in place (duet's default)
+//   blocked direct    oneDNN picks its layout (nChw16c) and kernel
+//   blocked winograd  Winograd F(4x4, 3x3), 3x3 stride 1 only
+// Layout reorders are not timed (duet pays them around the blocked variants). Times are the
+// median of 15 runs after 3 warm-up runs; GFLOP/s count direct convolution's FLOPs.
+//
+//   OMP_NUM_THREADS=2 build/bench/duet_onednn_conv_algos 64 64 32 64 3 1   # N C H(=W) O K stride
+#include <dnnl.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+namespace {
+using dnnl::memory;
+
+template <class F>
+double median_ms(F&& f) {
+  for (int i = 0; i < 3; ++i) f();
+  std::vector<double> t;
+  for (int i = 0; i < 15; ++i) {
+    const auto a = std::chrono::steady_clock::now();
+    f();
+    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+struct Variant {
+  const char* name;
+  memory::format_tag act;
+  dnnl::algorithm alg;
+};
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 7) {
+    std::fprintf(stderr, "usage: %s N C H O K stride   (square maps and kernels, padding K/2)\n", argv[0]);
+    return 2;
+  }
+  const memory::dim N = std::atol(argv[1]), C = std::atol(argv[2]), H = std::atol(argv[3]), O = std::atol(argv[4]),
+                    K = std::atol(argv[5]), S = std::atol(argv[6]), P = K / 2;
+  const memory::dim OH = (H + 2 * P - K) / S + 1;
+  const double flops = 2.0 * N * O * OH * OH * C * K * K;
+  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream st(eng);
+  const memory::dims xs{N, C, H, H}, ws{O, C, K, K}, ys{N, O, OH, OH}, strides{S, S}, pad{P, P};
+  const Variant variants[] = {{"nhwc direct", memory::format_tag::nhwc, dnnl::algorithm::convolution_direct},
+                              {"blocked direct", memory::format_tag::any, dnnl::algorithm::convolution_direct},
+                              {"blocked winograd", memory::format_tag::any, dnnl::algorithm::convolution_winograd}};
+  std::printf("N=%ld C=%ld H=W=%ld O=%ld K=%ld stride=%ld, %s\n", long(N), long(C), long(H), long(O), long(K), long(S),
+              "ms (GFLOP/s) per pass");
+  for (const Variant& v : variants) {
+    try {
+      const memory::desc x(xs, memory::data_type::f32, v.act), y(ys, memory::data_type::f32, v.act);
+      const memory::desc w(ws, memory::data_type::f32, memory::format_tag::any);
+      const dnnl::convolution_forward::primitive_desc fwd(
+          dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, v.alg, x, w, y, strides, pad, pad), eng);
+      const dnnl::convolution_backward_data::primitive_desc bwd_d(
+          dnnl::convolution_backward_data::desc(v.alg, x, w, y, strides, pad, pad), eng, fwd);
+      const dnnl::convolution_backward_weights::primitive_desc bwd_w(
+          dnnl::convolution_backward_weights::desc(v.alg, x, w, y, strides, pad, pad), eng, fwd);
+      memory src(fwd.src_desc(), eng), wei(fwd.weights_desc(), eng), dst(fwd.dst_desc(), eng);
+      memory dsrc(bwd_d.diff_src_desc(), eng), wei_d(bwd_d.weights_desc(), eng), ddst(bwd_d.diff_dst_desc(), eng);
+      memory src_w(bwd_w.src_desc(), eng), dwei(bwd_w.diff_weights_desc(), eng), ddst_w(bwd_w.diff_dst_desc(), eng);
+      for (memory* m : {&src, &wei, &ddst, &wei_d, &src_w, &ddst_w}) {
+        float* p = static_cast<float*>(m->get_data_handle());
+        const size_t n = m->get_desc().get_size() / sizeof(float);
+        for (size_t i = 0; i < n; ++i) p[i] = 0.01f * float(i % 97) - 0.4f;
+      }
+      dnnl::convolution_forward f(fwd);
+      dnnl::convolution_backward_data bd(bwd_d);
+      dnnl::convolution_backward_weights bw(bwd_w);
+      const double tf = median_ms([&] {
+        f.execute(st, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}});
+        st.wait();
+      });
+      const double td = median_ms([&] {
+        bd.execute(st, {{DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_WEIGHTS, wei_d}, {DNNL_ARG_DIFF_SRC, dsrc}});
+        st.wait();
+      });
+      const double tw = median_ms([&] {
+        bw.execute(st, {{DNNL_ARG_SRC, src_w}, {DNNL_ARG_DIFF_DST, ddst_w}, {DNNL_ARG_DIFF_WEIGHTS, dwei}});
+        st.wait();
+      });
+      std::printf("  %-17s fwd %8.3f (%4.0f) %-24s bwd-data %8.3f (%4.0f) %-24s bwd-weights %8.3f (%4.0f) %s\n", v.name,
+                  tf, flops / tf / 1e6, fwd.impl_info_str(), td, flops / td / 1e6, bwd_d.impl_info_str(), tw,
+                  flops / tw / 1e6, bwd_w.impl_info_str());
+    } catch (const dnnl::error& e) {
+      std::printf("  %-17s not available for this shape (%s)\n", v.name, e.what());
+    }
+  }
+  return 0;
+}
