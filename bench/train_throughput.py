@@ -8,6 +8,10 @@ optimizer step on one batch generated once (no data pipeline in either). The tim
 step after warm-up. Memory is each process's peak resident set (ru_maxrss: code, libraries and
 allocator caches included) and, for duet, its allocator's peak of live tensor bytes.
 
+duet's cpu backend runs dense 3x3 stride-1 convolutions with Winograd (docs/cpu_backend.md), which
+PyTorch's CPU path does not use; --also-direct adds a column timing duet with DUET_WINOGRAD=0, the
+same direct-convolution algorithms PyTorch runs.
+
 PyTorch runs at its best: torch.set_num_threads(threads), and for conv nets both NCHW and
 channels-last inputs and weights are timed and the faster is kept (the table says which).
 
@@ -96,13 +100,13 @@ def run_measured(cmd, env=None):
         return out.read(), ru.ru_maxrss * 1024  # Linux reports KiB
 
 
-def duet_side(a, model, image_size, classes):
+def duet_side(a, model, image_size, classes, env=None):
     with tempfile.TemporaryDirectory() as d:
         report = os.path.join(d, "r.json")
         cmd = [a.duet, "profile", "--model", model, "--image-size", str(image_size), "--classes", str(classes),
                "--batch", str(a.batch), "--steps", str(a.steps), "--warmup", str(a.warmup), "--mode", "throughput",
                "--threads", str(a.threads), "--out", report]
-        _, rss = run_measured(cmd)
+        _, rss = run_measured(cmd, env)
         with open(report) as f:
             r = json.load(f)
     peak = next(m["peak"] for m in r["memory"]["devices"] if m["device"] == "cpu")
@@ -136,6 +140,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=1, help="alternate duet/torch this many times; medians are kept")
     ap.add_argument("--json", help="write the table as JSON here")
+    ap.add_argument("--also-direct", action="store_true",
+                    help="also time duet with DUET_WINOGRAD=0 (direct convolution only), as a third column")
     # worker mode
     ap.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
@@ -151,9 +157,11 @@ def main():
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
     for model in a.models.split(","):
         image_size, classes = MODELS[model]
-        d_runs, t_runs = [], []
+        d_runs, t_runs, direct_runs = [], [], []
         for _ in range(a.rounds):
             d_runs.append(duet_side(a, model, image_size, classes))
+            if a.also_direct:
+                direct_runs.append(duet_side(a, model, image_size, classes, dict(os.environ, DUET_WINOGRAD="0")))
             candidates = [torch_side(a, model, image_size, classes, False)]
             if not model.startswith("vit"):
                 candidates.append(torch_side(a, model, image_size, classes, True))
@@ -171,19 +179,28 @@ def main():
                "duet_allocator_peak_mib": d["allocator_peak"] / 2**20,
                "torch_layout": "channels_last" if t["channels_last"] else "nchw",
                "duet_parameters": d["parameters"], "torch_parameters": t["parameters"], "torch": t["torch"]}
+        if direct_runs:
+            direct_step = statistics.median(r["median_step_s"] for r in direct_runs)
+            row["duet_direct_step_ms"] = direct_step * 1e3
+            row["speedup_direct"] = t_step / direct_step
         rows.append(row)
         warn = "" if row["duet_parameters"] == row["torch_parameters"] else "  PARAMETER COUNTS DIFFER"
         print(f"{model:15s} {image_size:3d}px  duet {row['duet_step_ms']:8.1f} ms  torch {row['torch_step_ms']:8.1f} ms "
               f"({row['torch_layout']})  ratio {row['speedup']:.2f}x  RSS duet {row['duet_peak_rss_mib']:.0f} MiB "
-              f"torch {row['torch_peak_rss_mib']:.0f} MiB  (duet tensors {row['duet_allocator_peak_mib']:.0f} MiB){warn}",
-              flush=True)
+              f"torch {row['torch_peak_rss_mib']:.0f} MiB  (duet tensors {row['duet_allocator_peak_mib']:.0f} MiB){warn}"
+              + (f"  | direct conv only: {row['duet_direct_step_ms']:.1f} ms, {row['speedup_direct']:.2f}x"
+                 if direct_runs else ""), flush=True)
     geo = math.exp(sum(math.log(r["speedup"]) for r in rows) / len(rows))
     print(f"geometric mean of duet's speed-up: {geo:.2f}x over {len(rows)} models; load average "
           f"{os.getloadavg()[0]:.2f}")
+    if a.also_direct:
+        geo_direct = math.exp(sum(math.log(r["speedup_direct"]) for r in rows) / len(rows))
+        print(f"with direct convolution only (DUET_WINOGRAD=0): {geo_direct:.2f}x")
     if a.json:
         os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
         with open(a.json, "w") as f:
-            json.dump({"rows": rows, "geomean_speedup": geo, "batch": a.batch, "threads": a.threads,
+            json.dump({"rows": rows, "geomean_speedup": geo,
+                       "geomean_speedup_direct": geo_direct if a.also_direct else None, "batch": a.batch, "threads": a.threads,
                        "steps": a.steps, "warmup": a.warmup, "rounds": a.rounds}, f, indent=1)
             f.write("\n")
 

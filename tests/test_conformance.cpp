@@ -169,6 +169,9 @@ std::vector<Case> elementwise_cases() {
   v.push_back({"div_same", {In{{5, 7}}, pos({5, 7})}, div_f});
   v.push_back({"div_broadcast", {cl({2, 3, 5, 4}), pos({3, 1, 1})}, div_f});
   v.push_back({"div_big", {In{{300, 257}}, pos({300, 257})}, div_f});
+  // Dense operands simplify to one row, which the cpu loops cut into pieces per thread.
+  v.push_back({"add_big_dense_nhwc", {cl({4, 37, 17, 19}), cl({4, 37, 17, 19})},
+               one([](const std::vector<Tensor>& x) { return add(x[0], x[1]); })});
   v.push_back({"add_expanded_operand", {ex({1, 5}, {4, 5}), In{{4, 5}}},
                one([](const std::vector<Tensor>& x) { return add(x[0], x[1]); })});
   for (BinaryOp op : {BinaryOp::eq, BinaryOp::gt, BinaryOp::lt}) {
@@ -260,6 +263,9 @@ std::vector<Case> reduction_cases() {
   }
   v.push_back({"argmax_big", {In{{256, 1000}, Layout::plain, false}},
                one([](const std::vector<Tensor>& x) { return argmax(x[0], 1); })});
+  // One output row of 40,000: the cpu loops cut a single row into pieces per thread.
+  v.push_back({"argmax_dim0_wide", {In{{3, 40000}, Layout::plain, false}},
+               one([](const std::vector<Tensor>& x) { return argmax(x[0], 0); })});
   for (int64_t d : {0, 1, 2, 3}) {
     In a{{4, 19, 6, 7}, Layout::channels_last, false};
     v.push_back({"argmax_nhwc_d" + std::to_string(d), {a}, one([d](const std::vector<Tensor>& x) { return argmax(x[0], d); })});

@@ -13,8 +13,9 @@
 
 namespace duet::cpu {
 
-// automatic: Winograd for dense 3x3 stride-1 convolutions whose output map is at least 4x4 and
-// whose channel counts oneDNN's kernel takes (it says so by creating the primitive; else direct).
+// automatic: Winograd for dense 3x3 stride-1 convolutions with at least 32 input and 32 output
+// channels and an output map of at least 4x4, where oneDNN has a kernel for the channel counts
+// (it says so by creating the primitive; else direct).
 // never: always direct (DUET_WINOGRAD=0 in the environment sets this at start-up).
 // always: Winograd wherever oneDNN has it, small maps included (tests use it).
 enum class WinogradPolicy { automatic, always, never };

@@ -58,7 +58,9 @@ Walk<K> simplify(const Shape& shape, const std::array<const Shape*, K>& strides)
 
 // Calls row(off, len, inner_stride) for every innermost row, where off[k] is the element offset
 // of the row's first element in operand k. Rows are split across threads when there is enough
-// work; each thread walks its own range of rows with an odometer.
+// work; each thread walks its own range of rows with an odometer. Callers treat the elements of a
+// row independently, so when there are fewer rows than threads (a dense tensor simplifies to one
+// row) the rows are cut into pieces instead: a residual add of two dense maps ran on one thread.
 template <size_t K, class F>
 void for_each_row(const Walk<K>& w, F&& row) {
   const int64_t nd = static_cast<int64_t>(w.shape.size());
@@ -67,6 +69,26 @@ void for_each_row(const Walk<K>& w, F&& row) {
   std::array<int64_t, K> inner;
   for (size_t k = 0; k < K; ++k) inner[k] = w.st[k][nd - 1];
   const int64_t rows = w.numel / len;
+  const int nt = max_threads();
+  if (rows < nt && w.numel >= kParallelGrain) {
+    const int64_t pieces = (nt + rows - 1) / rows;  // per row
+    parallel_for(rows * pieces, w.numel, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        std::array<int64_t, K> off{};
+        for (int64_t d = nd - 2, rem = t / pieces; d >= 0; --d) {
+          const int64_t i = rem % w.shape[d];
+          rem /= w.shape[d];
+          for (size_t k = 0; k < K; ++k) off[k] += i * w.st[k][d];
+        }
+        int64_t b, e;
+        split_range(len, static_cast<int>(pieces), static_cast<int>(t % pieces), b, e);
+        if (b == e) continue;
+        for (size_t k = 0; k < K; ++k) off[k] += b * inner[k];
+        row(off, e - b, inner);
+      }
+    });
+    return;
+  }
   parallel_for(rows, w.numel, [&](int64_t r0, int64_t r1) {
     // Decompose r0 into the outer multi-index.
     std::array<int64_t, K> off{};
