@@ -857,13 +857,18 @@ TEST(CpuBackend, SecondTrainingStepCreatesNoPrimitive) {
   EXPECT_GT(s.hits, 5);
 }
 
+// Sets one of the cpu backend's kernel policies for a test; the automatic choice comes back after.
+template <class Policy>
+struct ScopedPolicy {
+  void (*set)(Policy);
+  ScopedPolicy(void (*s)(Policy), Policy p) : set(s) { set(p); }
+  ~ScopedPolicy() { set(Policy::automatic); }
+};
+
 // duet's own depthwise kernels (backends/cpu/depthwise.h) on every depthwise case, forced on
 // (the automatic policy gives them only the shapes oneDNN has no depthwise kernel for).
 TEST(CpuBackend, OwnDepthwiseKernelsMatchReference) {
-  struct PolicyGuard {
-    PolicyGuard() { cpu::set_depthwise_policy(cpu::DepthwisePolicy::always); }
-    ~PolicyGuard() { cpu::set_depthwise_policy(cpu::DepthwisePolicy::automatic); }
-  } always;
+  ScopedPolicy<cpu::DepthwisePolicy> always(cpu::set_depthwise_policy, cpu::DepthwisePolicy::always);
   int n = 0;
   for (const Case& c : conv_cases()) {
     if (c.name.find("depthwise") == std::string::npos) continue;
@@ -877,10 +882,7 @@ TEST(CpuBackend, OwnDepthwiseKernelsMatchReference) {
 // Winograd (backends/cpu/conv_algorithm.h) on every dense 3x3 stride-1 case, forced on, within
 // the conformance tolerance; and the automatic policy does pick it for a ResNet-like layer.
 TEST(CpuBackend, WinogradConvolutionMatchesReference) {
-  struct PolicyGuard {
-    PolicyGuard() { cpu::set_winograd_policy(cpu::WinogradPolicy::always); }
-    ~PolicyGuard() { cpu::set_winograd_policy(cpu::WinogradPolicy::automatic); }
-  } always;
+  ScopedPolicy<cpu::WinogradPolicy> always(cpu::set_winograd_policy, cpu::WinogradPolicy::always);
   int n = 0;
   for (const Case& c : conv_cases()) {
     const bool dense3x3 = c.name.find("3x3_same") != std::string::npos || c.name.find("resnet_block") != std::string::npos ||
