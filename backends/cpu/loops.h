@@ -69,17 +69,23 @@ void for_each_row(const Walk<K>& w, F&& row) {
   std::array<int64_t, K> inner;
   for (size_t k = 0; k < K; ++k) inner[k] = w.st[k][nd - 1];
   const int64_t rows = w.numel / len;
+  // Row r's outer multi-index (into idx) and its first element's offset in each operand.
+  const auto start_of = [&](int64_t r, int64_t* idx) {
+    std::array<int64_t, K> off{};
+    for (int64_t d = nd - 2; d >= 0; --d) {
+      idx[d] = r % w.shape[d];
+      r /= w.shape[d];
+      for (size_t k = 0; k < K; ++k) off[k] += idx[d] * w.st[k][d];
+    }
+    return off;
+  };
   const int nt = max_threads();
   if (rows < nt && w.numel >= kParallelGrain) {
     const int64_t pieces = (nt + rows - 1) / rows;  // per row
     parallel_for(rows * pieces, w.numel, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
-        std::array<int64_t, K> off{};
-        for (int64_t d = nd - 2, rem = t / pieces; d >= 0; --d) {
-          const int64_t i = rem % w.shape[d];
-          rem /= w.shape[d];
-          for (size_t k = 0; k < K; ++k) off[k] += i * w.st[k][d];
-        }
+        int64_t idx[16];
+        std::array<int64_t, K> off = start_of(t / pieces, idx);
         int64_t b, e;
         split_range(len, static_cast<int>(pieces), static_cast<int>(t % pieces), b, e);
         if (b == e) continue;
@@ -90,15 +96,8 @@ void for_each_row(const Walk<K>& w, F&& row) {
     return;
   }
   parallel_for(rows, w.numel, [&](int64_t r0, int64_t r1) {
-    // Decompose r0 into the outer multi-index.
-    std::array<int64_t, K> off{};
     int64_t idx[16] = {0};
-    int64_t rem = r0;
-    for (int64_t d = nd - 2; d >= 0; --d) {
-      idx[d] = rem % w.shape[d];
-      rem /= w.shape[d];
-      for (size_t k = 0; k < K; ++k) off[k] += idx[d] * w.st[k][d];
-    }
+    std::array<int64_t, K> off = start_of(r0, idx);
     for (int64_t r = r0; r < r1; ++r) {
       row(off, len, inner);
       for (int64_t d = nd - 2; d >= 0; --d) {
