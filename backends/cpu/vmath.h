@@ -2,11 +2,11 @@
 // polynomials) that GCC turns into SIMD inside an `omp simd` loop of a DUET_SIMD_CLONES function,
 // where a libm call (erff, expf) would keep the loop scalar.
 //
-// Accuracy, measured against double-precision erfc/exp on every f32 in [-8, 12] step 3e-6
-// (AVX-512 clone): exp_f32 1.9e-9 (polynomial) plus argument rounding; normal_cdf relative error
-// <= 4.5e-7 (~4 ulp, the f32 rounding of t and of the polynomial, not the fit: 1.1e-8), including
-// the negative tail, where the textbook 0.5 (1 + erf(x / sqrt2)) in f32 loses every digit
-// (relative error 5% at x = -5, 100% below x = -5.5).
+// Accuracy, measured against long-double erfc/exp on every 3e-6 step in [-8, 12] (AVX-512
+// clone): exp_nonpositive 1.9e-9 (polynomial) plus argument rounding, exp(-x^2/2) 9.7e-8;
+// normal_cdf relative error <= 3.9e-7 (~3 ulp, the f32 rounding of t and of the polynomial, not
+// the fit: 4.4e-8), including the negative tail, where the textbook 0.5 (1 + erf(x / sqrt2)) in
+// f32 loses every digit (relative error 5% at x = -5, 100% below x = -5.5).
 #pragma once
 #include <bit>
 #include <cmath>
@@ -14,12 +14,14 @@
 
 namespace duet::cpu::vmath {
 
-// exp(x + lo) for a small correction lo (the rounding error of x, or 0). Cody-Waite reduction
-// x = n ln2 + r, |r| <= ln2 / 2, a degree-6 minimax polynomial for exp(r) (relative error
-// 1.9e-9) and 2^n through the exponent bits. Underflows to 0 below -87 (also for -inf),
-// saturates near 2^127 above 88; NaN propagates.
-inline float exp_f32(float x, float lo = 0.0f) {
-  const float xc = std::min(std::max(x, -87.0f), 88.0f);
+// exp(x + lo) for x <= 0 and a small correction lo (the rounding error of x, or 0). Cody-Waite
+// reduction x = n ln2 + r, |r| <= ln2 / 2, a degree-6 minimax polynomial for exp(r) (relative
+// error 1.9e-9) and 2^n through the exponent bits. Underflows to 0 below -87 (also for -inf);
+// NaN propagates. Only the lower clamp: its one user, normal_cdf, passes -x^2/2, and an upper
+// clamp with its select cost GELU's forward 25% of its time (GCC turned the pair into chains of
+// masked operations).
+inline float exp_nonpositive(float x, float lo = 0.0f) {
+  const float xc = std::max(x, -87.0f);
   const float t = xc * 1.44269504088896341f + 12582912.0f;  // 1.5 * 2^23: rounds x log2(e) to an integer
   const int32_t n = std::bit_cast<int32_t>(t) - 0x4B400000;
   const float nf = t - 12582912.0f;
@@ -41,30 +43,29 @@ struct CdfGauss {
 };
 
 // The standard normal CDF with exp(-x^2/2) as a by-product (GELU's backward needs both):
-// erfc(z) = t Q(t) exp(-z^2) with z = |x| / sqrt2, t = 1 / (1 + z / 2), and Q a degree-10
-// minimax fit of erfc(z) exp(z^2) / t over t in [0, 1] (all z >= 0; relative error 1.1e-8).
+// erfc(z) = t Q(t) exp(-z^2) with z = |x| / sqrt2 and t = 1 / (1 + z / 2), where Q is a degree-8
+// minimax fit of erfc(z) exp(z^2) / t over t in [0.15, 1], i.e. |x| <= 16 (relative error 4.4e-8;
+// beyond |x| = 13.2 exp underflows and Q's value no longer matters). scripts/fit_vmath.py
+// computes the coefficients, which hold 0.5 Q so that half_erfc needs no extra multiply.
 // Phi(x) = 1 - erfc(z) / 2 for x >= 0, erfc(z) / 2 below, so the tail keeps relative accuracy.
 // -x^2/2 is carried as a rounded value plus its exact error (one FMA), so exp's argument does not
 // lose the ~|x|^2 ulps it otherwise would.
 inline CdfGauss normal_cdf(float x) {
-  const float z = std::abs(x) * 0.70710678118654752440f;
-  const float t = 1.0f / (1.0f + 0.5f * z);
-  float q = 4.235008454e-02f;
-  q = q * t + -2.308458654e-01f;
-  q = q * t + 4.861552564e-01f;
-  q = q * t + -4.469511179e-01f;
-  q = q * t + 1.270715420e-01f;
-  q = q * t + -5.722481052e-02f;
-  q = q * t + 9.299853540e-02f;
-  q = q * t + 1.753771588e-01f;
-  q = q * t + 2.468805574e-01f;
-  q = q * t + 2.820938538e-01f;
-  q = q * t + 2.820947948e-01f;
+  const float t = 1.0f / (1.0f + std::abs(x) * 0.35355339059327376220f);  // 1 / (1 + |x| / sqrt8)
+  float q = -2.965688519e-02f;
+  q = q * t + 1.428852528e-01f;
+  q = q * t + -2.448386848e-01f;
+  q = q * t + 1.404516697e-01f;
+  q = q * t + -1.429012418e-02f;
+  q = q * t + 1.017569527e-01f;
+  q = q * t + 1.214474216e-01f;
+  q = q * t + 1.412019879e-01f;
+  q = q * t + 1.410423964e-01f;
   const float hx = -0.5f * x;
   const float sq = hx * x;                   // -x^2/2, rounded
   const float sq_lo = std::fma(hx, x, -sq);  // its rounding error, exact
-  const float g = exp_f32(sq, sq_lo);
-  const float half_erfc = 0.5f * (t * q) * g;
+  const float g = exp_nonpositive(sq, sq_lo);
+  const float half_erfc = (t * q) * g;
   return {x >= 0.0f ? 1.0f - half_erfc : half_erfc, g};
 }
 
