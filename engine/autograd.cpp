@@ -180,6 +180,10 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
       in_grads = node->backward(out_grads);
     }
     if (!retain_graph) node->backward = nullptr;  // frees the saved tensors now, not at graph death
+    // Drop the incoming gradients before passing the outgoing ones on: a view's backward returns
+    // a view of its incoming gradient, and a leaf takes a gradient as its .grad without a copy
+    // only when nothing else holds the buffer (k's gradient through k.transpose(-1, -2)).
+    out_grads.clear();
     DUET_CHECK(in_grads.size() == node->next.size(), "internal: backward of '{}' returned {} gradients for {} inputs",
                node->name, in_grads.size(), node->next.size());
     for (size_t i = 0; i < in_grads.size(); ++i) {

@@ -156,3 +156,22 @@ TEST(Autograd, GradientsReachingOneTensorAreSummedCorrectly) {
   const std::vector<double> g = x.grad().to_vector<double>();
   for (size_t i = 0; i < g.size(); ++i) EXPECT_DOUBLE_EQ(g[i], 12.0 * double(i + 1) + 2.0) << i;
 }
+
+// k's gradient in q @ k^T: the matmul computes it in k's own layout and the transpose's backward
+// hands it to the leaf as is, so no copy runs; and the gradient is right.
+TEST(Autograd, GradientThroughATransposedViewNeedsNoCopy) {
+  const Tensor q = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {3, 2});
+  const Tensor k = Tensor::from_vector<float>({1, -1, 2, 0.5f}, {2, 2}).set_requires_grad(true);
+  profiler::clear();
+  profiler::enable(true);
+  const Tensor y = matmul(q, k.transpose(-1, -2));
+  y.backward(Tensor::ones(y.shape()));
+  profiler::enable(false);
+  std::string ops;
+  for (const OpEvent& e : profiler::collect()) ops += std::string(e.name) + " ";
+  profiler::clear();
+  EXPECT_EQ(ops.find("copy"), std::string::npos) << ops;
+  // d/dk[j, c] of sum_ij q[i, :] . k[j, :] = sum_i q[i, c]
+  EXPECT_TRUE(k.grad().is_contiguous());
+  EXPECT_EQ(k.grad().to_vector<float>(), (std::vector<float>{9, 12, 9, 12}));
+}

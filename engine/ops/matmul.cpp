@@ -40,6 +40,9 @@ Tensor as3d(const Tensor& t, int64_t batch) {
   return t.reshape({batch, t.size(-2), t.size(-1)});
 }
 
+// t is the transpose of a contiguous tensor (k.transpose(-1, -2) in attention).
+bool is_transposed_block(const Tensor& t) { return t.dim() >= 2 && !t.is_contiguous() && t.transpose(-1, -2).is_contiguous(); }
+
 Tensor matmul_impl(const Tensor& a, const Tensor& b, const char* name) {
   check_float_or_half(name, "a", a);
   check_same(name, "b", b, "a", a);
@@ -84,8 +87,17 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     record("matmul", {&a, &b}, {&out}, [=](const std::vector<Tensor>& gs) {
       const Tensor& g = gs[0];
       Tensor ga, gb;
-      if (need_a) ga = sum_to(matmul_impl(g, bd.transpose(-1, -2), "matmul.backward_a"), sa);
-      if (need_b) gb = sum_to(matmul_impl(ad.transpose(-1, -2), g, "matmul.backward_b"), sb);
+      // An operand that is a transposed view gets its gradient computed transposed, (g^T a)^T for
+      // b, so that it lands contiguous in the memory layout of the tensor it is a view of: the
+      // gradient of k in q @ k^T needs no transposing copy then.
+      if (need_a)
+        ga = sum_to(is_transposed_block(ad) ? matmul_impl(bd, g.transpose(-1, -2), "matmul.backward_a").transpose(-1, -2)
+                                            : matmul_impl(g, bd.transpose(-1, -2), "matmul.backward_a"),
+                    sa);
+      if (need_b)
+        gb = sum_to(is_transposed_block(bd) ? matmul_impl(g.transpose(-1, -2), ad, "matmul.backward_b").transpose(-1, -2)
+                                            : matmul_impl(ad.transpose(-1, -2), g, "matmul.backward_b"),
+                    sb);
       return std::vector<Tensor>{ga, gb};
     });
   }
