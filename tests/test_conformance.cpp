@@ -13,6 +13,7 @@
 #ifdef DUET_HAVE_DNNL
 #include "backends/cpu/conv_algorithm.h"
 #include "backends/cpu/depthwise.h"
+#include "backends/cpu/small_gemm.h"
 #endif
 #ifdef DUET_HAVE_DNNL
 #include "backends/cpu/cpu_backend.h"
@@ -291,6 +292,14 @@ std::vector<Case> linalg_cases() {
   v.push_back({"matmul_strided", {st({6, 8}), In{{8, 5}}}, mm});
   v.push_back({"matmul_attention", {In{{2, 3, 17, 16}}, tr({2, 3, 16, 17})}, mm, 2.0});
   v.push_back({"matmul_mlp", {In{{2, 65, 48}}, In{{48, 96}}}, mm, 2.0});
+  // The paths of the small-matrix kernel (backends/cpu/small_gemm.h): ViT's 65 rows (blocks of 5)
+  // with one tail column (dot products along K), tail columns with A transposed (broadcasts over
+  // rows), 5 tail columns (masked vectors), K not a multiple of 16 in the transposed packing.
+  v.push_back({"matmul_vit_qk", {In{{2, 3, 65, 32}}, tr({2, 3, 32, 65})}, mm, 2.0});
+  v.push_back({"matmul_vit_av", {In{{2, 3, 65, 65}}, In{{2, 3, 65, 32}}}, mm, 2.0});
+  v.push_back({"matmul_tail_cols_a_transposed", {tr({3, 19, 7}), In{{3, 7, 34}}}, mm});
+  v.push_back({"matmul_masked_tail_cols", {In{{3, 6, 21}}, tr({3, 21, 37})}, mm});
+  v.push_back({"matmul_transposed_b_k_tail", {In{{4, 11, 20}}, tr({4, 20, 35})}, mm});
   auto lin = one([](const std::vector<Tensor>& x) { return linear(x[0], x[1], x.size() > 2 ? x[2] : Tensor()); });
   v.push_back({"linear_bias", {In{{9, 17}}, In{{13, 17}}, In{{13}}}, lin});
   v.push_back({"linear_nobias", {In{{9, 17}}, In{{13, 17}}}, lin});
@@ -858,17 +867,16 @@ TEST(CpuBackend, SecondTrainingStepCreatesNoPrimitive) {
 }
 
 // Sets one of the cpu backend's kernel policies for a test; the automatic choice comes back after.
-template <class Policy>
 struct ScopedPolicy {
-  void (*set)(Policy);
-  ScopedPolicy(void (*s)(Policy), Policy p) : set(s) { set(p); }
-  ~ScopedPolicy() { set(Policy::automatic); }
+  void (*set)(cpu::KernelPolicy);
+  ScopedPolicy(void (*s)(cpu::KernelPolicy), cpu::KernelPolicy p) : set(s) { set(p); }
+  ~ScopedPolicy() { set(cpu::KernelPolicy::automatic); }
 };
 
 // duet's own depthwise kernels (backends/cpu/depthwise.h) on every depthwise case, forced on
 // (the automatic policy gives them only the shapes oneDNN has no depthwise kernel for).
 TEST(CpuBackend, OwnDepthwiseKernelsMatchReference) {
-  ScopedPolicy<cpu::DepthwisePolicy> always(cpu::set_depthwise_policy, cpu::DepthwisePolicy::always);
+  ScopedPolicy always(cpu::set_depthwise_policy, cpu::KernelPolicy::always);
   int n = 0;
   for (const Case& c : conv_cases()) {
     if (c.name.find("depthwise") == std::string::npos) continue;
@@ -882,7 +890,7 @@ TEST(CpuBackend, OwnDepthwiseKernelsMatchReference) {
 // Winograd (backends/cpu/conv_algorithm.h) on every dense 3x3 stride-1 case, forced on, within
 // the conformance tolerance; and the automatic policy does pick it for a ResNet-like layer.
 TEST(CpuBackend, WinogradConvolutionMatchesReference) {
-  ScopedPolicy<cpu::WinogradPolicy> always(cpu::set_winograd_policy, cpu::WinogradPolicy::always);
+  ScopedPolicy always(cpu::set_winograd_policy, cpu::KernelPolicy::always);
   int n = 0;
   for (const Case& c : conv_cases()) {
     const bool dense3x3 = c.name.find("3x3_same") != std::string::npos || c.name.find("resnet_block") != std::string::npos ||
@@ -894,6 +902,45 @@ TEST(CpuBackend, WinogradConvolutionMatchesReference) {
     ++n;
   }
   EXPECT_GE(n, 15);
+}
+
+// Every matmul case on duet's small-matrix kernel (backends/cpu/small_gemm.h), forced on, and on
+// oneDNN, forced off: the automatic choice depends on the thread count, so this checks both paths
+// whatever it is.
+TEST(CpuBackend, SmallGemmAndOneDnnMatmulsMatchReference) {
+  if (!cpu::small_gemm_available()) std::printf("[ NOTE ] no AVX-512 here: the small-matrix kernel is not run\n");
+  for (cpu::KernelPolicy p : {cpu::KernelPolicy::always, cpu::KernelPolicy::never}) {
+    ScopedPolicy policy(cpu::set_small_gemm_policy, p);
+    int n = 0;
+    for (const Case& c : linalg_cases()) {
+      if (c.name.rfind("matmul", 0) != 0) continue;
+      SCOPED_TRACE(c.name + (p == cpu::KernelPolicy::always ? " (small gemm)" : " (oneDNN)"));
+      expect_cpu_matches_reference(c);
+      ++n;
+    }
+    EXPECT_GE(n, 15);
+  }
+}
+
+// Attention's products, forward and backward, go to the small-matrix kernel on their own.
+TEST(CpuBackend, AutomaticPolicyRunsAttentionOnSmallGemm) {
+  if (!cpu::small_gemm_available()) GTEST_SKIP() << "no AVX-512 on this CPU: attention runs on oneDNN";
+  BackendGuard guard(DeviceType::cpu, Backend::cpu);
+  const Tensor q = random_tensor({8, 3, 65, 64}, 1, DType::f32).set_requires_grad(true);
+  const Tensor k = random_tensor({8, 3, 65, 64}, 2, DType::f32).set_requires_grad(true);
+  profiler::clear();
+  profiler::enable(true);
+  sum(matmul(softmax(matmul(q, k.transpose(-1, -2)), -1), k)).backward();
+  profiler::enable(false);
+  int small = 0;
+  std::string all;
+  for (const OpEvent& e : profiler::collect()) {
+    if (std::string(e.name).rfind("matmul", 0) != 0) continue;
+    all += std::string(e.name) + "=" + e.impl + " ";
+    small += e.impl == "duet:small_gemm_avx512";
+  }
+  profiler::clear();
+  EXPECT_EQ(small, 6) << all;  // two products, each with two backward products
 }
 
 TEST(CpuBackend, AutomaticPolicyRunsResNetLayersOnWinograd) {
@@ -915,9 +962,9 @@ TEST(CpuBackend, AutomaticPolicyRunsResNetLayersOnWinograd) {
   size_t wino = 0;
   for (size_t at = automatic.find("wino"); at != std::string::npos; at = automatic.find("wino", at + 1)) ++wino;
   EXPECT_EQ(wino, 3u) << automatic;  // forward, backward data, backward weights
-  cpu::set_winograd_policy(cpu::WinogradPolicy::never);
+  cpu::set_winograd_policy(cpu::KernelPolicy::never);
   const std::string direct = impls();
-  cpu::set_winograd_policy(cpu::WinogradPolicy::automatic);
+  cpu::set_winograd_policy(cpu::KernelPolicy::automatic);
   EXPECT_EQ(direct.find("wino"), std::string::npos) << direct;
 }
 

@@ -8,8 +8,6 @@
 // the same primitives with bf16 memory and f32 accumulation; f16 goes to the reference backend
 // (lowp_on_reference in common.h says why).
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 #include "backends/cpu/common.h"
 #include "backends/cpu/conv_algorithm.h"
 #include "backends/cpu/depthwise.h"
@@ -18,26 +16,19 @@
 namespace duet {
 namespace cpu {
 namespace {
-WinogradPolicy policy_from_env() {
-  const char* v = std::getenv("DUET_WINOGRAD");
-  if (v == nullptr) return WinogradPolicy::automatic;
-  if (std::strcmp(v, "0") == 0 || std::strcmp(v, "never") == 0) return WinogradPolicy::never;
-  if (std::strcmp(v, "always") == 0) return WinogradPolicy::always;
-  return WinogradPolicy::automatic;
-}
-std::atomic<WinogradPolicy> g_winograd{policy_from_env()};
+std::atomic<KernelPolicy> g_winograd{policy_from_env("DUET_WINOGRAD")};
 }  // namespace
 
-void set_winograd_policy(WinogradPolicy p) { g_winograd.store(p); }
-WinogradPolicy winograd_policy() { return g_winograd.load(); }
+void set_winograd_policy(KernelPolicy p) { g_winograd.store(p); }
+KernelPolicy winograd_policy() { return g_winograd.load(); }
 
 bool winograd_wanted(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p) {
-  const WinogradPolicy pol = winograd_policy();
-  if (pol == WinogradPolicy::never || x.dtype() != DType::f32) return false;
+  const KernelPolicy pol = winograd_policy();
+  if (pol == KernelPolicy::never || x.dtype() != DType::f32) return false;
   const bool shape = p.groups == 1 && w.size(2) == 3 && w.size(3) == 3 && p.stride_h == 1 && p.stride_w == 1 &&
                      p.dilation_h == 1 && p.dilation_w == 1;
   if (!shape) return false;
-  if (pol == WinogradPolicy::always) return true;
+  if (pol == KernelPolicy::always) return true;
   // Winograd's transforms work on 16-channel blocks: with fewer than 32 channels on either side
   // they cost more than they save (a 3-channel stem ran 4.6 ms forward against 0.9 ms direct;
   // 16->16 at 32x32 1.9 against 0.9 ms; 32->32 at 16x16 0.58 against 0.72 ms).
@@ -199,10 +190,10 @@ bool generic_impl(const PD& pd) {
 
 // Depthwise convolutions run on duet's own kernels (depthwise.h) when the policy says always, or,
 // under the automatic policy, when oneDNN's choice for the shape is one of its generic paths.
-bool own_depthwise_always(bool applicable) { return applicable && depthwise_policy() == DepthwisePolicy::always; }
+bool own_depthwise_always(bool applicable) { return applicable && depthwise_policy() == KernelPolicy::always; }
 template <class PD>
 bool own_depthwise_instead_of(bool applicable, const PD& pd) {
-  return applicable && depthwise_policy() == DepthwisePolicy::automatic && generic_impl(pd);
+  return applicable && depthwise_policy() == KernelPolicy::automatic && generic_impl(pd);
 }
 constexpr const char* kOwnDepthwise = "duet:depthwise_nhwc";
 

@@ -8,6 +8,7 @@
 // on outputs up to 38), far inside training noise and the conformance tolerance. cuDNN makes the same
 // trade by default; PyTorch's CPU path does not use Winograd.
 #pragma once
+#include "backends/cpu/kernel_policy.h"
 #include "engine/op_params.h"
 #include "engine/tensor.h"
 
@@ -18,9 +19,8 @@ namespace duet::cpu {
 // (it says so by creating the primitive; else direct).
 // never: always direct (DUET_WINOGRAD=0 in the environment sets this at start-up).
 // always: Winograd wherever oneDNN has it, small maps included (tests use it).
-enum class WinogradPolicy { automatic, always, never };
-void set_winograd_policy(WinogradPolicy p);
-WinogradPolicy winograd_policy();
+void set_winograd_policy(KernelPolicy p);
+KernelPolicy winograd_policy();
 
 // Whether the policy asks for Winograd on this f32 convolution of x into y.
 bool winograd_wanted(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p);

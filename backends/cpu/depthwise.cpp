@@ -8,7 +8,7 @@ namespace duet::cpu {
 
 namespace {
 
-std::atomic<DepthwisePolicy> g_policy{DepthwisePolicy::automatic};
+std::atomic<KernelPolicy> g_policy{KernelPolicy::automatic};
 
 // Everything the loops need, in elements. Activations are addressed as base + n*sN + h*sH + w*sW
 // + c (channel stride 1), which covers NHWC and the [N, C, 1, 1] tensors whose spatial strides
@@ -42,8 +42,8 @@ bool channels_contiguous(const Tensor& t) { return t.dim() == 4 && (t.size(1) ==
 
 }  // namespace
 
-void set_depthwise_policy(DepthwisePolicy p) { g_policy.store(p); }
-DepthwisePolicy depthwise_policy() { return g_policy.load(); }
+void set_depthwise_policy(KernelPolicy p) { g_policy.store(p); }
+KernelPolicy depthwise_policy() { return g_policy.load(); }
 
 bool depthwise_applicable(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p) {
   return x.dtype() == DType::f32 && x.dim() == 4 && w.dim() == 4 && p.groups > 1 && p.groups == x.size(1) &&

@@ -9,6 +9,7 @@
 // kernel tap; the weight gradient sums per-thread partials in a fixed order, so results do not
 // depend on timing.
 #pragma once
+#include "backends/cpu/kernel_policy.h"
 #include "engine/op_params.h"
 #include "engine/tensor.h"
 
@@ -16,9 +17,8 @@ namespace duet::cpu {
 
 // Which depthwise convolutions these kernels take: automatic (where oneDNN would use no depthwise
 // kernel of its own), always (every applicable one: tests use it) or never.
-enum class DepthwisePolicy { automatic, always, never };
-void set_depthwise_policy(DepthwisePolicy p);
-DepthwisePolicy depthwise_policy();
+void set_depthwise_policy(KernelPolicy p);
+KernelPolicy depthwise_policy();
 
 // f32 depthwise with channel multiplier 1 and every activation's channels contiguous (stride 1:
 // channels-last, or any layout when H = W = 1).

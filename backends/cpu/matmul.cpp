@@ -1,10 +1,12 @@
-// Matrix products on the cpu backend: oneDNN's matmul primitive (brgemm AVX-512 kernels). A
+// Matrix products on the cpu backend: oneDNN's matmul primitive (brgemm AVX-512 kernels), and
+// duet's own kernel for batches of small f32 matrices (small_gemm.h: attention). A
 // transposed operand is the stored block described with swapped strides, so q @ k^T and the
 // weight-gradient products need no copy; a batch-1 operand broadcasts through oneDNN's own batch
 // broadcasting. linear is a 2-D matmul whose weights are the [out, in] matrix read transposed,
 // with the bias fused into the primitive. bf16 (autocast) runs the same primitive with bf16 memory
 // and f32 accumulation; f16 goes to the reference backend (lowp_on_reference in common.h).
 #include "backends/cpu/common.h"
+#include "backends/cpu/small_gemm.h"
 #include "backends/registry.h"
 
 namespace duet {
@@ -25,6 +27,16 @@ dnnl::memory::desc operand_md(const Tensor& t, bool trans) {
   return dnnl::memory::desc({B, C, R}, dt_of(t.dtype()), dims{R * C, 1, C});
 }
 
+// A [B, rows, cols] contiguous block (B = 1 broadcasts), or its transpose, as small_gemm's view.
+MatrixView matrix_view(const Tensor& t, bool trans, int64_t batch) {
+  const int64_t R = t.size(1), C = t.size(2);
+  const int64_t bs = t.size(0) == 1 && batch > 1 ? 0 : R * C;
+  const float* p = static_cast<const float*>(t.raw_data());
+  return trans ? MatrixView{p, bs, 1, C} : MatrixView{p, bs, C, 1};
+}
+
+constexpr const char* kSmallGemm = "duet:small_gemm_avx512";
+
 }  // namespace
 
 void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b) {
@@ -32,6 +44,14 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, boo
   if (out.numel() == 0) return;
   const int64_t K = trans_a ? a.size(1) : a.size(2);
   if (K == 0) return fill(out, 0.0);
+  const int64_t B = out.size(0), M = out.size(1), N = out.size(2);
+  if (a.dtype() == DType::f32 && small_gemm_wanted(B, M, N, K)) {
+    DUET_CHECK(a.is_contiguous() && b.is_contiguous() && out.is_contiguous(),
+               "matmul on backend 'cpu': operands must be contiguous 3-D blocks");
+    profiler::note_impl(kSmallGemm);
+    return small_gemm_f32(B, M, N, K, matrix_view(a, trans_a, B), matrix_view(b, trans_b, B),
+                          static_cast<float*>(out.raw_data()));
+  }
   guarded("matmul", {&a, &b, &out}, [&] {
     DUET_CHECK(a.is_contiguous() && b.is_contiguous() && out.is_contiguous(),
                "matmul on backend 'cpu': operands must be contiguous 3-D blocks");

@@ -1,0 +1,40 @@
+// duet's own batched f32 GEMM for small matrices: the products of attention, one [S, S] or
+// [S, head_dim] matrix per image and head (ViT-tiny on CIFAR: 192 products of 65 x 64 x 65 a
+// step). oneDNN 2.6's batched matmul runs them at 170-280 GFLOP/s with two threads here when an
+// operand is transposed (q @ k^T and two of the four backward products), because it repacks the
+// transposed operand with a generic copy for every matrix; this kernel transposes it in 16 x 16
+// register blocks, keeps each product in L1/L2, and reaches 300-380 (docs/cpu_backend.md).
+//
+// The kernel is AVX-512 (intrinsics, in small_gemm.cpp); on other CPUs, or for products it does
+// not take, the caller uses oneDNN.
+#pragma once
+#include <cstdint>
+
+#include "backends/cpu/kernel_policy.h"
+
+namespace duet::cpu {
+
+// Element (b, i, j) of a batch of matrices lies at data[b * batch + i * row + j * col]; batch = 0
+// repeats one matrix for the whole batch (broadcasting). row or col is 1: the stored matrix or its
+// transpose is row-major.
+struct MatrixView {
+  const float* data;
+  int64_t batch, row, col;
+};
+
+// automatic: the own kernel for f32 products with every dimension <= 256 and at least as many
+// matrices as threads (it parallelises over the batch only), on CPUs with AVX-512; else oneDNN.
+// never: always oneDNN (DUET_SMALL_GEMM=0 in the environment sets this at start-up).
+// always: the own kernel wherever the CPU has AVX-512, any size (tests use it).
+void set_small_gemm_policy(KernelPolicy p);
+bool small_gemm_available();  // this CPU has AVX-512
+KernelPolicy small_gemm_policy();
+
+// Whether the policy gives this product, C[batch] = A[batch] @ B[batch] with A [M, K] and
+// B [K, N], to small_gemm_f32.
+bool small_gemm_wanted(int64_t batch, int64_t M, int64_t N, int64_t K);
+
+// C[b] = A[b] @ B[b] for every b < batch; c is dense row-major [batch, M, N]. K >= 1.
+void small_gemm_f32(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixView a, MatrixView b, float* c);
+
+}  // namespace duet::cpu
