@@ -22,7 +22,7 @@ struct MatrixView {
   int64_t batch, row, col;
 };
 
-// automatic: the own kernel for f32 products with every dimension <= 256 and at least as many
+// automatic: the own kernel for f32 products with every dimension <= 128 and at least as many
 // matrices as threads (it parallelises over the batch only), on CPUs with AVX-512; else oneDNN.
 // never: always oneDNN (DUET_SMALL_GEMM=0 in the environment sets this at start-up).
 // always: the own kernel wherever the CPU has AVX-512, any size (tests use it).
