@@ -29,6 +29,7 @@ struct OpSpec {
   OpFn f;
   OpCost fwd_cost, bwd_cost;  // bwd_cost: the extra work of the backward pass
   bool backward = true;
+  bool on_reference = true;  // also register the reference backend's run (one iteration)
   std::vector<int64_t> labels;  // > 0 at index i: input i holds i64 labels in [0, labels[i])
   int64_t positive = -1;        // this input holds |randn| (Adam's second moment)
 };
@@ -55,7 +56,7 @@ void set_counters(benchmark::State& st, const OpCost& c) {
 
 void register_spec(const OpSpec& s) {
   for (Backend b : {Backend::cpu, Backend::reference}) {
-    if (!backend_available(b)) continue;
+    if (!backend_available(b) || (b == Backend::reference && !s.on_reference)) continue;
     for (int pass = 0; pass < (s.backward ? 2 : 1); ++pass) {
       const bool bwd = pass == 1;
       const std::string name = s.op + (bwd ? "_fwdbwd/" : "_fwd/") + s.shape + "/" + backend_name(b);
@@ -142,6 +143,17 @@ void register_all() {
     p.relu = true;
     register_spec({"conv2d_bias_relu", "resnet_l1_64x64_32_nhwc", {x, w, {64}}, {true, false},
                    [p](const Inputs& t) { return conv2d(t[0], t[1], t[2], p); }, c, {2 * c.flops, 2 * c.bytes}});
+  }
+
+  // ---- the fp32 GEMM ceiling: the 2048^3 product `duet probe` times. bench/ceiling.py divides
+  // the GEMM-bound ops' GFLOP/s by it, measured in the same round.
+  {
+    const OpCost c = cost::matmul(1, 2048, 2048, 2048, 4);
+    OpSpec s{"matmul", "gemm_ceiling_2048", {{2048, 2048}, {2048, 2048}}, {},
+             [](const Inputs& t) { return matmul(t[0], t[1]); }, c, {}};
+    s.backward = false;
+    s.on_reference = false;  // 17 GFLOP: half a minute of naive loops
+    register_spec(s);
   }
 
   // ---- ViT-tiny: tokens 65, width 192, MLP 768, 3 heads of 64, batch 64 -------------------------

@@ -69,19 +69,22 @@ inline double row_sum(const double* x, int64_t n) {
   return r;
 }
 
-// acc[j] += sum over rows r of base[offs[r] + j], j < n.
-DUET_SIMD_CLONES void add_rows(float* __restrict acc, const float* __restrict base, const int64_t* offs, int64_t rows,
-                               int64_t n) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* __restrict x = base + offs[r];
+// acc[j] += sum over rows r of base[offs[r] + j], j < n. Four rows per pass over acc: with one,
+// GCC vectorised across rows with gathers (12 GB/s on one thread for a [4160, 576] bias
+// gradient), and each row cost a load and a store of acc besides its own load.
+template <class T>
+DUET_SIMD_CLONES void add_rows(T* __restrict acc, const T* __restrict base, const int64_t* offs, int64_t rows, int64_t n) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const T* __restrict x0 = base + offs[r];
+    const T* __restrict x1 = base + offs[r + 1];
+    const T* __restrict x2 = base + offs[r + 2];
+    const T* __restrict x3 = base + offs[r + 3];
 #pragma omp simd
-    for (int64_t j = 0; j < n; ++j) acc[j] += x[j];
+    for (int64_t j = 0; j < n; ++j) acc[j] += (x0[j] + x1[j]) + (x2[j] + x3[j]);
   }
-}
-DUET_SIMD_CLONES void add_rows(double* __restrict acc, const double* __restrict base, const int64_t* offs,
-                               int64_t rows, int64_t n) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const double* __restrict x = base + offs[r];
+  for (; r < rows; ++r) {
+    const T* __restrict x = base + offs[r];
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) acc[j] += x[j];
   }
