@@ -107,6 +107,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* g = nullptr)
 Tensor cat(const std::vector<Tensor>& xs, int64_t dim);
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim);  // views
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim);                       // views
+std::vector<Tensor> unbind(const Tensor& x, int64_t dim);  // views x.select(dim, i) for every i
 
 // ---- optimizer kernels (in place, no autograd; used by engine/optim) -------------------------
 void sgd_step_(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const SgdParams& p, bool first_step);

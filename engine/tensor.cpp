@@ -366,10 +366,14 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   Shape s = shape(), st = strides();
   s[d] = (end - start + step - 1) / step;
   st[d] *= step;
-  const Shape in_shape = shape();
+  const Shape in_shape = shape(), in_strides = strides();
   const DType dt = dtype();
   return make_view(*this, s, st, offset() + start * strides()[d], "slice", [=](const Tensor& g) {
-    Tensor full = Tensor::zeros(in_shape, TensorOptions(dt).with_device(g.device()));
+    // Laid out like the sliced tensor: when that is a permuted view (q, k and v of attention,
+    // slices of [3, N, H, S, Dh] permuted from the qkv linear's [N, S, 3, H, Dh]), the gradient
+    // then permutes back into the linear's contiguous layout, and its reshape needs no copy.
+    Tensor full = detail::empty_in_stride_order(in_shape, in_strides, TensorOptions(dt).with_device(g.device()));
+    full.zero_();
     full.slice(d, start, end, step).copy_(g);
     return full;
   });

@@ -39,9 +39,10 @@ Tensor MultiheadSelfAttention::forward(const Tensor& x) {
              "MultiheadAttention: input has shape {}, expected [N, S, {}]", shape_or_undefined(x), dim);
   const int64_t N = x.size(0), S = x.size(1), H = num_heads, Dh = dim / num_heads;
   // One GEMM for q, k and v; [N, S, 3, H, Dh] -> [3, N, H, S, Dh] is a view.
-  const Tensor qkv = linear(x, in_proj_weight, in_proj_bias).view({N, S, 3, H, Dh}).permute({2, 0, 3, 1, 4});
-  const Tensor q = mul(qkv.select(0, 0), 1.0 / std::sqrt(static_cast<double>(Dh)));  // scaled before q k^T, as torch
-  const Tensor k = qkv.select(0, 1), v = qkv.select(0, 2);
+  // (unbind, not three selects: its backward writes the three gradients into one buffer.)
+  const std::vector<Tensor> qkv = unbind(linear(x, in_proj_weight, in_proj_bias).view({N, S, 3, H, Dh}).permute({2, 0, 3, 1, 4}), 0);
+  const Tensor q = mul(qkv[0], 1.0 / std::sqrt(static_cast<double>(Dh)));  // scaled before q k^T, as torch
+  const Tensor &k = qkv[1], &v = qkv[2];
   Tensor attn = softmax(matmul(q, k.transpose(-1, -2)), -1);  // [N, H, S, S]
   if (attention_dropout > 0) attn = dropout(attn, attention_dropout, is_training());
   const Tensor out = matmul(attn, v).permute({0, 2, 1, 3}).reshape({N, S, dim});  // heads back side by side

@@ -175,3 +175,31 @@ TEST(Autograd, GradientThroughATransposedViewNeedsNoCopy) {
   EXPECT_TRUE(k.grad().is_contiguous());
   EXPECT_EQ(k.grad().to_vector<float>(), (std::vector<float>{9, 12, 9, 12}));
 }
+
+// The parts of unbind (and split) share one node: their gradients land in one buffer laid out
+// like the input, with no zero-filled buffer per part and no adds; an unused part gets zeros.
+TEST(Autograd, UnbindWritesEveryPartsGradientIntoOneBuffer) {
+  const Tensor base = Tensor::arange(24, DType::f32).reshape({2, 3, 4}).set_requires_grad(true);
+  const Tensor x = base.permute({1, 0, 2});  // [3, 2, 4], not contiguous: like attention's qkv
+  profiler::clear();
+  profiler::enable(true);
+  const std::vector<Tensor> parts = unbind(x, 0);
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(parts[1].shape(), (Shape{2, 4}));
+  add(sum(mul(parts[0], 2.0)), sum(mul(parts[2], 3.0))).backward();  // parts[1] unused
+  profiler::enable(false);
+  std::string ops;
+  for (const OpEvent& e : profiler::collect())
+    if (e.phase == Phase::backward) ops += std::string(e.name) + " ";
+  profiler::clear();
+  EXPECT_EQ(ops.find("add"), std::string::npos) << ops;
+  // base[i, j, k] is part j's element [i, k]: gradient 2, 0, 3 for j = 0, 1, 2.
+  const std::vector<float> g = base.grad().to_vector<float>();
+  for (int i = 0; i < 24; ++i) EXPECT_EQ(g[i], (std::vector<float>{2, 0, 3})[(i / 4) % 3]) << i;
+  EXPECT_TRUE(base.grad().is_contiguous());
+
+  const Tensor y = Tensor::arange(6, DType::f64).set_requires_grad(true);
+  const std::vector<Tensor> halves = split(y, {2, 4}, 0);
+  add(sum(halves[0]), sum(mul(halves[1], -1.0))).backward();
+  EXPECT_EQ(y.grad().to_vector<double>(), (std::vector<double>{1, 1, -1, -1, -1, -1}));
+}

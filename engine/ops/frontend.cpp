@@ -46,6 +46,18 @@ void check_shape(const char* op, const char* arg, const Tensor& t, const Shape& 
              shape_str(expected));
 }
 
+Tensor empty_in_stride_order(const Shape& shape, const Shape& strides, const TensorOptions& o) {
+  std::vector<int64_t> order(shape.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
+  Shape permuted(order.size());
+  for (size_t i = 0; i < order.size(); ++i) permuted[i] = shape[order[i]];
+  Tensor base = Tensor::empty(permuted, o);
+  std::vector<int64_t> inverse(order.size());
+  for (size_t i = 0; i < order.size(); ++i) inverse[order[i]] = static_cast<int64_t>(i);
+  return base.permute(inverse);
+}
+
 Tensor empty_like_layout(const Tensor& t, const Shape& shape) {
   const TensorOptions o = TensorOptions(t.dtype()).with_device(t.device());
   bool broadcast = false;  // an expanded view has no memory order of its own to copy
@@ -55,15 +67,7 @@ Tensor empty_like_layout(const Tensor& t, const Shape& shape) {
   // Any other permutation, and views with gaps (a channel slice of an NHWC map): dense in t's
   // stride order, so that a kernel reading t and writing the result walks both in the same order.
   // (A slice given NCHW strides made DenseNet's gradient sums walk rows of 2 elements.)
-  std::vector<int64_t> order(static_cast<size_t>(t.dim()));
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return t.stride(a) > t.stride(b); });
-  Shape permuted(order.size());
-  for (size_t i = 0; i < order.size(); ++i) permuted[i] = shape[order[i]];
-  Tensor base = Tensor::empty(permuted, o);
-  std::vector<int64_t> inverse(order.size());
-  for (size_t i = 0; i < order.size(); ++i) inverse[order[i]] = static_cast<int64_t>(i);
-  return base.permute(inverse);
+  return empty_in_stride_order(shape, t.strides(), o);
 }
 
 Tensor dense(const Tensor& t) { return t.is_dense() ? t : t.contiguous(); }

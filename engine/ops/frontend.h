@@ -33,6 +33,9 @@ void check_shape(const char* op, const char* arg, const Tensor& t, const Shape& 
 // An uninitialised tensor of `shape` with t's dtype and device, laid out like t when t is dense
 // and has that shape (same stride order), else contiguous.
 Tensor empty_like_layout(const Tensor& t, const Shape& shape);
+// An uninitialised dense tensor of `shape` whose dims lie in memory in the order of `strides`
+// (largest stride outermost): the layout empty_like_layout gives a tensor with those strides.
+Tensor empty_in_stride_order(const Shape& shape, const Shape& strides, const TensorOptions& o);
 // t itself when dense, else a contiguous copy.
 Tensor dense(const Tensor& t);
 // t with exactly ref's strides (a copy when they differ). Shapes must match.

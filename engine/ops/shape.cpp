@@ -1,5 +1,9 @@
-// Front-ends of cat, split and chunk. Split and chunk are views (no kernel); cat copies every
-// input into one contiguous output, and its gradient is a set of views of the output gradient.
+// Front-ends of cat, split, chunk and unbind. Split, chunk and unbind are views (no kernel); cat
+// copies every input into one contiguous output, and its gradient is a set of views of the output
+// gradient. The views of split and unbind share one autograd node, whose backward writes every
+// part's gradient into its place in one buffer: as separate views (slices), each part's backward
+// would fill a zero tensor of the input's size and the engine would add them up (attention's q,
+// k and v: three fills and two adds of the whole qkv gradient per layer).
 #include "engine/ops/frontend.h"
 
 namespace duet {
@@ -58,6 +62,26 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
   return out;
 }
 
+namespace {
+// Records the parts of x along dim as the outputs of one node. region(full, i) is part i's view of
+// a tensor shaped like x; together the regions cover it.
+void record_parts(const Tensor& x, std::vector<Tensor>& parts, const char* name,
+                  std::function<Tensor(const Tensor&, size_t)> region) {
+  if (parts.empty() || !should_record({&x})) return;
+  std::vector<Tensor*> outs;
+  for (Tensor& p : parts) outs.push_back(&p);
+  const Shape shape = x.shape(), strides = x.strides();
+  const TensorOptions o = TensorOptions(x.dtype()).with_device(x.device());
+  record(name, {x}, outs, [shape, strides, o, region](const std::vector<Tensor>& gs) {
+    // Laid out like x, so that a permuted x (attention's qkv) gets a gradient that permutes back
+    // to contiguous. Unused parts come in as zeros from the engine.
+    Tensor full = empty_in_stride_order(shape, strides, o);
+    for (size_t i = 0; i < gs.size(); ++i) region(full, i).copy_(gs[i]);
+    return std::vector<Tensor>{full};
+  });
+}
+}  // namespace
+
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
   check_defined("split", "input", x);
   dim = wrap_dim(dim, x.dim(), "split");
@@ -69,11 +93,32 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
   DUET_CHECK(total == x.size(dim), "split: sizes {} add up to {}, but dim {} has size {}", dims_str(sizes), total, dim,
              x.size(dim));
   std::vector<Tensor> parts;
-  int64_t off = 0;
-  for (int64_t s : sizes) {
-    parts.push_back(x.slice(dim, off, off + s));
-    off += s;
+  std::vector<int64_t> starts;
+  {
+    NoGradGuard no_grad;
+    int64_t off = 0;
+    for (int64_t s : sizes) {
+      parts.push_back(x.slice(dim, off, off + s));
+      starts.push_back(off);
+      off += s;
+    }
   }
+  record_parts(x, parts, "split", [starts, sizes, dim](const Tensor& full, size_t i) {
+    return full.slice(dim, starts[i], starts[i] + sizes[i]);
+  });
+  return parts;
+}
+
+std::vector<Tensor> unbind(const Tensor& x, int64_t dim) {
+  check_defined("unbind", "input", x);
+  dim = wrap_dim(dim, x.dim(), "unbind");
+  std::vector<Tensor> parts;
+  {
+    NoGradGuard no_grad;
+    for (int64_t i = 0; i < x.size(dim); ++i) parts.push_back(x.select(dim, i));
+  }
+  record_parts(x, parts, "unbind",
+               [dim](const Tensor& full, size_t i) { return full.select(dim, static_cast<int64_t>(i)); });
   return parts;
 }
 
