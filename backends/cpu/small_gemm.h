@@ -1,9 +1,10 @@
 // duet's own batched f32 GEMM for small matrices: the products of attention, one [S, S] or
 // [S, head_dim] matrix per image and head (ViT-tiny on CIFAR: 192 products of 65 x 64 x 65 a
-// step). oneDNN 2.6's batched matmul runs them at 170-280 GFLOP/s with two threads here when an
-// operand is transposed (q @ k^T and two of the four backward products), because it repacks the
-// transposed operand with a generic copy for every matrix; this kernel transposes it in 16 x 16
-// register blocks, keeps each product in L1/L2, and reaches 300-380 (docs/cpu_backend.md).
+// step). oneDNN 2.6's batched matmul runs them at 250-350 GFLOP/s with two threads here when an
+// operand is transposed (q @ k^T and two of the four backward products; ~415 when none is),
+// because it repacks the transposed operand with a generic copy for every matrix; this kernel
+// transposes it in 16 x 16 register blocks and keeps each product in L1/L2: 305-390 transposed,
+// ~415 not (medians of alternating runs, docs/cpu_backend.md).
 //
 // The kernel is AVX-512 (intrinsics, in small_gemm.cpp); on other CPUs, or for products it does
 // not take, the caller uses oneDNN.
