@@ -40,7 +40,8 @@ Tensor MultiheadSelfAttention::forward(const Tensor& x) {
   const int64_t N = x.size(0), S = x.size(1), H = num_heads, Dh = dim / num_heads;
   // One GEMM for q, k and v; [N, S, 3, H, Dh] -> [3, N, H, S, Dh] is a view.
   // (unbind, not three selects: its backward writes the three gradients into one buffer.)
-  const std::vector<Tensor> qkv = unbind(linear(x, in_proj_weight, in_proj_bias).view({N, S, 3, H, Dh}).permute({2, 0, 3, 1, 4}), 0);
+  const Tensor packed = linear(x, in_proj_weight, in_proj_bias).view({N, S, 3, H, Dh}).permute({2, 0, 3, 1, 4});
+  const std::vector<Tensor> qkv = unbind(packed, 0);
   const Tensor q = mul(qkv[0], 1.0 / std::sqrt(static_cast<double>(Dh)));  // scaled before q k^T, as torch
   const Tensor &k = qkv[1], &v = qkv[2];
   Tensor attn = softmax(matmul(q, k.transpose(-1, -2)), -1);  // [N, H, S, S]

@@ -44,17 +44,15 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, boo
   if (out.numel() == 0) return;
   const int64_t K = trans_a ? a.size(1) : a.size(2);
   if (K == 0) return fill(out, 0.0);
+  DUET_CHECK(a.is_contiguous() && b.is_contiguous() && out.is_contiguous(),
+             "matmul on backend 'cpu': operands must be contiguous 3-D blocks");
   const int64_t B = out.size(0), M = out.size(1), N = out.size(2);
   if (a.dtype() == DType::f32 && small_gemm_wanted(B, M, N, K)) {
-    DUET_CHECK(a.is_contiguous() && b.is_contiguous() && out.is_contiguous(),
-               "matmul on backend 'cpu': operands must be contiguous 3-D blocks");
     profiler::note_impl(kSmallGemm);
     return small_gemm_f32(B, M, N, K, matrix_view(a, trans_a, B), matrix_view(b, trans_b, B),
                           static_cast<float*>(out.raw_data()));
   }
   guarded("matmul", {&a, &b, &out}, [&] {
-    DUET_CHECK(a.is_contiguous() && b.is_contiguous() && out.is_contiguous(),
-               "matmul on backend 'cpu': operands must be contiguous 3-D blocks");
     Key key("matmul");
     key.add(a.shape()).add(b.shape()).add(out.shape()).add(int64_t(trans_a)).add(int64_t(trans_b));
     key.add(static_cast<int64_t>(a.dtype()));

@@ -247,7 +247,8 @@ void small_gemm_f32(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixView a
              "small_gemm_f32: each operand needs contiguous rows or contiguous columns");
   const int64_t scratch_size = K * ((N + 15) / 16 * 16 + 1);
   parallel_for(batch, batch * M * N * K, [&](int64_t b0, int64_t b1) {
-    std::vector<float> buffer(static_cast<size_t>(scratch_size + 16));
+    thread_local std::vector<float> buffer;  // the team's threads persist: no allocation per call
+    buffer.resize(static_cast<size_t>(scratch_size + 16));
     float* scratch = buffer.data() + (16 - reinterpret_cast<uintptr_t>(buffer.data()) / sizeof(float) % 16) % 16;
     for (int64_t i = b0; i < b1; ++i)
       product(M, N, K, a, a.data + i * a.batch, b, b.data + i * b.batch, c + i * M * N, scratch);

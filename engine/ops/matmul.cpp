@@ -41,7 +41,9 @@ Tensor as3d(const Tensor& t, int64_t batch) {
 }
 
 // t is the transpose of a contiguous tensor (k.transpose(-1, -2) in attention).
-bool is_transposed_block(const Tensor& t) { return t.dim() >= 2 && !t.is_contiguous() && t.transpose(-1, -2).is_contiguous(); }
+bool is_transposed_block(const Tensor& t) {
+  return t.dim() >= 2 && !t.is_contiguous() && t.transpose(-1, -2).is_contiguous();
+}
 
 Tensor matmul_impl(const Tensor& a, const Tensor& b, const char* name) {
   check_float_or_half(name, "a", a);
