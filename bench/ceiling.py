@@ -17,11 +17,11 @@ fraction is the speed of the layer against a GEMM doing the direct algorithm's w
 import argparse
 import json
 import os
-import re
 import statistics
-import subprocess
 import sys
-import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare_ops import bench_runs  # noqa: E402  (runs one benchmark of duet_bench_ops)
 
 CEILING = "matmul_fwd/gemm_ceiling_2048"
 TARGETS = [
@@ -40,11 +40,7 @@ TARGETS = [
 
 def gflops(binary, key, threads, min_time, repetitions):
     """Best GFLOP/s of one benchmark over `repetitions` runs."""
-    with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        subprocess.run([binary, f"--benchmark_filter=^{re.escape(key)}/cpu(/real_time)?$", f"--benchmark_min_time={min_time}",
-                        f"--benchmark_repetitions={repetitions}", f"--benchmark_out={f.name}", "--benchmark_out_format=json"],
-                       check=True, env=dict(os.environ, OMP_NUM_THREADS=str(threads)), stdout=subprocess.DEVNULL)
-        runs = [b["GFLOP"] for b in json.load(f)["benchmarks"] if b.get("run_type") != "aggregate"]
+    runs = [b["GFLOP"] for b in bench_runs(binary, key, threads, min_time, repetitions)]
     if not runs:
         raise SystemExit(f"{binary} has no benchmark {key}/cpu")
     return max(runs)

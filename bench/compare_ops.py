@@ -49,8 +49,9 @@ def torch_times(path):
     return {b["name"][: -len("/torch")]: b["real_time_s"] for b in data["benchmarks"]}
 
 
-def run_duet(binary, key, threads, min_time, repetitions, field="real_time"):
-    """Fastest of `repetitions` runs of one benchmark of a duet_bench_ops binary, in seconds."""
+def bench_runs(binary, key, threads, min_time, repetitions):
+    """The JSON entries of `repetitions` runs of one cpu benchmark of a duet_bench_ops binary
+    (aggregates left out)."""
     import os
     import re
     import subprocess
@@ -60,7 +61,14 @@ def run_duet(binary, key, threads, min_time, repetitions, field="real_time"):
         subprocess.run([binary, f"--benchmark_filter=^{re.escape(key)}/cpu(/real_time)?$", f"--benchmark_min_time={min_time}",
                         f"--benchmark_repetitions={repetitions}", f"--benchmark_out={f.name}",
                         "--benchmark_out_format=json"], check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        return duet_times(f.name, field).get(key)
+        return [b for b in json.load(f)["benchmarks"] if b.get("run_type") != "aggregate"]
+
+
+def run_duet(binary, key, threads, min_time, repetitions, field="real_time"):
+    """Fastest of `repetitions` runs of one benchmark of a duet_bench_ops binary, in seconds."""
+    scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+    runs = [b[field] * scale[b.get("time_unit", "ns")] for b in bench_runs(binary, key, threads, min_time, repetitions)]
+    return min(runs) if runs else None
 
 
 def interleave(argv):
