@@ -1,46 +1,78 @@
-# External libraries, all from Debian's packages or the CUDA Toolkit (see third_party/README.md).
-# Nothing is vendored: each is found on the system or the configure step says what to install.
-find_package(fmt REQUIRED)
-find_package(nlohmann_json REQUIRED)
-find_package(OpenMP REQUIRED)
+# External libraries, all from Debian's packages or the CUDA Toolkit. Nothing is vendored: each is
+# found on the system, and when one is missing the configure step stops with the Debian package that
+# provides it (scripts/setup.sh installs them all).
+
+# duet_require(<what> <debian-package> <found-variable>): fail configure with an actionable message.
+function(duet_require what package found)
+  if(NOT ${found})
+    message(FATAL_ERROR "duet needs ${what}, which was not found. On Debian or Ubuntu: "
+                        "apt-get install ${package} (or run ./scripts/setup.sh, which installs every dependency)")
+  endif()
+endfunction()
+
+find_package(fmt CONFIG QUIET)
+duet_require("fmt" libfmt-dev fmt_FOUND)
+find_package(nlohmann_json CONFIG QUIET)
+duet_require("nlohmann-json" nlohmann-json3-dev nlohmann_json_FOUND)
+find_package(OpenMP QUIET)
+duet_require("OpenMP (libgomp, comes with GCC)" build-essential OpenMP_CXX_FOUND)
 find_package(Threads REQUIRED)
+
 find_package(CLI11 CONFIG QUIET)
 if(NOT TARGET CLI11::CLI11)
-  find_path(CLI11_INCLUDE_DIR CLI/CLI.hpp REQUIRED)
+  find_path(CLI11_INCLUDE_DIR CLI/CLI.hpp)
+  duet_require("CLI11" libcli11-dev CLI11_INCLUDE_DIR)
   add_library(CLI11::CLI11 INTERFACE IMPORTED)
   target_include_directories(CLI11::CLI11 INTERFACE ${CLI11_INCLUDE_DIR})
 endif()
-find_path(STB_INCLUDE_DIR stb_image.h PATHS /usr/include/stb REQUIRED)
-# libstb-dev ships the implementations compiled (libstb.so/.a): link it, define no STB_*_IMPLEMENTATION.
-find_library(STB_LIBRARY stb REQUIRED)
 
-# oneDNN (libdnnl-dev 2.6 ships dnnl-config.cmake; fall back to the bare library)
+find_path(STB_INCLUDE_DIR stb_image.h PATHS /usr/include/stb)
+duet_require("stb_image (header)" libstb-dev STB_INCLUDE_DIR)
+# libstb-dev ships the implementations compiled (libstb.so/.a): link it, define no STB_*_IMPLEMENTATION.
+find_library(STB_LIBRARY stb)
+duet_require("stb (library)" libstb-dev STB_LIBRARY)
+
+# oneDNN. duet uses its CPU engine only, so it links the library directly instead of going through
+# dnnl-config.cmake: Debian builds oneDNN with the OpenCL GPU runtime, and that config calls
+# find_package(OpenCL REQUIRED), which needs the OpenCL headers and development library
+# (ocl-icd-opencl-dev, only recommended by libdnnl-dev). The runtime loader libOpenCL.so.1 that
+# libdnnl.so itself needs is a hard dependency of libdnnl2 and comes with it.
+set(DUET_HAVE_DNNL OFF)
 if(DUET_ONEDNN)
-  find_package(dnnl CONFIG QUIET)
-endif()
-if(NOT DUET_ONEDNN)
-  set(DUET_HAVE_DNNL OFF)
-elseif(TARGET DNNL::dnnl)
-  set(DUET_HAVE_DNNL ON)
-else()
   find_library(DNNL_LIBRARY dnnl)
-  find_path(DNNL_INCLUDE_DIR dnnl.hpp)
-  if(DNNL_LIBRARY AND DNNL_INCLUDE_DIR)
-    add_library(DNNL::dnnl UNKNOWN IMPORTED)
-    set_target_properties(DNNL::dnnl PROPERTIES IMPORTED_LOCATION ${DNNL_LIBRARY} INTERFACE_INCLUDE_DIRECTORIES ${DNNL_INCLUDE_DIR})
-    set(DUET_HAVE_DNNL ON)
-  else()
-    set(DUET_HAVE_DNNL OFF)
-    message(WARNING "oneDNN not found (apt-get install libdnnl-dev): building without the cpu backend")
+  find_path(DNNL_INCLUDE_DIR dnnl.hpp PATH_SUFFIXES oneapi/dnnl)
+  if(NOT DNNL_LIBRARY OR NOT DNNL_INCLUDE_DIR)
+    message(FATAL_ERROR "duet's cpu backend needs oneDNN, which was not found. On Debian or Ubuntu: "
+                        "apt-get install libdnnl-dev (or run ./scripts/setup.sh); "
+                        "or configure with -DDUET_ONEDNN=OFF to compute on the reference loops only")
+  endif()
+  add_library(DNNL::dnnl UNKNOWN IMPORTED)
+  set_target_properties(DNNL::dnnl PROPERTIES IMPORTED_LOCATION ${DNNL_LIBRARY}
+                        INTERFACE_INCLUDE_DIRECTORIES ${DNNL_INCLUDE_DIR})
+  set(DUET_HAVE_DNNL ON)
+endif()
+
+if(DUET_BUILD_TESTS)
+  find_package(GTest QUIET)
+  if(NOT TARGET GTest::gtest OR NOT TARGET GTest::gtest_main)
+    message(FATAL_ERROR "duet's tests need GoogleTest, which was not found. On Debian or Ubuntu: "
+                        "apt-get install libgtest-dev libgmock-dev (or run ./scripts/setup.sh); "
+                        "or configure with -DDUET_BUILD_TESTS=OFF")
+  endif()
+endif()
+get_filename_component(DUET_DEFAULT_DATA_DIR "${CMAKE_CURRENT_LIST_DIR}/../../shared/data" ABSOLUTE)
+set(DUET_DATA_DIR "${DUET_DEFAULT_DATA_DIR}" CACHE PATH "Folder with cifar10/ and cats_dogs/ for tests and benchmarks")
+if(DUET_BUILD_BENCH)
+  find_package(benchmark QUIET)
+  if(NOT benchmark_FOUND)
+    message(FATAL_ERROR "duet's microbenchmarks need Google Benchmark, which was not found. On Debian or "
+                        "Ubuntu: apt-get install libbenchmark-dev (or run ./scripts/setup.sh); "
+                        "or configure with -DDUET_BUILD_BENCH=OFF")
   endif()
 endif()
 
-find_package(GTest QUIET)
-get_filename_component(DUET_DEFAULT_DATA_DIR "${CMAKE_CURRENT_LIST_DIR}/../../shared/data" ABSOLUTE)
-set(DUET_DATA_DIR "${DUET_DEFAULT_DATA_DIR}" CACHE PATH "Folder with cifar10/ and cats_dogs/ for tests and benchmarks")
-find_package(benchmark QUIET)
-
-# CUDA: the backend is built when the toolkit and cuDNN are present (AUTO) or demanded (ON).
+# CUDA: the backend is built when the toolkit and cuDNN are present (AUTO) or demanded (ON). The
+# CUDA Toolkit is not a Debian package: it comes from NVIDIA's installer, in /usr/local/cuda.
 set(DUET_ENABLE_CUDA OFF)
 if(NOT DUET_CUDA STREQUAL "OFF")
   include(CheckLanguage)
@@ -51,6 +83,12 @@ if(NOT DUET_CUDA STREQUAL "OFF")
   if(CMAKE_CUDA_COMPILER AND CUDAToolkit_FOUND AND CUDNN_LIBRARY AND CUDNN_INCLUDE_DIR)
     set(DUET_ENABLE_CUDA ON)
   elseif(DUET_CUDA STREQUAL "ON")
-    message(FATAL_ERROR "DUET_CUDA=ON but the CUDA compiler, CUDAToolkit or cuDNN was not found")
+    message(FATAL_ERROR "DUET_CUDA=ON, but the CUDA backend needs nvcc, the CUDA Toolkit (cuBLAS) and "
+                        "cuDNN 9: found nvcc '${CMAKE_CUDA_COMPILER}', toolkit ${CUDAToolkit_FOUND}, "
+                        "cudnn library '${CUDNN_LIBRARY}', cudnn.h '${CUDNN_INCLUDE_DIR}'. "
+                        "Put nvcc on PATH (usually /usr/local/cuda/bin) or pass -DCMAKE_CUDA_COMPILER=")
+  elseif(CMAKE_CUDA_COMPILER OR CUDAToolkit_FOUND)
+    message(STATUS "duet: CUDA found but not complete (nvcc '${CMAKE_CUDA_COMPILER}', cuDNN "
+                   "'${CUDNN_LIBRARY}'): building without the CUDA backend")
   endif()
 endif()
