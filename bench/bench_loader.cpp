@@ -3,7 +3,7 @@
 // Reads the shared data folder from DUET_DATA_DIR (default: the build's DUET_DATA_DIR); skips a
 // benchmark whose files are absent.
 //
-//   DUET_DATA_DIR=/work/shared/data duet_bench_loader --benchmark_counters_tabular=true
+//   DUET_DATA_DIR=../shared/data duet_bench_loader --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
 #include <cstdlib>
 #include <filesystem>

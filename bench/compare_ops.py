@@ -3,7 +3,7 @@
 PyTorch (torch time / duet time: above 1 means duet is faster) and the geometric mean.
 
   duet_bench_ops --benchmark_filter=/cpu --benchmark_repetitions=3 --benchmark_format=json > duet_ops.json
-  OPENBLAS_CORETYPE= OPENBLAS_L2_SIZE= /work/venv-torch/bin/python bench/torch_ops.py --out torch_ops.json
+  OPENBLAS_CORETYPE= OPENBLAS_L2_SIZE= .venv-bench/bin/python bench/torch_ops.py --out torch_ops.json
   python3 bench/compare_ops.py duet_ops.json torch_ops.json
 
 With repetitions, the fastest repetition of each benchmark is used on both sides (the machine is
@@ -12,7 +12,7 @@ shared; the minimum is the least disturbed measurement).
 On a machine whose load changes minute to minute, --interleave measures each benchmark with duet
 and then at once with PyTorch (run it with the venv's python, which has torch):
 
-  OPENBLAS_CORETYPE= OPENBLAS_L2_SIZE= /work/venv-torch/bin/python bench/compare_ops.py \
+  OPENBLAS_CORETYPE= OPENBLAS_L2_SIZE= .venv-bench/bin/python bench/compare_ops.py \
       --interleave build/bench/duet_bench_ops [--filter conv2d] [--json both.json]
 
 Before/after: --baseline OLD_duet_bench_ops times an older build in the same round (duet, old

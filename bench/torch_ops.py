@@ -8,7 +8,7 @@ duet's benchmark does). Times are wall-clock seconds per iteration; with --repet
 script keeps the fastest of R repetitions of at least --min-time seconds each, which is what
 bench/compare_ops.py expects from duet's --benchmark_repetitions run as well.
 
-  OPENBLAS_CORETYPE= OPENBLAS_L2_SIZE= /work/venv-torch/bin/python bench/torch_ops.py --out torch_ops.json
+  OPENBLAS_CORETYPE= OPENBLAS_L2_SIZE= .venv-bench/bin/python bench/torch_ops.py --out torch_ops.json
 """
 import argparse
 import json

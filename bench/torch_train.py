@@ -5,7 +5,7 @@ the two accuracy-versus-time curves can be compared. Writes one JSON object per 
 of duet's --log) to --log.
 
 Run it with the PyTorch virtual environment, e.g.
-  /work/venv-torch/bin/python bench/torch_train.py --dataset cifar10 --data ../shared/data/cifar10 \
+  .venv-bench/bin/python bench/torch_train.py --dataset cifar10 --data ../shared/data/cifar10 \
       --model resnet18_cifar --width-mult 0.5 --epochs 15 --batch 128 --lr 0.2 --log torch.jsonl
 Needs torch and (for image folders) Pillow; no torchvision.
 """

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Accuracy versus training time, duet beside PyTorch, on the same recipe and the same 2 threads:
 
   cifar10  resnet18_cifar at half width (32 channels), 18 epochs, CIFAR-10 data_batch_1.bin (10,000
@@ -11,19 +11,19 @@ Recipe for both frameworks: SGD with Nesterov momentum 0.9, weight decay 5e-4, o
 rate (cosine up for 30% of the steps, then down), label smoothing 0.1, random crop + flip
 (CIFAR-10: pad 4 and crop 32; cat/dog: random-resized crop of at least 35% of the area at 128x128).
 Each run stops at the time budget (training time only: evaluation after every epoch is not
-counted). PyTorch runs bench/torch_train.py in its own virtual environment. One difference in what
+counted). PyTorch runs bench/torch_train.py with --python, by default the benchmarks' environment
+.venv-bench (scripts/setup_bench.sh). One difference in what
 is timed: PyTorch decodes the cat/dog photos before training starts (not counted), duet decodes
 them in its loader's workers during the first epoch (counted).
 
 Writes to --out: <framework>_<task>.jsonl (one line per epoch), train_accuracy.csv (all curves),
 train_accuracy.png (accuracy versus minutes), summary.json; prints a summary table.
 
-  /usr/bin/python3 bench/train_accuracy.py --duet build/duet            # the full benchmark (~50 min)
-  /usr/bin/python3 bench/train_accuracy.py --duet build/duet --minutes 1 --tasks cifar10   # a quick check
-  /usr/bin/python3 bench/train_accuracy.py --plot-only                  # redraw from existing logs
+  .venv-bench/bin/python bench/train_accuracy.py --duet build/duet            # the full benchmark (~50 min)
+  .venv-bench/bin/python bench/train_accuracy.py --duet build/duet --minutes 1 --tasks cifar10   # a quick check
+  .venv-bench/bin/python bench/train_accuracy.py --plot-only                  # redraw from existing logs
 
-The plot needs matplotlib (Debian: python3-matplotlib, hence /usr/bin/python3); without it the CSV
-and the table are still written.
+The plot needs matplotlib (in .venv-bench); without it the CSV and the table are still written.
 """
 import argparse
 import csv
@@ -105,7 +105,7 @@ def plot(a, curves, summaries):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib is not installed (apt-get install python3-matplotlib): no PNG written")
+        print("matplotlib is not installed (it is in .venv-bench: scripts/setup_bench.sh): no PNG written")
         return None
     tasks = [t for t in a.tasks if any(k[1] == t for k in curves)]
     fig, axes = plt.subplots(1, max(len(tasks), 1), figsize=(6 * max(len(tasks), 1), 4.2), squeeze=False)
@@ -133,7 +133,8 @@ def plot(a, curves, summaries):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duet", default=os.path.join(ROOT, "build", "duet"), help="the duet binary")
-    ap.add_argument("--python", default="/work/venv-torch/bin/python", help="Python with PyTorch (and Pillow)")
+    ap.add_argument("--python", default=os.path.join(ROOT, ".venv-bench", "bin", "python"),
+                    help="Python with PyTorch and Pillow (default: .venv-bench, made by scripts/setup_bench.sh)")
     ap.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "data"), help="folder with cifar10/ and cats_dogs/")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "train_accuracy"))
     ap.add_argument("--tasks", default="cifar10,catdog")

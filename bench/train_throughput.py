@@ -15,7 +15,7 @@ same direct-convolution algorithms PyTorch runs.
 PyTorch runs at its best: torch.set_num_threads(threads), and for conv nets both NCHW and
 channels-last inputs and weights are timed and the faster is kept (the table says which).
 
-  /work/venv-torch/bin/python bench/train_throughput.py --duet build/duet --threads 2 \
+  .venv-bench/bin/python bench/train_throughput.py --duet build/duet --threads 2 \
       --json bench/results/train_throughput.json
 
 Needs torch and torchvision (model definitions only). Rows: resnet18_cifar, resnet50_cifar,

@@ -127,6 +127,8 @@ if [ "$use_ccache" -eq 1 ]; then
   mkdir -p "$cache"
   bind "$cache" /root/ccache-host
   envs+=(CCACHE_DIR=/root/ccache-host)
+  base=$(ccache --get-config base_dir)  # the same relative paths as outside, so the same hashes
+  [ -n "$base" ] && envs+=(CCACHE_BASEDIR="$base")
 fi
 envs+=(PATH="$path")
 [ -n "${DUET_REQUIRE_DATA:-}" ] && envs+=(DUET_REQUIRE_DATA="$DUET_REQUIRE_DATA")

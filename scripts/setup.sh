@@ -3,7 +3,8 @@
 # Safe to run repeatedly; needs root (or sudo) only when something has to be installed.
 set -euo pipefail
 packages=(build-essential cmake ninja-build ccache libdnnl-dev libstb-dev libgtest-dev libgmock-dev
-          libbenchmark-dev libcli11-dev nlohmann-json3-dev libfmt-dev python3)
+          libbenchmark-dev libcli11-dev nlohmann-json3-dev libfmt-dev python3
+          python3-matplotlib)  # matplotlib: the test of scripts/plot_profile.py
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

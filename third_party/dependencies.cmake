@@ -75,6 +75,15 @@ endif()
 # CUDA Toolkit is not a Debian package: it comes from NVIDIA's installer, in /usr/local/cuda.
 set(DUET_ENABLE_CUDA OFF)
 if(NOT DUET_CUDA STREQUAL "OFF")
+  # NVIDIA's installer puts nvcc in /usr/local/cuda/bin, which is not on a fresh shell's PATH: look
+  # there too, so that the README's commands build the backend wherever the toolkit is installed.
+  if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX})
+    find_program(DUET_NVCC nvcc PATHS /usr/local/cuda/bin)
+    if(DUET_NVCC)
+      get_filename_component(DUET_NVCC_REAL "${DUET_NVCC}" REALPATH)
+      set(CMAKE_CUDA_COMPILER "${DUET_NVCC_REAL}" CACHE FILEPATH "CUDA compiler")
+    endif()
+  endif()
   include(CheckLanguage)
   check_language(CUDA)
   find_package(CUDAToolkit QUIET)
