@@ -86,6 +86,13 @@ if(NOT DUET_CUDA STREQUAL "OFF")
   endif()
   include(CheckLanguage)
   check_language(CUDA)
+  # Debian 12's CMake 3.25 sets a property on CUDA::nvToolsExt whether or not the library was found,
+  # and CUDA 12.9+ no longer ships it (nvtx3 is header-only), so find_package(CUDAToolkit) fails at
+  # configure. An empty stand-in lets it finish; duet does not link nvToolsExt. Newer CMake checks
+  # for the target first.
+  if(CMAKE_VERSION VERSION_LESS 3.27 AND NOT TARGET CUDA::nvToolsExt)
+    add_library(CUDA::nvToolsExt INTERFACE IMPORTED)
+  endif()
   find_package(CUDAToolkit QUIET)
   find_library(CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
   find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
