@@ -31,7 +31,7 @@ namespace {
 
 using nlohmann::json;
 
-std::filesystem::path fixture_dir() { return std::filesystem::path(__FILE__).parent_path() / "golden" / "fixtures"; }
+std::filesystem::path fixture_dir() { return std::filesystem::path(DUET_SOURCE_DIR) / "tests" / "golden" / "fixtures"; }
 
 // Builds the duet model a fixture's "config" metadata describes (the same fields the script uses).
 std::shared_ptr<nn::Module> build(const std::string& name, const json& c) {

@@ -24,7 +24,7 @@ using nlohmann::json;
 
 const json& specs() {
   static const json j = [] {
-    const auto path = std::filesystem::path(__FILE__).parent_path() / "golden" / "torchvision_specs.json";
+    const auto path = std::filesystem::path(DUET_SOURCE_DIR) / "tests" / "golden" / "torchvision_specs.json";
     std::ifstream f(path);
     if (!f) throw Error("cannot open " + path.string());
     return json::parse(f);
