@@ -19,6 +19,8 @@
 #
 # Needs root (mmdebstrap in root mode, chroot, bind mounts) and Debian's package mirror.
 # Uncommitted changes are not in the clone: commit first.
+{ # bash reads a script as it runs it: the braces make it parse the whole file first, so that editing
+  # the file during a run cannot change what the run does.
 set -euo pipefail
 
 usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -69,9 +71,19 @@ cleanup() {
   local i
   summary
   for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do umount -R "${mounts[$i]}" 2>/dev/null || umount -lR "${mounts[$i]}" 2>/dev/null || true; done
-  if [ "$keep" -eq 1 ]; then echo "check_fresh_machine: the Debian root stays in $root"; else rm -rf "$work"; fi
+  # Never delete through a mount that is still there: /dev, the ccache folder and the data are the
+  # host's own.
+  if grep -qF " $work/" /proc/self/mounts; then
+    echo "check_fresh_machine: some mounts under $work could not be removed; not deleting it" >&2
+  elif [ "$keep" -eq 1 ]; then
+    echo "check_fresh_machine: the Debian root stays in $root"
+  else
+    rm -rf --one-file-system "$work"
+  fi
 }
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 bind() {  # bind <source> <target inside the root> [ro]
   mkdir -p "$root$2"
   mount --rbind "$1" "$root$2"
@@ -139,3 +151,4 @@ for i in "${!commands[@]}"; do
     chroot "$root" /usr/bin/env -i "${envs[@]}" /bin/bash -c "cd '$inside_repo' && ${commands[$i]}" || status=1
 done
 exit $status
+}
