@@ -5,15 +5,6 @@ set -euo pipefail
 packages=(build-essential cmake ninja-build ccache libdnnl-dev libstb-dev libgtest-dev libgmock-dev
           libbenchmark-dev libcli11-dev nlohmann-json3-dev libfmt-dev python3
           python3-matplotlib)  # matplotlib: the test of scripts/plot_profile.py
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "setup: installing ${missing[*]}"
-  SUDO=""
-  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+source "$(dirname "$0")/apt_install_missing.sh"
+apt_install_missing setup "${packages[@]}"
 echo "setup: dependencies present"

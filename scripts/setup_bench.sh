@@ -14,17 +14,8 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 venv=${DUET_BENCH_VENV:-$repo/.venv-bench}
 python=/usr/bin/python3  # Debian's interpreter, not whatever python3 comes first on PATH
 
-missing=()
-for p in python3 python3-venv; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "setup_bench: installing ${missing[*]}"
-  SUDO=""
-  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+source "$repo/scripts/apt_install_missing.sh"
+apt_install_missing setup_bench python3 python3-venv
 
 if [ ! -x "$venv/bin/python" ]; then
   echo "setup_bench: creating $venv"
