@@ -13,6 +13,7 @@
 #include <numbers>
 #include <random>
 #include <sstream>
+#include <utility>
 #include "backends/cuda/conv_key.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
@@ -450,6 +451,47 @@ TEST(CudaHostErrors, StatusMacrosNameCallOpAndReason) {
   }
   EXPECT_EQ(cuda_version_str(13000), "CUDA 13.0");
   EXPECT_EQ(cuda_version_str(12040), "CUDA 12.4");
+}
+
+// A stand-in for the runtime's error state: a query's non-success status is recorded as the "last
+// error" until cudaGetLastError reads (and clears) it, as the CUDA runtime does.
+namespace {
+cudaError_t fake_query_result = cudaSuccess;
+cudaError_t fake_last = cudaSuccess;
+cudaError_t fake_query(cudaStream_t) {
+  if (fake_query_result != cudaSuccess) fake_last = fake_query_result;
+  return fake_query_result;
+}
+cudaError_t fake_get_last_error() { return std::exchange(fake_last, cudaSuccess); }
+}  // namespace
+
+// The profiler opens a timing epoch with cudaStreamQuery; a busy stream answers cudaErrorNotReady.
+// That answer must not linger as the last error, or the next kernel's launch check would throw
+// "CUDA error 600" under an unrelated op's name.
+TEST(CudaHostErrors, BusyStreamQueryLeavesNoStaleError) {
+  fake_query_result = cudaErrorNotReady;
+  EXPECT_TRUE(stream_busy(nullptr, "profiler", fake_query, fake_get_last_error));
+  EXPECT_EQ(fake_get_last_error(), cudaSuccess) << "the next launch check would see the stale NotReady";
+
+  fake_query_result = cudaSuccess;
+  EXPECT_FALSE(stream_busy(nullptr, "profiler", fake_query, fake_get_last_error));
+  EXPECT_EQ(fake_get_last_error(), cudaSuccess);
+
+  fake_query_result = cudaErrorIllegalAddress;  // a real failure is reported, with the op's name
+  try {
+    stream_busy(nullptr, "profiler event timing", fake_query, fake_get_last_error);
+    FAIL() << "an illegal address must throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("profiler event timing"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cudaErrorIllegalAddress"), std::string::npos) << e.what();
+  }
+  fake_last = cudaSuccess;
+
+  fake_last = cudaErrorInvalidValue;  // handled() clears only after a failure it was given
+  EXPECT_EQ(handled(cudaSuccess, fake_get_last_error), cudaSuccess);
+  EXPECT_EQ(fake_last, cudaErrorInvalidValue);
+  EXPECT_EQ(handled(cudaErrorInvalidValue, fake_get_last_error), cudaErrorInvalidValue);
+  EXPECT_EQ(fake_last, cudaSuccess);
 }
 
 TEST(CudaHostErrors, NoDeviceIsAClearErrorNotACrash) {

@@ -43,6 +43,13 @@ std::string cuda_hint(cudaError_t e) {
 
 std::string cuda_version_str(int v) { return fmt::format("CUDA {}.{}", v / 1000, (v % 1000) / 10); }
 
+bool stream_busy(cudaStream_t stream, const char* op, StreamQueryFn query, LastErrorFn last_error) {
+  const cudaError_t e = handled(query(stream), last_error);
+  if (e == cudaErrorNotReady) return true;
+  if (e != cudaSuccess) throw_cuda_error(e, "cudaStreamQuery", op, __FILE__, __LINE__);
+  return false;
+}
+
 void throw_cuda_error(cudaError_t e, const char* call, const char* op, const char* file, int line) {
   // Non-sticky errors stay recorded as the "last error"; clear it so the launch check of the next
   // kernel does not report this failure a second time.

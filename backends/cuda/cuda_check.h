@@ -17,6 +17,24 @@ namespace duet::cuda {
 // "CUDA 13.0" from the 13000-style integers the runtime reports.
 std::string cuda_version_str(int v);
 
+// For a status the caller deals with itself (a query that may answer "not ready", a property read
+// whose failure only leaves a field empty). The runtime also records every non-success status as
+// its "last error", which the launch check of the next kernel (cudaGetLastError) would then report
+// as that kernel's failure: this clears it. A sticky error (a faulted context) cannot be cleared and
+// is returned again by every later call. PyTorch had this bug with cudaStreamQuery (#18584).
+using LastErrorFn = cudaError_t (*)();
+inline cudaError_t handled(cudaError_t e, LastErrorFn last_error = cudaGetLastError) {
+  if (e != cudaSuccess) (void)last_error();
+  return e;
+}
+
+// Whether work is still queued on `stream` (cudaStreamQuery's cudaErrorNotReady, which is an answer,
+// not a failure); any other error throws, naming `op`. The query and the last-error reset can be
+// replaced, so that the host tests can play a busy stream without a GPU.
+using StreamQueryFn = cudaError_t (*)(cudaStream_t);
+bool stream_busy(cudaStream_t stream, const char* op, StreamQueryFn query = cudaStreamQuery,
+                 LastErrorFn last_error = cudaGetLastError);
+
 }  // namespace duet::cuda
 
 // DUET_CUDA_CHECK(cudaMemcpyAsync(...), "copy"): `op` is the duet op (or activity) being served.

@@ -71,7 +71,7 @@ public:
     DUET_CUDA_CHECK(cudaSetDevice(device_), "cudaMalloc");
     void* p = nullptr;
     const cudaError_t e = cudaMalloc(&p, bytes);
-    if (prev != device_) (void)cudaSetDevice(prev);  // an op may allocate on another device than its own
+    if (prev != device_) (void)handled(cudaSetDevice(prev));  // an op may allocate on another device than its own
     if (e == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();  // not sticky: clear it so the next kernel launch check is clean
       return nullptr;
@@ -84,39 +84,39 @@ public:
   // ordering explicit. Reports rather than throws: it may run on an error path.
   void before_release() override {
     int prev = -1;
-    (void)cudaGetDevice(&prev);
-    (void)cudaSetDevice(device_);
+    (void)handled(cudaGetDevice(&prev));
+    (void)handled(cudaSetDevice(device_));
     if (const cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) {
       (void)cudaGetLastError();
       std::fprintf(stderr, "duet: cudaDeviceSynchronize on cuda:%d failed: %s\n", device_, cudaGetErrorString(e));
     }
-    if (prev >= 0 && prev != device_) (void)cudaSetDevice(prev);
+    if (prev >= 0 && prev != device_) (void)handled(cudaSetDevice(prev));
   }
 
   // Runs while the caching allocator releases its cache, possibly during an error path: reports
   // rather than throws.
   void raw_free(void* p, size_t bytes) override {
     int prev = -1;
-    (void)cudaGetDevice(&prev);
-    (void)cudaSetDevice(device_);
+    (void)handled(cudaGetDevice(&prev));
+    (void)handled(cudaSetDevice(device_));
     const cudaError_t e = cudaFree(p);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
       std::fprintf(stderr, "duet: cudaFree of %zu bytes on cuda:%d failed: %s\n", bytes, device_, cudaGetErrorString(e));
     }
-    if (prev >= 0 && prev != device_) (void)cudaSetDevice(prev);
+    if (prev >= 0 && prev != device_) (void)handled(cudaSetDevice(prev));
   }
 
   std::optional<Info> info() override {
     int prev = -1;
-    (void)cudaGetDevice(&prev);
+    (void)handled(cudaGetDevice(&prev));
     if (cudaSetDevice(device_) != cudaSuccess) {
       (void)cudaGetLastError();
       return std::nullopt;
     }
     Info i;
     const cudaError_t e = cudaMemGetInfo(&i.free, &i.total);
-    if (prev >= 0 && prev != device_) (void)cudaSetDevice(prev);
+    if (prev >= 0 && prev != device_) (void)handled(cudaSetDevice(prev));
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
       return std::nullopt;

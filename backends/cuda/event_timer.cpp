@@ -122,9 +122,7 @@ private:
   // synchronisation, so normally no wait happens here), so it fires at the host time read now.
   void open_epoch(int i) {
     DeviceContext& ctx = context(i, kOp);
-    const cudaError_t busy = cudaStreamQuery(ctx.stream());
-    if (busy == cudaErrorNotReady) ctx.synchronize(kOp);
-    else DUET_CUDA_CHECK(busy, kOp);
+    if (stream_busy(ctx.stream(), kOp)) ctx.synchronize(kOp);
     PerDevice& p = per_device(i);
     const EventTimeline::Slot s = p.timeline.open_epoch(profiler::now_ns());
     record(i, p, s);

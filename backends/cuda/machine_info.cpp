@@ -27,7 +27,7 @@ void describe_machine(nlohmann::json& machine) noexcept {
     const int n = device_count();
     for (int i = 0; i < n; ++i) {
       cudaDeviceProp p{};
-      if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
+      if (handled(cudaGetDeviceProperties(&p, i)) != cudaSuccess) continue;
       gpus.push_back({{"index", i},
                       {"name", p.name},
                       {"compute_capability", fmt::format("{}.{}", p.major, p.minor)},

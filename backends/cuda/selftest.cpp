@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 #include <random>
 #include "backends/cuda/caching_allocator.h"
+#include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/nvml_telemetry.h"
 #include "backends/registry.h"
@@ -329,7 +330,7 @@ int cuda_selftest(std::ostream& os, uint64_t seed) {
   }
   cudaDeviceProp prop{};
   int driver = 0, runtime = 0;
-  (void)cudaGetDeviceProperties(&prop, 0);
+  (void)cuda::handled(cudaGetDeviceProperties(&prop, 0));
   (void)cudaDriverGetVersion(&driver);
   (void)cudaRuntimeGetVersion(&runtime);
   int cublas_version = 0;
