@@ -242,7 +242,7 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
 
 void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                                      const Tensor& save_invstd, const Tensor& dx, const Tensor& dgamma,
-                                     const Tensor& dbeta) {
+                                     const Tensor& dbeta, double /*eps: in save_invstd*/) {
   require_f32("batch_norm_backward", x);
   const int64_t C = x.size(1);
   if (x.numel() == 0) return;

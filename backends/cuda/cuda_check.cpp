@@ -64,8 +64,12 @@ void throw_cudnn_error(cudnnStatus_t s, const char* call, const char* op, const 
     hint = " (cuDNN has no kernel for this combination of shape, layout, dtype and attributes)";
   else if (s == CUDNN_STATUS_BAD_PARAM)
     hint = " (an argument is outside what cuDNN accepts; the shapes and strides above are what duet passed)";
-  throw Error(fmt::format("{}: cuDNN error {}: {}{} [in {} at {}:{}]", op, static_cast<int>(s), cudnnGetErrorString(s),
-                          hint, call, basename_of(file), line));
+  // cuDNN 9 keeps a sentence on which check failed; its status code alone rarely says which argument.
+  char detail[1024] = {};
+  cudnnGetLastErrorString(detail, sizeof(detail));
+  const std::string why = detail[0] ? fmt::format("; cuDNN says: {}", detail) : "";
+  throw Error(fmt::format("{}: cuDNN error {}: {}{}{} [in {} at {}:{}]", op, static_cast<int>(s), cudnnGetErrorString(s),
+                          hint, why, call, basename_of(file), line));
 }
 
 void throw_cublas_error(cublasStatus_t s, const char* call, const char* op, const char* file, int line) {

@@ -46,6 +46,9 @@ void CudaBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor&
   DUET_CHECK(running_mean.defined() && running_var.defined(),
              "batch_norm on backend 'cuda': running_mean and running_var must be given (the front-end passes scratch "
              "buffers when the module keeps none)");
+  // cuDNN refuses a smaller epsilon (0 in cuDNN 9, 1e-5 before); raising it would change the result.
+  DUET_CHECK(p.eps >= CUDNN_BN_MIN_EPSILON, "batch_norm on backend 'cuda': eps {} is below cuDNN's minimum {}", p.eps,
+             CUDNN_BN_MIN_EPSILON);
   check_param(g.op, "running_mean", running_mean, g.device());
   check_param(g.op, "running_var", running_var, g.device());
   const Tensor gm = contiguous(gamma), bt = contiguous(beta);
@@ -81,7 +84,8 @@ void CudaBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor&
 }
 
 void CudaBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
-                                      const Tensor& save_invstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) {
+                                      const Tensor& save_invstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                                      double eps) {
   OpGuard g("batch_norm.backward", dy);
   check_float(g.op, "grad_output", dy);
   check_on(g.op, "input", x, g.device());
@@ -109,11 +113,10 @@ void CudaBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const T
   set_desc(dxd, dx_t, nhwc);
   DUET_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(bn, xd, CUDNN_BATCHNORM_SPATIAL), g.op);
   const Scalars s(x.dtype());
-  // epsilon only matters when no saved statistics are passed; they always are, so any valid
-  // value does (the op's signature does not carry the forward's eps).
+  // With saved statistics cuDNN does not use epsilon, but its documentation asks for the forward's.
   DUET_CUDNN_CHECK(cudnnBatchNormalizationBackward(g.ctx.cudnn(g.op), CUDNN_BATCHNORM_SPATIAL, s.one(), s.zero(), s.one(),
                                                    s.zero(), xd, x.raw_data(), dyd, dy.raw_data(), dxd, dx_t.raw_data(), bn,
-                                                   gm.raw_data(), dg_t.raw_data(), db_t.raw_data(), 1e-5, sm.raw_data(),
+                                                   gm.raw_data(), dg_t.raw_data(), db_t.raw_data(), eps, sm.raw_data(),
                                                    si.raw_data()),
                    g.op);
 }

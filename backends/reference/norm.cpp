@@ -201,7 +201,7 @@ void ReferenceBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Te
 
 void ReferenceBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
                                            const Tensor& save_mean, const Tensor& save_invstd, const Tensor& dx,
-                                           const Tensor& dgamma, const Tensor& dbeta) {
+                                           const Tensor& dgamma, const Tensor& dbeta, double /*eps: in save_invstd*/) {
   dispatch_float(x.dtype(), "batch_norm_backward", [&](auto tag) {
     batch_norm_backward_kernel<decltype(tag)>(dy, x, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
   });

@@ -65,7 +65,7 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, c
         if (need_x) dx = Tensor::empty_like(x);
         if (need_g) dgamma = Tensor::empty({C}, opts);
         if (need_b) dbeta = Tensor::empty({C}, opts);
-        b.batch_norm_backward(dy, x, gd, save_mean, save_invstd, dx, dgamma, dbeta);
+        b.batch_norm_backward(dy, x, gd, save_mean, save_invstd, dx, dgamma, dbeta, p.eps);
       } else {
         // y = (x - mean) * invstd * gamma + beta with constant statistics.
         const Shape cs = x.dim() == 4 ? Shape{1, C, 1, 1} : Shape{1, C};
