@@ -113,6 +113,55 @@ TEST(CudaHostIndexing, RandomLayoutsMatchTheDefinition) {
   }
 }
 
+// The CUDA cat walks each input's slab with the output's strides; here the same plan drives a host
+// copy (what kern::copy does per element) into a channels-last output, as a DenseNet's
+// concatenation along channels does, with inputs of both layouts, and along the batch dim.
+TEST(CudaHostIndexing, ConcatIntoChannelsLastOutputPlacesEveryElement) {
+  const int64_t N = 2, H = 3, W = 5;
+  const std::vector<int64_t> channels{3, 4, 2};
+  for (int64_t dim : {int64_t{1}, int64_t{0}}) {
+    Shape out_shape{N, 0, H, W};
+    if (dim == 1) {
+      for (int64_t c : channels) out_shape[1] += c;
+    } else {
+      out_shape = {N * 3, 4, H, W};
+    }
+    const Shape out_st = channels_last_strides(out_shape);
+    std::vector<double> out(static_cast<size_t>(out_shape[0] * out_shape[1] * H * W), -1.0);
+    int64_t start = 0;
+    for (size_t k = 0; k < 3; ++k) {
+      const Shape in_shape = dim == 1 ? Shape{N, channels[k], H, W} : Shape{N, 4, H, W};
+      const Shape in_st = k % 2 == 0 ? contiguous_strides(in_shape) : channels_last_strides(in_shape);
+      // input element (n, c, h, w) holds a value naming its place in the concatenated output
+      std::vector<double> in(static_cast<size_t>(in_shape[0] * in_shape[1] * H * W));
+      for (int64_t n = 0; n < in_shape[0]; ++n)
+        for (int64_t c = 0; c < in_shape[1]; ++c)
+          for (int64_t h = 0; h < H; ++h)
+            for (int64_t w = 0; w < W; ++w) {
+              const int64_t on = dim == 0 ? n + start : n, oc = dim == 1 ? c + start : c;
+              in[static_cast<size_t>(n * in_st[0] + c * in_st[1] + h * in_st[2] + w * in_st[3])] =
+                  static_cast<double>(((on * out_shape[1] + oc) * H + h) * W + w);
+            }
+      ConcatSlab slab;
+      ASSERT_TRUE(plan_concat_slab(out_st, in_shape, in_st, dim, start, slab));
+      const int64_t count = in_shape[0] * in_shape[1] * H * W;
+      for (int64_t i = 0; i < count; ++i) {
+        int64_t off[2];
+        slab.calc.offsets(i, off);
+        out[static_cast<size_t>(slab.out_offset + off[0])] = in[static_cast<size_t>(off[1])];
+      }
+      start += in_shape[dim];
+    }
+    for (int64_t n = 0; n < out_shape[0]; ++n)
+      for (int64_t c = 0; c < out_shape[1]; ++c)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t w = 0; w < W; ++w)
+            ASSERT_EQ(out[static_cast<size_t>(n * out_st[0] + c * out_st[1] + h * out_st[2] + w * out_st[3])],
+                      static_cast<double>(((n * out_shape[1] + c) * H + h) * W + w))
+                << "dim " << dim << " at n " << n << " c " << c << " h " << h << " w " << w;
+  }
+}
+
 TEST(CudaHostIndexing, TooManyUnmergeableDimsIsReported) {
   const Shape shape(10, 2);
   Shape strides(10);

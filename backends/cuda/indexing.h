@@ -80,6 +80,21 @@ bool make_offset_calc(const std::vector<int64_t>& shape, const std::vector<int64
   return true;
 }
 
+// One input of a concatenation along `dim`: the offset (elements) of its slab in the output, which
+// starts `start` positions along dim, and the walk over the input's shape with the output's strides
+// (operand 0) beside the input's own (operand 1). Because the slab keeps the output's strides, any
+// dense output layout works: a DenseNet's channels-last concatenation along channels too.
+struct ConcatSlab {
+  int64_t out_offset = 0;
+  OffsetCalc<2> calc;
+};
+inline bool plan_concat_slab(const std::vector<int64_t>& out_strides, const std::vector<int64_t>& in_shape,
+                             const std::vector<int64_t>& in_strides, int64_t dim, int64_t start, ConcatSlab& slab) {
+  slab.out_offset = start * out_strides[static_cast<size_t>(dim)];
+  const std::vector<int64_t>* const st[2] = {&out_strides, &in_strides};
+  return make_offset_calc<2>(in_shape, st, slab.calc);
+}
+
 // True when the calculator is one dim of unit stride in every operand (or zero dims): kernels
 // then index with the linear index directly.
 template <int N>

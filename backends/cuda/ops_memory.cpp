@@ -151,20 +151,24 @@ void CudaBackend::normal(const Tensor& out, double mean, double stddev, uint64_t
   DUET_CUDA_CHECK(kern::normal(out.dtype(), out.raw_data(), out.numel(), mean, stddev, seed, offset, g.stream()), g.op);
 }
 
-// Each input is copied into the slab of out that starts at its running position along dim.
+// Each input is copied into the slab of out that starts at its running position along dim, walked
+// with out's strides (plan_concat_slab): out may be contiguous or channels-last.
 void CudaBackend::concat(const std::vector<Tensor>& inputs, int64_t dim, const Tensor& out) {
   OpGuard g("cat", out);
-  DUET_CHECK(out.is_contiguous(), "cat on backend 'cuda': out must be contiguous");
+  DUET_CHECK(out.is_dense(), "cat on backend 'cuda': out must be dense (contiguous or channels-last), got strides {}",
+             shape_str(out.strides()));
   const size_t elem = dtype_size(out.dtype());
   int64_t start = 0;
   for (const Tensor& in : inputs) {
     check_on(g.op, "input", in, g.device());
     if (in.numel() > 0) {
-      char* slab = static_cast<char*>(out.raw_data()) + start * out.stride(dim) * static_cast<int64_t>(elem);
-      const Shape* st[2] = {&out.strides(), &in.strides()};
-      DUET_CUDA_CHECK(kern::copy(out.dtype(), slab, in.dtype(), in.raw_data(), offset_calc<2>(g.op, in.shape(), st),
-                                 in.numel(), g.stream()),
-                      g.op);
+      ConcatSlab slab;
+      DUET_CHECK(plan_concat_slab(out.strides(), in.shape(), in.strides(), dim, start, slab),
+                 "cat on backend 'cuda': input of shape {} has more than {} dims that cannot be merged (strides {}); "
+                 "make it contiguous first",
+                 shape_str(in.shape()), kMaxDims, shape_str(in.strides()));
+      char* dst = static_cast<char*>(out.raw_data()) + slab.out_offset * static_cast<int64_t>(elem);
+      DUET_CUDA_CHECK(kern::copy(out.dtype(), dst, in.dtype(), in.raw_data(), slab.calc, in.numel(), g.stream()), g.op);
     }
     start += in.size(dim);
   }

@@ -296,6 +296,10 @@ std::vector<CudaSelftestCase> cuda_selftest_cases(uint64_t seed) {
   // -- memory --
   add_case("cat (non-contiguous inputs)", {rnd({b, a}, next()), rnd({a, c}, next())}, {true, true},
            [](const auto& v) { return cat({v[0].transpose(0, 1), v[1]}, 1); });
+  add_case("cat (channels-last, along channels)", {rnd({2, b, 5, 6}, next()), rnd({2, c, 5, 6}, next())}, {true, true},
+           [](const auto& v) {
+             return cat({v[0].contiguous(MemoryFormat::channels_last), v[1].contiguous(MemoryFormat::channels_last)}, 1);
+           });
   add_case("permute + contiguous", {rnd({a, b, c}, next())}, {true}, [](const auto& v) { return v[0].permute({2, 0, 1}).contiguous(); });
   add_case("expand + contiguous", {rnd({1, c}, next())}, {true}, [a](const auto& v) { return v[0].expand({a, -1}).contiguous(); });
   add_case("casts f32 -> f64 -> i32 -> f32", {rnd({a, c}, next(), -50, 50)}, {false},
