@@ -14,6 +14,7 @@
 #include <random>
 #include <sstream>
 #include <utility>
+#include "backends/cuda/arch_support.h"
 #include "backends/cuda/conv_key.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
@@ -541,6 +542,25 @@ TEST(CudaHostErrors, BusyStreamQueryLeavesNoStaleError) {
   EXPECT_EQ(fake_last, cudaErrorInvalidValue);
   EXPECT_EQ(handled(cudaErrorInvalidValue, fake_get_last_error), cudaErrorInvalidValue);
   EXPECT_EQ(fake_last, cudaSuccess);
+}
+
+TEST(CudaHostArch, BuildCoversTheGpusItHasCodeFor) {
+  const std::string_view def = "75-real;80-real;90-real;90-virtual";
+  EXPECT_TRUE(arch_supported(7, 5, def));   // T4
+  EXPECT_TRUE(arch_supported(8, 0, def));   // A100
+  EXPECT_TRUE(arch_supported(8, 6, def));   // RTX 30xx: sm_80 code runs on 8.x
+  EXPECT_TRUE(arch_supported(8, 9, def));   // L4, RTX 40xx
+  EXPECT_TRUE(arch_supported(9, 0, def));   // H100
+  EXPECT_TRUE(arch_supported(12, 0, def));  // Blackwell: compute_90 PTX, compiled by the driver
+  EXPECT_FALSE(arch_supported(7, 0, def));  // V100: no code (and CUDA 13 dropped it)
+  EXPECT_FALSE(arch_supported(8, 0, "90-real"));
+  EXPECT_FALSE(arch_supported(10, 0, "80-real;90-real"));  // machine code does not cross major versions
+  EXPECT_TRUE(arch_supported(8, 6, "86"));                  // "86" is both machine code and PTX
+  EXPECT_FALSE(arch_supported(8, 0, "86"));
+  EXPECT_TRUE(arch_supported(9, 0, "80-virtual"));
+  EXPECT_TRUE(arch_supported(7, 5, "native"));
+  EXPECT_FALSE(arch_supported(7, 5, ""));
+  EXPECT_FALSE(built_archs().empty());
 }
 
 TEST(CudaHostErrors, NoDeviceIsAClearErrorNotACrash) {

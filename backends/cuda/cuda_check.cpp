@@ -29,7 +29,7 @@ std::string cuda_hint(cudaError_t e) {
     case cudaErrorStubLibrary: return " (libcuda.so is the toolkit's stub: the NVIDIA driver is not installed)";
     case cudaErrorMemoryAllocation: return " (the GPU is out of memory: reduce the batch size)";
     case cudaErrorNoKernelImageForDevice:
-      return " (this GPU's architecture is not among those duet was compiled for, sm_80/sm_90 by default: rebuild "
+      return " (this GPU's architecture is not among those duet was compiled for, sm_75/sm_80/sm_90 by default: rebuild "
              "with -DCMAKE_CUDA_ARCHITECTURES=native)";
     case cudaErrorIllegalAddress:
     case cudaErrorLaunchFailure:

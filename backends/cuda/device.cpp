@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <mutex>
 #include <vector>
+#include "backends/cuda/arch_support.h"
 #include "backends/cuda/cuda_check.h"
 #include "engine/error.h"
 
@@ -166,6 +167,12 @@ CachingAllocator& allocator(int index) {
 
 DeviceContext::DeviceContext(int index) : index_(index) {
   DUET_CUDA_CHECK(cudaSetDevice(index), "cuda device setup");
+  cudaDeviceProp p{};
+  DUET_CUDA_CHECK(cudaGetDeviceProperties(&p, index), "cuda device setup");
+  DUET_CHECK(arch_supported(p.major, p.minor, built_archs()),
+             "cuda:{} is a {} (compute capability {}.{}), and this duet has GPU code only for CUDA architectures '{}': "
+             "rebuild with -DCMAKE_CUDA_ARCHITECTURES=native (or add {}{}-real to the list)",
+             index, p.name, p.major, p.minor, built_archs(), p.major, p.minor);
   // Non-blocking: the legacy default stream would otherwise serialise against this one.
   DUET_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cuda device setup");
   allocator_ = &cuda::allocator(index);
