@@ -66,12 +66,27 @@ OpGuard::OpGuard(const char* op_name, const Tensor& t)
       }()),
       op(op_name) {}
 
+bool sync_every_op() {
+  static const bool on = [] {
+    const char* env = std::getenv("DUET_CUDA_SYNC");
+    return env != nullptr && env[0] == '1';
+  }();
+  return on;
+}
+
 OpGuard::~OpGuard() noexcept(false) {
-  // Only the host-clock scheme (--profile-sync) waits per op; event timing needs no wait here.
-  if (!profiler::enabled() || !profiler::sync_per_op()) return;
-  const cudaError_t e = cudaStreamSynchronize(ctx.stream());
+  // The host-clock scheme (--profile-sync) and the DUET_CUDA_SYNC=1 debug switch wait per op; event
+  // timing needs no wait here.
+  const bool debug = sync_every_op();
+  if (!debug && (!profiler::enabled() || !profiler::sync_per_op())) return;
   // Never throw while another exception is already unwinding the stack (that would terminate).
-  if (e != cudaSuccess && std::uncaught_exceptions() == 0) throw_cuda_error(e, "cudaStreamSynchronize", op, __FILE__, __LINE__);
+  if (std::uncaught_exceptions() > 0) return;
+  // A launch error is still pending as the last error; a fault inside a kernel surfaces at the wait.
+  cudaError_t e = debug ? cudaGetLastError() : cudaSuccess;
+  if (e == cudaSuccess) e = cudaStreamSynchronize(ctx.stream());
+  if (e != cudaSuccess)
+    throw_cuda_error(e, debug ? "DUET_CUDA_SYNC=1: synchronise after the op" : "cudaStreamSynchronize", op, __FILE__,
+                     __LINE__);
 }
 
 Workspace::Workspace(DeviceContext& ctx, size_t bytes) : alloc_(ctx.allocator()), bytes_(bytes) {

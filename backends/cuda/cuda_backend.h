@@ -41,7 +41,12 @@ namespace duet::cuda {
 // device current and hands out its stream and handles. While the profiler records with
 // profiler::sync_per_op() (--profile-sync), the op waits for its kernels on the way out, so the
 // host-side timestamps measure GPU time rather than launch time; otherwise the profiler times ops
-// with CUDA events (event_timer.h) and nothing waits here.
+// with CUDA events (event_timer.h) and nothing waits here. With DUET_CUDA_SYNC=1 in the environment
+// (a debug switch, like CUDA_LAUNCH_BLOCKING=1) every op waits and checks its kernels on the way
+// out, so an asynchronous fault is reported under the op that caused it, not at a later
+// synchronisation under another op's name.
+bool sync_every_op();  // DUET_CUDA_SYNC=1, read once
+
 class OpGuard {
 public:
   OpGuard(const char* op, const Tensor& t);

@@ -8,6 +8,8 @@
 // f16/bf16 tensors (autocast) use cuDNN's pseudo-half configurations: 16-bit data, a FLOAT compute
 // type on the convolution descriptor, tensor-core math allowed; products accumulate in f32.
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <string>
 #include <vector>
 #include "backends/cuda/conv_key.h"
@@ -27,6 +29,19 @@ namespace duet {
 using namespace cuda;
 
 namespace {
+
+// Strict FP32 was asked for (the default) and only a tensor-core (TF32) algorithm runs this problem:
+// the result has a 10-bit mantissa's rounding. Said once per process on stderr, loudly, since it
+// changes the numbers; the profiler's impl column shows math=tensor_op for every such convolution.
+void warn_tf32_fallback(const char* op, const std::string& problem) {
+  static std::atomic<bool> said{false};
+  if (said.exchange(true)) return;
+  std::fprintf(stderr,
+               "duet: WARNING: %s: no strict-FP32 cuDNN algorithm runs %s, so it runs on TF32 tensor cores (10-bit "
+               "mantissa); other convolutions may do the same (the profile's impl column says math=tensor_op). Set "
+               "DUET_CUDA_ALLOW_TF32=1 to accept TF32 everywhere, or use f64 where full precision matters.\n",
+               op, problem.c_str());
+}
 
 const char* algo_name(ConvPass pass, int algo) {
   static const char* fwd[] = {"implicit_gemm", "implicit_precomp_gemm", "gemm", "direct",
@@ -156,6 +171,7 @@ void run_convolution(OpGuard& g, Problem& pb, Propose propose, WorkspaceSize wor
         const ConvChoice choice{c.algo, math, bytes};
         conv_algo_cache().insert(pb.key, choice);
         note(choice);
+        if (pass == 1) warn_tf32_fallback(g.op, pb.key.str());
         return;
       }
       if (st != CUDNN_STATUS_NOT_SUPPORTED && st != CUDNN_STATUS_BAD_PARAM)
