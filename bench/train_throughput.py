@@ -69,9 +69,9 @@ def torch_worker(a):
     model = torch_model(a.model, a.classes, a.image_size)
     params = sum(p.numel() for p in model.parameters())
     fmt = torch.channels_last if a.channels_last else torch.contiguous_format
-    model = model.to(memory_format=fmt).train()
-    x = torch.randn(a.batch, 3, a.image_size, a.image_size).contiguous(memory_format=fmt)
-    y = torch.arange(a.batch) % a.classes
+    model = model.to(a.device, memory_format=fmt).train()
+    x = torch.randn(a.batch, 3, a.image_size, a.image_size, device=a.device).contiguous(memory_format=fmt)
+    y = torch.arange(a.batch, device=a.device) % a.classes
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
     times = []
     for i in range(a.warmup + a.steps):
@@ -81,6 +81,8 @@ def torch_worker(a):
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        if a.device == "cuda":
+            torch.cuda.synchronize()  # the step is timed to its end on the GPU, as duet's is
         if i >= a.warmup:
             times.append(time.perf_counter() - t0)
     print(json.dumps({"median_step_s": statistics.median(times), "parameters": params, "torch": torch.__version__}))
@@ -105,11 +107,11 @@ def duet_side(a, model, image_size, classes, env=None):
         report = os.path.join(d, "r.json")
         cmd = [a.duet, "profile", "--model", model, "--image-size", str(image_size), "--classes", str(classes),
                "--batch", str(a.batch), "--steps", str(a.steps), "--warmup", str(a.warmup), "--mode", "throughput",
-               "--threads", str(a.threads), "--out", report]
+               "--threads", str(a.threads), "--device", a.device, "--out", report]
         _, rss = run_measured(cmd, env)
         with open(report) as f:
             r = json.load(f)
-    peak = next(m["peak"] for m in r["memory"]["devices"] if m["device"] == "cpu")
+    peak = next(m["peak"] for m in r["memory"]["devices"] if m["device"].startswith(a.device))
     return {"median_step_s": r["phases"]["median_step_ns"] * 1e-9, "parameters": r["run_config"]["parameters"],
             "peak_rss": rss, "allocator_peak": peak}
 
@@ -117,7 +119,7 @@ def duet_side(a, model, image_size, classes, env=None):
 def torch_side(a, model, image_size, classes, channels_last):
     cmd = [a.python, os.path.abspath(__file__), "--torch-worker", "--model", model, "--image-size", str(image_size),
            "--classes", str(classes), "--batch", str(a.batch), "--steps", str(a.steps), "--warmup", str(a.warmup),
-           "--threads", str(a.threads)] + (["--channels-last"] if channels_last else [])
+           "--threads", str(a.threads), "--device", a.device] + (["--channels-last"] if channels_last else [])
     env = dict(os.environ)
     # Pinning OpenBLAS (CI sets these for Debian's torch 1.13) halves a wheel's GEMM speed: unset.
     env.pop("OPENBLAS_CORETYPE", None)
@@ -136,6 +138,8 @@ def main():
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                    help="where both frameworks train: cpu, or cuda (duet's CUDA backend against PyTorch on the same GPU)")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=1, help="alternate duet/torch this many times; medians are kept")

@@ -49,10 +49,10 @@ protected:
     const AmpCase c = GetParam();
     if (c.backend == Backend::cuda) {
 #ifdef DUET_HAVE_CUDA
-      if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: autocast on cuDNN/cuBLAS needs a GPU";
+      if (cuda_device_count() == 0) DUET_SKIP_WITHOUT_CUDA("no CUDA device: autocast on cuDNN/cuBLAS needs a GPU");
       device_ = Device::cuda(0);
 #else
-      GTEST_SKIP() << "built without the CUDA backend (configure with -DDUET_CUDA=ON)";
+      DUET_SKIP_WITHOUT_CUDA("built without the CUDA backend (configure with -DDUET_CUDA=ON)");
 #endif
     } else {
       if (!backend_available(c.backend)) GTEST_SKIP() << "backend " << backend_name(c.backend) << " is not built in";

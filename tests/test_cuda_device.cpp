@@ -1,8 +1,9 @@
 // The CUDA backend on a real GPU: every op against the reference backend on random shapes (the
 // self-test's cases, two seeds), the caching allocator's reuse on the device, stream timing, the
 // convolution-algorithm cache, and the errors that need a device to happen. Without a GPU each test
-// reports itself as skipped, with the reason, never as passed.
+// reports itself as skipped, with the reason, never as passed (and fails with DUET_REQUIRE_CUDA=1).
 #include <gtest/gtest.h>
+#include "tests/test_support.h"
 
 #ifdef DUET_HAVE_CUDA
 #include <cmath>
@@ -22,7 +23,7 @@ using namespace duet;
 
 #define DUET_REQUIRE_CUDA_DEVICE()                                                                     \
   do {                                                                                                 \
-    if (duet::cuda_device_count() == 0) GTEST_SKIP() << duet::cuda::unavailable_reason();              \
+    if (duet::cuda_device_count() == 0) DUET_SKIP_WITHOUT_CUDA(duet::cuda::unavailable_reason());      \
   } while (0)
 
 namespace {
@@ -270,5 +271,5 @@ TEST(CudaDevice, SelftestPasses) {
 }
 
 #else
-TEST(CudaDevice, NotBuilt) { GTEST_SKIP() << "built without the CUDA backend (configure with -DDUET_CUDA=ON)"; }
+TEST(CudaDevice, NotBuilt) { DUET_SKIP_WITHOUT_CUDA("built without the CUDA backend (configure with -DDUET_CUDA=ON)"); }
 #endif

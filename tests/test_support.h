@@ -1,6 +1,7 @@
 // Shared helpers for the test suites: the gradient checker, tensor comparison, backend lists
 // and the shared data folder.
 #pragma once
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -35,6 +36,15 @@ std::string data_dir();
       if (std::getenv("DUET_REQUIRE_DATA")) FAIL() << "DUET_REQUIRE_DATA is set but no data dir"; \
       GTEST_SKIP() << "shared data folder not found (set DUET_DATA_DIR)";                      \
     }                                                                                            \
+  } while (0)
+
+// A test that needs a GPU or the CUDA backend: skips visibly without it, or fails when
+// DUET_REQUIRE_CUDA=1 (set by scripts/gpu_check.sh), so that on a GPU machine a CUDA test that did
+// not run cannot pass for one that did. `why` is streamed into the message.
+#define DUET_SKIP_WITHOUT_CUDA(why)                                                   \
+  do {                                                                                \
+    if (std::getenv("DUET_REQUIRE_CUDA")) FAIL() << "DUET_REQUIRE_CUDA is set, but " << why; \
+    GTEST_SKIP() << why;                                                              \
   } while (0)
 
 }  // namespace duet::testing
