@@ -197,6 +197,17 @@ std::vector<CudaSelftestCase> cuda_selftest_cases(uint64_t seed) {
   conv_case("conv2d groups 2, dilation 2", 2, {1, 1, 2, 2, 2, 2, 1}, 3, false, DType::f32, 1e-4, 1e-3);
   conv_case("conv2d 1x1 (channels-last)", 1, {1, 1, 0, 0, 1, 1, 1}, 1, true, DType::f32, 1e-4, 1e-3);
   conv_case("conv2d f64", 1, {1, 1, 1, 1, 1, 1, 1}, 3, false, DType::f64, 1e-11, 1e-9);
+  conv_case("conv2d + bias + ReLU fused (channels-last)", 1, {1, 1, 1, 1, 1, 1, 1, true}, 3, true, DType::f32, 1e-4, 1e-3);
+  // TF32 tensor cores: a 10-bit mantissa, so about 1e-3 relative (PyTorch's allow_tf32 tolerance)
+  add_case("conv2d with TF32 allowed", {rnd({2, Cin, H, W}, next()), rnd({Cout, Cin, 3, 3}, next())}, {true, true},
+           [](const auto& v) {
+             const bool before = cuda_allow_tf32();
+             cuda_set_allow_tf32(true);
+             Tensor y = conv2d(v[0], v[1], Tensor(), {1, 1, 1, 1, 1, 1, 1});
+             cuda_set_allow_tf32(before);
+             return y;
+           },
+           5e-3, 5e-3);
 
   // -- mixed precision: autocast sends 16-bit operands to cuDNN/cuBLAS and the reference loops;
   // both accumulate in f32 and round once, so they differ by about an ulp of the 16-bit type --
@@ -233,6 +244,14 @@ std::vector<CudaSelftestCase> cuda_selftest_cases(uint64_t seed) {
              const TensorOptions o = TensorOptions().with_device(v[0].device());
              return batch_norm(v[0].contiguous(MemoryFormat::channels_last), v[1], v[2], Tensor::zeros({v[0].size(1)}, o),
                                Tensor::ones({v[0].size(1)}, o), {});
+           }, 1e-4, 1e-3);
+  add_case("batch_norm + ReLU fused (channels-last)", {rnd({4, Cin, 6, 5}, next()), rnd({Cin}, next()), rnd({Cin}, next())},
+           {true, true, true}, [](const auto& v) {
+             const TensorOptions o = TensorOptions().with_device(v[0].device());
+             BatchNormParams p;
+             p.relu = true;
+             return batch_norm(v[0].contiguous(MemoryFormat::channels_last), v[1], v[2], Tensor::zeros({v[0].size(1)}, o),
+                               Tensor::ones({v[0].size(1)}, o), p);
            }, 1e-4, 1e-3);
   add_case("batch_norm running stats", {rnd({8, Cin}, next(), 0, 3)}, {false}, [](const auto& v) {
     const TensorOptions o = TensorOptions().with_device(v[0].device());
@@ -288,6 +307,13 @@ std::vector<CudaSelftestCase> cuda_selftest_cases(uint64_t seed) {
     Generator g(77);
     return Tensor::rand({1000}, TensorOptions().with_device(v[0].device()), &g);
   }, 0, 0);
+  add_case("randn f32", {rnd({1}, next())}, {false}, [](const auto& v) {
+    Generator g(79);
+    return Tensor::randn({1000}, TensorOptions(DType::f32).with_device(v[0].device()), &g);
+  }, 1e-6, 1e-5);
+  // Large enough that every grid-stride loop makes several passes (more elements than threads launched).
+  add_case("relu + sum, 2^23 elements", {rnd({1 << 13, 1 << 10}, next())}, {true},
+           [](const auto& v) { return sum(relu(v[0]), {0}); }, 1e-3, 1e-4);
   add_case("randn", {rnd({1}, next())}, {false}, [](const auto& v) {
     Generator g(78);
     return Tensor::randn({1000}, TensorOptions(DType::f64).with_device(v[0].device()), &g);
@@ -312,6 +338,15 @@ std::vector<CudaSelftestCase> cuda_selftest_cases(uint64_t seed) {
     const SgdParams p{0.1, 0.9, 0.0, 1e-4, true};
     sgd_step_(w, v[1], buf, p, true);
     sgd_step_(w, v[1], buf, p, false);
+    return w;
+  });
+  add_case("adam_step (L2 weight decay)", {rnd({a, c}, next()), rnd({a, c}, next())}, {false, false}, [](const auto& v) {
+    Tensor w = v[0].clone(), m = Tensor::zeros_like(v[0]), s2 = Tensor::zeros_like(v[0]);
+    AdamParams p;
+    p.weight_decay = 1e-2;  // folded into the gradient (decoupled = false)
+    adam_step_(w, v[1], m, s2, p);
+    p.step = 2;
+    adam_step_(w, v[1], m, s2, p);
     return w;
   });
   add_case("adamw_step", {rnd({a, c}, next()), rnd({a, c}, next())}, {false, false}, [](const auto& v) {
