@@ -1,7 +1,10 @@
 // The sub-commands wired into one CLI11 app (see cli.h).
 #include "apps/cli.h"
+#include <cmath>
 #include <exception>
 #include <ostream>
+#include <stdexcept>
+#include <string>
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include "apps/data_cmd.h"
@@ -34,6 +37,30 @@ Each command has its own --help (duet train --help). Global options (--device, -
 --threads, --seed) go before or after the command's name. Guide: docs/training.md.)";
 }  // namespace
 
+namespace {
+// CLI11's Range compares with < and >, which NaN passes: every floating-point option of every
+// command must also be a finite number. Applied here, in one place, so a new option gets it too.
+std::string finite_or_why(std::string& text) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::out_of_range&) {
+    return "must be a finite number, got " + text + " (out of range)";
+  } catch (const std::invalid_argument&) {
+    return "";  // not a number at all: the option's own conversion says so
+  }
+  return std::isfinite(v) ? "" : "must be a finite number, got " + text;
+}
+
+void require_finite_floats(CLI::App& app) {
+  static const CLI::Validator finite(finite_or_why, "FINITE", "finite");
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) require_finite_floats(*sub);
+  for (CLI::Option* opt : app.get_options())
+    if (opt->get_type_name().find("FLOAT") != std::string::npos) opt->check(finite);
+}
+}  // namespace
+
 int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
   CLI::App app{"duet: a from-scratch training engine for CNNs and ViTs, with a per-op profiler"};
   app.require_subcommand(1);
@@ -48,6 +75,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   add_probe_command(app, global);
   add_report_command(app);
   add_compare_command(app);
+  require_finite_floats(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

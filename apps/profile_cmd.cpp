@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include "apps/evaluate.h"
+#include "apps/output_check.h"
 #include "apps/profile_cmds.h"
 #include "apps/run_env.h"
 #include "apps/train_config.h"
@@ -198,7 +199,11 @@ Command add_profile_command(CLI::App& app, GlobalOptions& g) {
   cmd->add_option("--trace", c->trace, "One batch size: also write a Chrome trace (open in ui.perfetto.dev)");
   add_global_options(*cmd, g);
   cmd->footer(kProfileFooter);
-  return {cmd, [c, &g](std::ostream& out) { return run_profile(*c, g, out); }};
+  return {cmd, [c, &g](std::ostream& out) {
+            check_output_path("--out", c->out);
+            check_output_path("--trace", c->trace);
+            return run_profile(*c, g, out);
+          }};
 }
 
 }  // namespace duet::app

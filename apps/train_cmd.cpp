@@ -3,6 +3,7 @@
 #include <iostream>
 #include <memory>
 #include <CLI/CLI.hpp>
+#include "apps/output_check.h"
 #include "apps/trainer.h"
 
 namespace duet::app {
@@ -56,6 +57,7 @@ void add_optim_options(CLI::App& cmd, TrainConfig& c) {
   cmd.add_option("--lr-step-epochs", o.step_epochs, "step: epochs between decays")->check(CLI::Range(0.0, 1e6))->group(s);
   cmd.add_option("--lr-milestones", o.milestone_epochs, "step: epochs at which lr is multiplied by gamma, e.g. 30,60")
       ->delimiter(',')
+      ->check(CLI::Range(0.0, 1e6))  // each element
       ->group(s);
   cmd.add_option("--lr-gamma", o.gamma, "step: decay factor")->capture_default_str()->check(CLI::Range(0.0, 1.0))->group(s);
   cmd.add_option("--min-lr", o.min_lr, "cosine: final learning rate")->capture_default_str()->check(CLI::Range(0.0, 1e6))->group(s);
@@ -149,6 +151,10 @@ Command add_train_command(CLI::App& app, GlobalOptions& g) {
             cfg.profile = cmd->count("--profile") > 0;
             DUET_CHECK(cfg.trace_path.empty() || cfg.profile, "--trace needs --profile");
             DUET_CHECK(!cfg.profile_sync || cfg.profile, "--profile-sync needs --profile");
+            check_output_path("--checkpoint", cfg.checkpoint);
+            check_output_path("--log", cfg.log);
+            check_output_path("--profile", cfg.profile_path);
+            check_output_path("--trace", cfg.trace_path);
             run_training(cfg, g, out);
             return 0;
           }};

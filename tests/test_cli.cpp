@@ -59,6 +59,47 @@ TEST(Cli, BadOptionValuesAreParseErrors) {
   EXPECT_NE(none.status, 0);
 }
 
+// An output that cannot be written stops the command before any work: the error names the option
+// and the path, and no epoch has run (nothing printed on stdout, where the epoch lines go).
+TEST(Cli, UnwritableOutputsFailBeforeTraining) {
+  const std::string missing = (std::filesystem::temp_directory_path() / "duet-no-such-folder-7f3a" / "ck.safetensors").string();
+  const CliResult r = duet_cli({"train", "--dataset", "synthetic", "--epochs", "1", "--checkpoint", missing});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(contains(r.err, "--checkpoint '" + missing + "': the folder")) << r.err;
+  EXPECT_TRUE(contains(r.err, "does not exist")) << r.err;
+  EXPECT_EQ(r.out, "") << "training started before the output was checked";
+
+  const std::string folder = std::filesystem::temp_directory_path().string();
+  const CliResult dir = duet_cli({"train", "--dataset", "synthetic", "--epochs", "1", "--log", folder});
+  EXPECT_EQ(dir.status, 1);
+  EXPECT_TRUE(contains(dir.err, "--log '" + folder + "' is a folder")) << dir.err;
+
+  const CliResult proc = duet_cli({"train", "--dataset", "synthetic", "--epochs", "1", "--profile", "/proc/duet.json"});
+  EXPECT_EQ(proc.status, 1);
+  EXPECT_TRUE(contains(proc.err, "--profile '/proc/duet.json': cannot create a file in the folder '/proc'")) << proc.err;
+
+  const CliResult prof = duet_cli({"profile", "--model", "mlp", "--out", missing});
+  EXPECT_EQ(prof.status, 1);
+  EXPECT_TRUE(contains(prof.err, "--out '" + missing + "'")) << prof.err;
+}
+
+// CLI11's range checks let NaN through; every floating-point option refuses NaN and infinities,
+// and --lr-milestones is checked element by element.
+TEST(Cli, NumericOptionsRefuseNanInfinityAndOutOfRange) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--lr-gamma", "nan"}, {"--stop-after-minutes", "nan"}, {"--warmup-epochs", "nan"},
+        {"--lr", "inf"}, {"--momentum", "-inf"}, {"--label-smoothing", "1e999"}, {"--width-mult", "NaN"},
+        {"--schedule", "step", "--lr-milestones", "-5"}, {"--schedule", "step", "--lr-milestones", "10,1e19"},
+        {"--schedule", "step", "--lr-milestones", "10,nan"}}) {
+    std::vector<std::string> full{"train", "--dataset", "synthetic", "--epochs", "1"};
+    full.insert(full.end(), args.begin(), args.end());
+    const CliResult r = duet_cli(full);
+    EXPECT_NE(r.status, 0) << args[args.size() - 2] << " " << args.back() << " was accepted";
+    EXPECT_EQ(r.out.find("epoch"), std::string::npos) << "training ran with " << args.back();
+    EXPECT_TRUE(contains(r.err, args[args.size() - 2])) << r.err;
+  }
+}
+
 TEST(Cli, HelpHasExamples) {
   const CliResult r = duet_cli({"--help"});
   EXPECT_EQ(r.status, 0);
