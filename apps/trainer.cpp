@@ -185,18 +185,31 @@ void Trainer::log_epoch(const EpochMetrics& m) {
   DUET_CHECK(f.good(), "--log '{}': writing failed (disk full?)", c_.log);
 }
 
+std::string Trainer::last_good_checkpoint() const {
+  return last_checkpoint_.empty()
+             ? "no checkpoint was written (pass --checkpoint FILE to keep one after every epoch)"
+             : fmt::format("the last good checkpoint is '{}' (after epoch {}); continue from it with --resume {} and a "
+                           "lower --lr",
+                           last_checkpoint_, last_checkpoint_epoch_, last_checkpoint_);
+}
+
 void Trainer::stop_on_bad_loss(double loss, int64_t epoch, int64_t batch) const {
   const std::string where =
       fmt::format("step {} (epoch {}, batch {} of {}, lr {:.4g})", step_, epoch + 1, batch + 1, steps_per_epoch_,
                   schedule_->lr_at(step_));
-  const std::string ck =
-      last_checkpoint_.empty()
-          ? "no checkpoint was written (pass --checkpoint FILE to keep one after every epoch)"
-          : fmt::format("the last good checkpoint is '{}' (after epoch {}); continue from it with --resume {} and a "
-                        "lower --lr",
-                        last_checkpoint_, last_checkpoint_epoch_, last_checkpoint_);
   throw Error(fmt::format("training stopped: the loss is {} at {}; the weights were not updated with it, and {}",
-                          std::isnan(loss) ? "nan" : "infinite", where, ck));
+                          std::isnan(loss) ? "nan" : "infinite", where, last_good_checkpoint()));
+}
+
+void Trainer::stop_on_bad_weights(int64_t epoch) const {
+  const NoGradGuard no_grad;
+  for (const auto& [name, p] : model_->named_parameters()) {
+    const double biggest = amax(abs(p.detach())).item();
+    if (std::isfinite(biggest)) continue;
+    throw Error(fmt::format("training stopped: the last update of epoch {} (step {}) made parameter '{}' {}; this "
+                            "epoch was neither evaluated nor checkpointed, and {}",
+                            epoch + 1, step_ - 1, name, std::isnan(biggest) ? "nan" : "infinite", last_good_checkpoint()));
+  }
 }
 
 TrainResult Trainer::fit() {
@@ -279,6 +292,7 @@ TrainResult Trainer::fit() {
     const double secs = seconds_since(t0);
     train_seconds += secs;
     progress.end_epoch();
+    stop_on_bad_weights(epoch);
 
     EpochMetrics m;
     m.epoch = epoch + 1;

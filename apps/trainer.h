@@ -85,6 +85,10 @@ private:
   void write_checkpoint(int64_t epochs_done, const EpochMetrics& m);
   void log_epoch(const EpochMetrics& m);
   [[noreturn]] void stop_on_bad_loss(double loss, int64_t epoch, int64_t batch) const;
+  // The loss check before each update catches weights the previous update broke, except after the
+  // last update of an epoch: this checks them before that epoch is evaluated or checkpointed.
+  void stop_on_bad_weights(int64_t epoch) const;
+  std::string last_good_checkpoint() const;
 
   TrainConfig c_;
   RunEnv env_;
