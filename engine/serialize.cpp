@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -168,9 +169,15 @@ Entry parse_entry(const std::string& path, const std::string& name, const Json& 
                             path, name, dt));
   const Json& shape = v["shape"];
   if (!shape.is_array()) throw bad(fmt::format("has shape {}, expected a list of sizes", shape.dump()));
+  // The element and byte counts are bounded before anything uses them: a product that wraps around
+  // (a [2^32, 2^32] tensor has 2^64 = 0 elements in 64 bits) would pass the size check below.
+  uint64_t count = 1;
   for (const Json& d : shape) {
     if (!d.is_number_unsigned()) throw bad(fmt::format("has shape {}, expected non-negative integer sizes", shape.dump()));
-    e.shape.push_back(d.get<int64_t>());
+    const uint64_t n = d.get<uint64_t>();
+    if (n > uint64_t{INT64_MAX} || __builtin_mul_overflow(count, n, &count) || count > uint64_t{INT64_MAX})
+      throw bad(fmt::format("has shape {}, whose element count does not fit in 64 bits", shape.dump()));
+    e.shape.push_back(static_cast<int64_t>(n));
   }
   const Json& off = v["data_offsets"];
   if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
@@ -178,7 +185,9 @@ Entry parse_entry(const std::string& path, const std::string& name, const Json& 
   e.begin = off[0].get<uint64_t>();
   e.end = off[1].get<uint64_t>();
   if (e.end < e.begin) throw bad(fmt::format("has data_offsets [{}, {}]: end before begin", e.begin, e.end));
-  const uint64_t want = static_cast<uint64_t>(numel_of(e.shape)) * dtype_size(e.dtype);
+  uint64_t want = 0;
+  if (__builtin_mul_overflow(count, uint64_t{dtype_size(e.dtype)}, &want) || want > uint64_t{INT64_MAX})
+    throw bad(fmt::format("has shape {} of {}, whose byte count does not fit in 64 bits", shape_str(e.shape), dt));
   if (e.end - e.begin != want)
     throw bad(fmt::format("has data_offsets [{}, {}] ({} bytes), but shape {} of {} needs {} bytes", e.begin, e.end,
                           e.end - e.begin, shape_str(e.shape), dt, want));

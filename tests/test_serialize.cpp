@@ -165,6 +165,16 @@ TEST_F(Serialize, CorruptHeadersAreNamed) {
       [&] { read_safetensors(write_raw("i", R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}})", "12345678")); },
       {"'w'", "end before begin"});
   expect_error([&] { read_safetensors(write_raw("j", R"({"__metadata__": {"k": 3}})", "")); }, {"__metadata__", "'k'"});
+  // 2^32 x 2^32 elements wrap to 0 in 64 bits, which would match data_offsets [0, 0]
+  expect_error(
+      [&] { read_safetensors(write_raw("k", R"({"w": {"dtype": "U8", "shape": [4294967296, 4294967296], "data_offsets": [0, 0]}})", "")); },
+      {"'w'", "element count does not fit"});
+  expect_error(  // 2^62 F32 elements are 2^64 bytes
+      [&] { read_safetensors(write_raw("l", R"({"w": {"dtype": "F32", "shape": [4611686018427387904], "data_offsets": [0, 0]}})", "")); },
+      {"'w'", "byte count does not fit"});
+  expect_error(
+      [&] { read_safetensors(write_raw("m", R"({"w": {"dtype": "U8", "shape": [18446744073709551615], "data_offsets": [0, 0]}})", "")); },
+      {"'w'", "does not fit"});
 }
 
 TEST_F(Serialize, OffsetsOutOfRangeAndOverlapsAreNamed) {
