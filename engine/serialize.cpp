@@ -66,6 +66,21 @@ void write_all(int fd, const void* buf, size_t n, const std::string& path) {
 }
 }  // namespace
 
+namespace {
+// A write killed between mkstemp and rename leaves its temporary ('.<name>.tmp-XXXXXX') behind;
+// the next successful write of the same file removes them. (Two processes writing one file at the
+// same moment would remove each other's; nothing in duet does that.)
+void remove_stale_temporaries(const std::filesystem::path& dir, const std::string& name) {
+  const std::string prefix = "." + name + ".tmp-";
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string f = entry.path().filename().string();
+    if (f.size() == prefix.size() + 6 && f.compare(0, prefix.size(), prefix) == 0 && entry.is_regular_file(ec))
+      std::filesystem::remove(entry.path(), ec);
+  }
+}
+}  // namespace
+
 void save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata) {
   // Everything is checked and brought to host memory before the file is created.
   std::vector<Tensor> host;
@@ -131,6 +146,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors, cons
     ::fsync(dfd);
     ::close(dfd);
   }
+  remove_stale_temporaries(dir, target.filename().string());
 }
 
 // ---- reading ---------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <unistd.h>
 #include "engine/nn/layers.h"
 #include "engine/serialize.h"
@@ -133,6 +134,20 @@ TEST_F(Serialize, SaveIsAtomicAndLeavesNoTemporaryFiles) {
   EXPECT_EQ(load_safetensors(path("w.safetensors"))[0].first, "b");
   expect_error([&] { save_safetensors(path("no/such/dir/x.safetensors"), {{"a", Tensor::ones({1})}}); },
                {"no/such/dir"});
+}
+
+// What a write killed between creating its temporary and renaming it leaves behind is removed by the
+// next write of the same file; other files, and temporaries of other targets, stay.
+TEST_F(Serialize, NextSaveRemovesTemporariesAKilledSaveLeft) {
+  for (const char* debris : {".ck.safetensors.tmp-a1B2c3", ".ck.safetensors.tmp-zzzzzz"})
+    std::ofstream(path(debris)) << "half a checkpoint";
+  for (const char* keep : {".other.safetensors.tmp-a1B2c3", "ck.safetensors.tmp-notours", "notes.txt"})
+    std::ofstream(path(keep)) << "not ours";
+  save_safetensors(path("ck.safetensors"), {{"a", Tensor::ones({3})}});
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir_)) names.insert(e.path().filename().string());
+  EXPECT_EQ(names, (std::set<std::string>{"ck.safetensors", ".other.safetensors.tmp-a1B2c3", "ck.safetensors.tmp-notours",
+                                          "notes.txt"}));
 }
 
 TEST_F(Serialize, TruncatedFilesAreNamed) {
