@@ -89,7 +89,20 @@ std::vector<uint8_t> read_file_bytes(const std::string& path) {
   return bytes;
 }
 
-std::string check_image_file(const std::string& path) {
+std::string check_image_header(const uint8_t* data, size_t n, int64_t max_pixels) {
+  if (n >= (1ull << 31)) return fmt::format("file of {} bytes is too large to decode", n);
+  int w = 0, h = 0, comp = 0;
+  if (!stbi_info_from_memory(data, static_cast<int>(n), &w, &h, &comp))
+    return fmt::format("unreadable image header ({})", stbi_failure_reason());
+  if (w <= 0 || h <= 0) return fmt::format("the header declares an image of {} x {} pixels", w, h);
+  if (static_cast<int64_t>(w) * h > max_pixels)
+    return fmt::format("the image declares {} x {} = {} pixels, more than the limit of {} (--max-image-pixels raises "
+                       "it)",
+                       w, h, static_cast<int64_t>(w) * h, max_pixels);
+  return "";
+}
+
+std::string check_image_file(const std::string& path, int64_t max_pixels) {
   std::vector<uint8_t> bytes;
   try {
     bytes = read_file_bytes(path);
@@ -98,16 +111,13 @@ std::string check_image_file(const std::string& path) {
   }
   std::string problem = check_image_bytes(bytes.data(), bytes.size());
   if (!problem.empty()) return problem;
-  int w = 0, h = 0, comp = 0;
-  if (!stbi_info_from_memory(bytes.data(), static_cast<int>(bytes.size()), &w, &h, &comp))
-    return fmt::format("unreadable image header ({})", stbi_failure_reason());
-  return "";
+  return check_image_header(bytes.data(), bytes.size(), max_pixels);
 }
 
-Image decode_image_bytes(const uint8_t* data, size_t n, const std::string& name) {
-  const std::string problem = check_image_bytes(data, n);
+Image decode_image_bytes(const uint8_t* data, size_t n, const std::string& name, int64_t max_pixels) {
+  std::string problem = check_image_bytes(data, n);
+  if (problem.empty()) problem = check_image_header(data, n, max_pixels);
   DUET_CHECK(problem.empty(), "'{}': {}", name, problem);
-  DUET_CHECK(n < (1ull << 31), "'{}': file of {} bytes is too large to decode", name, n);
   int w = 0, h = 0, comp = 0;
   uint8_t* px = stbi_load_from_memory(data, static_cast<int>(n), &w, &h, &comp, 3);
   DUET_CHECK(px != nullptr, "'{}': cannot decode ({})", name, stbi_failure_reason());
@@ -120,9 +130,9 @@ Image decode_image_bytes(const uint8_t* data, size_t n, const std::string& name)
   return img;
 }
 
-Image decode_image_file(const std::string& path) {
+Image decode_image_file(const std::string& path, int64_t max_pixels) {
   const std::vector<uint8_t> bytes = read_file_bytes(path);
-  return decode_image_bytes(bytes.data(), bytes.size(), path);
+  return decode_image_bytes(bytes.data(), bytes.size(), path, max_pixels);
 }
 
 }  // namespace duet::datasets

@@ -261,7 +261,7 @@ std::string format_compare(const nlohmann::json& cmp, size_t top) {
     const auto& r = cmp["reports"][i];
     s += fmt::format("[{}] {}: model {}, timing {}, {}\n", i, names[i],
                      r["model"].is_string() ? r["model"].get<std::string>() : "(unknown)",
-                     r.value("timing_mode", std::string("?")), r["run_config"].dump());
+                     r.value("timing_mode", std::string("?")), r["run_config"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
   for (const auto& n : cmp.at("notes")) s += "note: " + n.get<std::string>() + "\n";
   const bool per_step = cmp.value("per_step", false);
