@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include "apps/evaluate.h"
+#include "apps/output_check.h"
 #include "apps/profile_cmds.h"
 #include "apps/run_env.h"
 #include "apps/train_config.h"
@@ -122,6 +123,8 @@ std::string summary_line(const ProfileConfig& c, const profiler::SweepPoint& p) 
 }
 
 int run_profile(const ProfileConfig& c, const GlobalOptions& g, std::ostream& out) {
+  check_output_file("--out", c.out, OutputKind::creates_folders);  // before the steps are run
+  check_output_file("--trace", c.trace, OutputKind::creates_folders);
   const std::vector<int64_t> batches = profiler::parse_batch_list(c.batches);
   const RunEnv env = apply_global_options(g);
   const ResolvedSizes sz = resolve_sizes(c);

@@ -479,3 +479,11 @@ TEST(Sizes, OptimizerStateIndexBeyondInt64IsAClearError) {
   EXPECT_ERROR_HAS(opt.load_state_tensors({{"steps", Tensor::zeros({2})}}), "expected an integer scalar");
   EXPECT_ERROR_HAS(opt.load_state_tensors({{"steps", Tensor::scalar(-3, DType::i64)}}), "step count >= 0");
 }
+
+TEST(Outputs, ProfileCommandProbesItsOutputsBeforeTheSteps) {
+  const CliResult r = duet_cli({"profile", "--model", "small_cnn", "--width-mult", "0.25", "--image-size", "8",
+                                "--batch", "2", "--steps", "1", "--warmup", "0", "--backend", "reference", "--out",
+                                "/proc/duet_probe.json"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(contains(r.err, "--out '/proc/duet_probe.json'")) << r.err;
+}
