@@ -18,29 +18,53 @@ bool is_jpeg(const uint8_t* d, size_t n) { return n >= 3 && d[0] == 0xFF && d[1]
 const uint8_t kPngSignature[8] = {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A};
 bool is_png(const uint8_t* d, size_t n) { return n >= 8 && std::memcmp(d, kPngSignature, 8) == 0; }
 
+// Debian 12's stb_image (2.27) trusts a Huffman table's code counts: 16 counts summing to more
+// than 256 codes overflow its 257-byte size and 256-byte value arrays (found by fuzz_image; stb
+// 2.28 refuses such tables). So every DHT segment, before or between scans, is checked here.
+std::string check_dht(const uint8_t* d, size_t begin, size_t end) {
+  for (size_t p = begin; p < end;) {
+    if (p + 17 > end) return fmt::format("corrupt JPEG: Huffman table segment at byte {} is cut short", begin - 4);
+    size_t codes = 0;
+    for (size_t i = 1; i <= 16; ++i) codes += d[p + i];
+    if (codes > 256)
+      return fmt::format("corrupt JPEG: Huffman table at byte {} declares {} codes (at most 256)", p, codes);
+    p += 17 + codes;
+    if (p > end) return fmt::format("corrupt JPEG: Huffman table segment at byte {} is cut short", begin - 4);
+  }
+  return "";
+}
+
 std::string check_jpeg(const uint8_t* d, size_t n) {
-  // Header segments carry their length, so walk them to the first start-of-scan; after it, in the
-  // entropy-coded data, 0xFF is always stuffed (FF 00) or a restart/table marker, so an FF D9
-  // there can only be the real end of image. Truncated files stop before it.
+  // Segments carry their length; walk them. After a start-of-scan comes entropy-coded data, in
+  // which 0xFF is always stuffed (FF 00) or a restart marker (FF D0..D7); any other FF xx is the
+  // next marker (a progressive JPEG has tables and scans after the first scan). An FF D9 after a
+  // scan is the real end of the image; truncated files stop before it.
   size_t pos = 2;
+  bool in_scan = false;
   while (true) {
+    if (in_scan) {
+      while (pos + 1 < n && !(d[pos] == 0xFF && d[pos + 1] != 0x00 && (d[pos + 1] < 0xD0 || d[pos + 1] > 0xD7)))
+        ++pos;
+      if (pos + 1 >= n)
+        return fmt::format("truncated: no end-of-image marker (FF D9) after the image data; the file ({} bytes) is cut "
+                           "short",
+                           n);
+    }
     while (pos < n && d[pos] == 0xFF) ++pos;  // fill bytes before a marker
     if (pos >= n) return fmt::format("truncated: the file ends in the JPEG header ({} bytes)", n);
     const uint8_t m = d[pos++];
-    if (m == 0xD9) return "the JPEG ends (end-of-image marker) before any image data";
+    if (m == 0xD9) return in_scan ? "" : "the JPEG ends (end-of-image marker) before any image data";
     if (m == 0x01 || (m >= 0xD0 && m <= 0xD8)) continue;  // markers without a length
     if (pos + 2 > n) return fmt::format("truncated: the file ends in the JPEG header ({} bytes)", n);
     const size_t len = (static_cast<size_t>(d[pos]) << 8) | d[pos + 1];
     if (len < 2) return fmt::format("corrupt JPEG: segment FF{:02X} at byte {} has length {}", m, pos - 2, len);
     if (pos + len > n)
       return fmt::format("truncated: the file ends inside JPEG segment FF{:02X} at byte {} ({} bytes)", m, pos - 2, n);
+    if (m == 0xC4)
+      if (std::string bad = check_dht(d, pos + 2, pos + len); !bad.empty()) return bad;
     pos += len;
-    if (m == 0xDA) break;  // start of scan: entropy-coded data follows
+    if (m == 0xDA) in_scan = true;  // start of scan: entropy-coded data follows
   }
-  for (size_t i = pos; i + 1 < n; ++i)
-    if (d[i] == 0xFF && d[i + 1] == 0xD9) return "";
-  return fmt::format("truncated: no end-of-image marker (FF D9) after the image data; the file ({} bytes) is cut short",
-                     n);
 }
 
 std::string check_png(const uint8_t* d, size_t n) {

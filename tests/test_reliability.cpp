@@ -487,3 +487,15 @@ TEST(Outputs, ProfileCommandProbesItsOutputsBeforeTheSteps) {
   EXPECT_EQ(r.status, 1);
   EXPECT_TRUE(contains(r.err, "--out '/proc/duet_probe.json'")) << r.err;
 }
+
+// ---- fuzzing findings -----------------------------------------------------------------------------
+
+// Found by fuzz_image: a JPEG whose Huffman table declares more than 256 codes made Debian's
+// stb_image 2.27 write past its tables (UBSan: index 257 out of bounds in stbi__build_huffman).
+TEST(FuzzFinding, JpegHuffmanTableOfMoreThan256CodesIsRefused) {
+  const std::string path = std::string(DUET_SOURCE_DIR) + "/fuzz/regressions/image_dht_257_codes.jpg";
+  const std::vector<uint8_t> bytes = datasets::read_file_bytes(path);
+  const std::string problem = datasets::check_image_bytes(bytes.data(), bytes.size());
+  EXPECT_NE(problem.find("corrupt JPEG: Huffman table at byte"), std::string::npos) << problem;
+  EXPECT_ERROR_HAS(datasets::decode_image_bytes(bytes.data(), bytes.size(), "dht.jpg"), "dht.jpg", "(at most 256)");
+}

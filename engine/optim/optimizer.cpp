@@ -127,16 +127,16 @@ void Optimizer::load_state_tensors(const std::vector<std::pair<std::string, Tens
   NoGradGuard no_grad;
   for (const auto& [key, value] : state) {
     DUET_CHECK(value.defined(), "{}: state '{}' is an undefined tensor", name(), key);
-    const auto count = [&]() {
-      DUET_CHECK(value.numel() == 1 && !is_floating(value.dtype()),
-                 "{}: state entry '{}' is {} {}; expected an integer scalar", name(), key, dtype_name(value.dtype()),
-                 shape_str(value.shape()));
-      const double v = value.item();
-      DUET_CHECK(v >= 0 && v < 9.0e18, "{}: state entry '{}' is {}; expected a step count >= 0", name(), key, v);
+    // (explicit parameters: clang 14 cannot capture structured bindings)
+    const auto count = [this](const std::string& entry, const Tensor& t) {
+      DUET_CHECK(t.numel() == 1 && !is_floating(t.dtype()), "{}: state entry '{}' is {} {}; expected an integer scalar",
+                 name(), entry, dtype_name(t.dtype()), shape_str(t.shape()));
+      const double v = t.item();
+      DUET_CHECK(v >= 0 && v < 9.0e18, "{}: state entry '{}' is {}; expected a step count >= 0", name(), entry, v);
       return static_cast<int64_t>(v);
     };
     if (key == "steps") {
-      steps_ = count();
+      steps_ = count(key, value);
       continue;
     }
     // "state.<index>.<buffer>"
@@ -154,7 +154,7 @@ void Optimizer::load_state_tensors(const std::vector<std::pair<std::string, Tens
     const Tensor* param = nullptr;
     ParamState& s = state_at(index, &param);
     if (buf == "step") {
-      s.step = count();
+      s.step = count(key, value);
       continue;
     }
     const ParamGroup* group = nullptr;
