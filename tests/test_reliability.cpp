@@ -21,6 +21,7 @@
 #include "apps/trainer.h"
 #include "datasets/image_file.h"
 #include "engine/optim/optimizer.h"
+#include "engine/profiler/report.h"
 #include "engine/rng.h"
 #include "engine/serialize.h"
 #include "tests/test_support.h"
@@ -498,4 +499,15 @@ TEST(FuzzFinding, JpegHuffmanTableOfMoreThan256CodesIsRefused) {
   const std::string problem = datasets::check_image_bytes(bytes.data(), bytes.size());
   EXPECT_NE(problem.find("corrupt JPEG: Huffman table at byte"), std::string::npos) << problem;
   EXPECT_ERROR_HAS(datasets::decode_image_bytes(bytes.data(), bytes.size(), "dht.jpg"), "dht.jpg", "(at most 256)");
+}
+
+// Found by fuzz_report: a number beyond a double ("0.005584e88830205156") made nlohmann throw
+// out_of_range, which load_report did not catch ("internal error", or terminate in a fuzzer).
+TEST(FuzzFinding, ReportWithANumberBeyondADoubleIsAClearError) {
+  const std::string path = std::string(DUET_SOURCE_DIR) + "/fuzz/regressions/report_number_overflow.json";
+  EXPECT_ERROR_HAS(profiler::load_report(path), "report_number_overflow.json", "is not valid JSON", "number overflow");
+  const fs::path dir = temp_dir("report_number");
+  std::ofstream(dir / "r.json") << R"({"schema": "duet.profile/1", "x": 1e999})";
+  EXPECT_ERROR_HAS(profiler::load_report((dir / "r.json").string()), "is not valid JSON");
+  fs::remove_all(dir);
 }

@@ -223,7 +223,7 @@ nlohmann::json load_report(const std::string& path) {
   nlohmann::json r;
   try {
     r = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number beyond a double
     throw Error(fmt::format("report '{}' is not valid JSON: {} (a duet.profile/1 report is written by a profiled "
                             "`duet train` or profiler::write_report)",
                             path, e.what()));
