@@ -21,6 +21,7 @@
 #include "apps/trainer.h"
 #include "datasets/image_file.h"
 #include "engine/optim/optimizer.h"
+#include "engine/profiler/compare.h"
 #include "engine/profiler/report.h"
 #include "engine/rng.h"
 #include "engine/serialize.h"
@@ -510,4 +511,21 @@ TEST(FuzzFinding, ReportWithANumberBeyondADoubleIsAClearError) {
   std::ofstream(dir / "r.json") << R"({"schema": "duet.profile/1", "x": 1e999})";
   EXPECT_ERROR_HAS(profiler::load_report((dir / "r.json").string()), "is not valid JSON");
   fs::remove_all(dir);
+}
+
+// Found by fuzz_report (ASan: heap-use-after-free): `compare` read phases["images_per_s"] through
+// operator[] of a const json, undefined when the key is missing. This suite runs under ASan in CI.
+TEST(FuzzFinding, CompareOfAReportWithoutImagesPerSecond) {
+  const std::string path = std::string(DUET_SOURCE_DIR) + "/fuzz/regressions/report_phases_without_images_per_s.json";
+  const nlohmann::json r = profiler::load_report(path);
+  ASSERT_FALSE(r["phases"].contains("images_per_s"));
+  const nlohmann::json cmp = profiler::compare({{"a", r}, {"b", r}});
+  bool found = false;
+  for (const auto& row : cmp["phases"])
+    if (row["phase"] == "images/s") {
+      found = true;
+      EXPECT_TRUE(row["value"][0].is_null()) << row.dump();  // unknown, not a read of freed memory
+    }
+  EXPECT_TRUE(found) << cmp["phases"].dump();
+  EXPECT_FALSE(profiler::format_compare(cmp).empty());
 }
