@@ -405,8 +405,11 @@ TEST(Interrupt, CommandLineExitsWith143AndResumes) {
   const fs::path dir = temp_dir("cli_signal");
   const std::string ck = (dir / "ck.safetensors").string(), log = (dir / "run.jsonl").string();
   const std::vector<std::string> run = with(tiny_args(), {"--epochs", "100000", "--checkpoint", ck, "--log", log});
-  std::thread killer([] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  // The signal is sent once training has written its first checkpoint: the handler is installed
+  // by then (before it, SIGTERM's default action would end the test process).
+  std::thread killer([ck] {
+    for (int i = 0; i < 6000 && !fs::exists(ck); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
     ::kill(::getpid(), SIGTERM);
   });
   const CliResult r = duet_cli(run);
