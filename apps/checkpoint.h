@@ -27,6 +27,11 @@ struct CheckpointState {
   // The fp16 loss scaler's state ({"scale", "growth_tracker", "skipped_steps"}); null when the run
   // has no scaler (f32 or bf16), so files of those runs are unchanged.
   nlohmann::json grad_scaler;
+  // A run stopped by SIGINT/SIGTERM mid-epoch: where in epoch `epoch` (0-based, the one after
+  // those completed) it stopped and the epoch's running sums, {"batch", "loss_sum", "correct",
+  // "seen", "seconds", "skipped_before"}, so a resume finishes that epoch exactly as the
+  // uninterrupted run would have. Null for checkpoints written at the end of an epoch.
+  nlohmann::json partial_epoch;
 };
 
 struct Checkpoint {

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <ostream>
 #include <CLI/CLI.hpp>
+#include "apps/option_checks.h"
 #include <fmt/format.h>
 #include "apps/checkpoint.h"
 #include "engine/error.h"
@@ -18,10 +19,10 @@ void add_model_options(CLI::App& cmd, ModelConfig& m) {
   cmd.add_option("--classes", m.classes, "Output classes (default: the dataset's; with --dataset synthetic, how many classes to generate, default 10)")->check(CLI::Range(int64_t{0}, int64_t{1000000}))->group(g);
   cmd.add_option("--width-mult", m.width_mult, "Channel multiplier (0.5: half-width ResNet, ...)")
       ->capture_default_str()
-      ->check(CLI::Range(0.01, 16.0))
+      ->check(finite_range(0.01, 16.0))
       ->group(g);
   cmd.add_option("--dropout", m.dropout, "Dropout probability where the model has dropout (default: the model's)")
-      ->check(CLI::Range(0.0, 0.99))
+      ->check(finite_range(0.0, 0.99))
       ->group(g);
 }
 

@@ -123,6 +123,8 @@ std::string summary_line(const ProfileConfig& c, const profiler::SweepPoint& p) 
 }
 
 int run_profile(const ProfileConfig& c, const GlobalOptions& g, std::ostream& out) {
+  check_output_file("--out", c.out, OutputKind::creates_folders);  // before the steps are run
+  check_output_file("--trace", c.trace, OutputKind::creates_folders);
   const std::vector<int64_t> batches = profiler::parse_batch_list(c.batches);
   const RunEnv env = apply_global_options(g);
   const ResolvedSizes sz = resolve_sizes(c);
@@ -199,11 +201,7 @@ Command add_profile_command(CLI::App& app, GlobalOptions& g) {
   cmd->add_option("--trace", c->trace, "One batch size: also write a Chrome trace (open in ui.perfetto.dev)");
   add_global_options(*cmd, g);
   cmd->footer(kProfileFooter);
-  return {cmd, [c, &g](std::ostream& out) {
-            check_output_path("--out", c->out);
-            check_output_path("--trace", c->trace);
-            return run_profile(*c, g, out);
-          }};
+  return {cmd, [c, &g](std::ostream& out) { return run_profile(*c, g, out); }};
 }
 
 }  // namespace duet::app

@@ -1,5 +1,6 @@
 #include "apps/profile_cmds.h"
 #include <omp.h>
+#include "apps/output_check.h"
 #include "apps/run_env.h"
 #include <ostream>
 #include <CLI/CLI.hpp>
@@ -110,7 +111,7 @@ void run_compare_cmd(std::ostream& out) {
   const nlohmann::json cmp = profiler::compare_files(c.files);
   out << profiler::format_compare(cmp, c.top);
   if (!c.json.empty()) {
-    profiler::write_file_atomic(c.json, cmp.dump(1) + "\n");
+    profiler::write_file_atomic(c.json, dump_lenient(cmp, 1) + "\n");
     out << fmt::format("\ncomparison written to {}\n", c.json);
   }
 }

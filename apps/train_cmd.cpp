@@ -3,7 +3,7 @@
 #include <iostream>
 #include <memory>
 #include <CLI/CLI.hpp>
-#include "apps/output_check.h"
+#include "apps/option_checks.h"
 #include "apps/trainer.h"
 
 namespace duet::app {
@@ -22,12 +22,12 @@ void add_optim_options(CLI::App& cmd, TrainConfig& c) {
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
       ->group(g);
   cmd.add_option("--lr", o.lr, "Learning rate; with --schedule onecycle the peak (default: 0.05 sgd, 0.002 adam/adamw)")
-      ->check(CLI::Range(1e-12, 1e6))
+      ->check(finite_range(1e-12, 1e6))
       ->group(g);
-  cmd.add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str()->check(CLI::Range(0.0, 0.9999))->group(g);
+  cmd.add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str()->check(finite_range(0.0, 0.9999))->group(g);
   cmd.add_flag("--nesterov", o.nesterov, "SGD with Nesterov momentum")->group(g);
   cmd.add_option("--weight-decay", o.weight_decay, "Weight decay (default: 5e-4 sgd, 0 adam, 0.01 adamw)")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(finite_range(0.0, 1.0))
       ->group(g);
   cmd.add_option("--amp", c.amp,
                  "Mixed precision: bf16 or fp16 convolutions and matmuls with f32 master weights; fp16 adds dynamic "
@@ -37,7 +37,7 @@ void add_optim_options(CLI::App& cmd, TrainConfig& c) {
       ->group(g);
   cmd.add_option("--label-smoothing", o.label_smoothing, "Label smoothing of the cross-entropy loss (0.1 is usual)")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 0.99))
+      ->check(finite_range(0.0, 0.99))
       ->group(g);
 
   const std::string s = "Learning-rate schedule (per step)";
@@ -48,30 +48,30 @@ void add_optim_options(CLI::App& cmd, TrainConfig& c) {
       ->check(CLI::IsMember({"constant", "step", "cosine", "onecycle"}))
       ->group(s);
   cmd.add_option("--warmup-epochs", o.warmup_epochs, "Linear warm-up epochs before the schedule (fractions allowed)")
-      ->check(CLI::Range(0.0, 1e6))
+      ->check(finite_range(0.0, 1e6))
       ->group(s);
   cmd.add_option("--warmup-start", o.warmup_start_factor, "Warm-up starts at lr times this factor")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(finite_range(0.0, 1.0))
       ->group(s);
-  cmd.add_option("--lr-step-epochs", o.step_epochs, "step: epochs between decays")->check(CLI::Range(0.0, 1e6))->group(s);
+  cmd.add_option("--lr-step-epochs", o.step_epochs, "step: epochs between decays")->check(finite_range(0.0, 1e6))->group(s);
   cmd.add_option("--lr-milestones", o.milestone_epochs, "step: epochs at which lr is multiplied by gamma, e.g. 30,60")
       ->delimiter(',')
-      ->check(CLI::Range(0.0, 1e6))  // each element
+      ->check(finite_range(0.0, 1e6))
       ->group(s);
-  cmd.add_option("--lr-gamma", o.gamma, "step: decay factor")->capture_default_str()->check(CLI::Range(0.0, 1.0))->group(s);
-  cmd.add_option("--min-lr", o.min_lr, "cosine: final learning rate")->capture_default_str()->check(CLI::Range(0.0, 1e6))->group(s);
+  cmd.add_option("--lr-gamma", o.gamma, "step: decay factor")->capture_default_str()->check(finite_range(0.0, 1.0))->group(s);
+  cmd.add_option("--min-lr", o.min_lr, "cosine: final learning rate")->capture_default_str()->check(finite_range(0.0, 1e6))->group(s);
   cmd.add_option("--pct-start", o.pct_start, "onecycle: fraction of the steps spent warming up")
       ->capture_default_str()
-      ->check(CLI::Range(0.01, 0.99))
+      ->check(finite_range(0.01, 0.99))
       ->group(s);
   cmd.add_option("--div-factor", o.div_factor, "onecycle: starting lr = lr / div-factor")
       ->capture_default_str()
-      ->check(CLI::Range(1.0, 1e9))
+      ->check(finite_range(1.0, 1e9))
       ->group(s);
   cmd.add_option("--final-div-factor", o.final_div_factor, "onecycle: final lr = starting lr / final-div-factor")
       ->capture_default_str()
-      ->check(CLI::Range(1.0, 1e12))
+      ->check(finite_range(1.0, 1e12))
       ->group(s);
 }
 
@@ -114,7 +114,7 @@ void add_run_options(CLI::App& cmd, TrainConfig& c) {
       ->group(o);
   cmd.add_option("--stop-after-minutes", c.stop_after_minutes,
                  "Stop once this much training time has passed (the epoch is cut short and evaluated)")
-      ->check(CLI::Range(0.0, 1e9))
+      ->check(finite_range(0.0, 1e9))
       ->group(o);
   cmd.add_option("--stop-after-epochs", c.stop_after_epochs,
                  "Stop after this many epochs of this run, schedule unchanged (continue later with --resume)")
@@ -151,12 +151,9 @@ Command add_train_command(CLI::App& app, GlobalOptions& g) {
             cfg.profile = cmd->count("--profile") > 0;
             DUET_CHECK(cfg.trace_path.empty() || cfg.profile, "--trace needs --profile");
             DUET_CHECK(!cfg.profile_sync || cfg.profile, "--profile-sync needs --profile");
-            check_output_path("--checkpoint", cfg.checkpoint);
-            check_output_path("--log", cfg.log);
-            check_output_path("--profile", cfg.profile_path);
-            check_output_path("--trace", cfg.trace_path);
-            run_training(cfg, g, out);
-            return 0;
+            // 130 / 143 as a shell reports a process killed by SIGINT / SIGTERM, so scripts see the stop.
+            const TrainResult r = run_training(cfg, g, out);
+            return r.interrupted_by != 0 ? 128 + r.interrupted_by : 0;
           }};
 }
 

@@ -31,15 +31,25 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const OptimConfig& o, const std
 }
 
 LrScheduleConfig make_schedule_config(const OptimConfig& o, int64_t epochs, int64_t steps_per_epoch) {
-  const auto steps = [&](double e) { return static_cast<int64_t>(std::llround(e * static_cast<double>(steps_per_epoch))); };
+  // The command line refuses these already; a library caller or an edited checkpoint may not.
+  const auto steps = [&](double e, const char* option) {
+    DUET_CHECK(std::isfinite(e) && e >= 0 && e <= 1e6, "{} {}: expected a finite number of epochs in [0, 1e6]", option,
+               e);
+    return static_cast<int64_t>(std::llround(e * static_cast<double>(steps_per_epoch)));
+  };
+  for (const auto& [value, option] : {std::pair{o.gamma, "--lr-gamma"}, {o.min_lr, "--min-lr"},
+                                      {o.warmup_start_factor, "--warmup-start"}, {o.pct_start, "--pct-start"},
+                                      {o.div_factor, "--div-factor"}, {o.final_div_factor, "--final-div-factor"},
+                                      {o.resolved_lr(), "--lr"}})
+    DUET_CHECK(std::isfinite(value), "{} {}: expected a finite number", option, value);
   LrScheduleConfig s;
   s.kind = o.schedule;
   s.base_lr = o.resolved_lr();
   s.total_steps = epochs * steps_per_epoch;
-  s.warmup_steps = steps(o.warmup_epochs);
+  s.warmup_steps = steps(o.warmup_epochs, "--warmup-epochs");
   s.warmup_start_factor = o.warmup_start_factor;
-  s.step_size = steps(o.step_epochs);
-  for (double m : o.milestone_epochs) s.milestones.push_back(steps(m) - s.warmup_steps);
+  s.step_size = steps(o.step_epochs, "--lr-step-epochs");
+  for (double m : o.milestone_epochs) s.milestones.push_back(steps(m, "--lr-milestones") - s.warmup_steps);
   s.gamma = o.gamma;
   s.min_lr = o.min_lr;
   s.pct_start = o.pct_start;

@@ -2,6 +2,7 @@
 #include "apps/train_data.h"
 #include <filesystem>
 #include <CLI/CLI.hpp>
+#include "apps/option_checks.h"
 #include <fmt/format.h>
 #include "datasets/cifar10.h"
 #include "datasets/image_folder.h"
@@ -38,7 +39,7 @@ void add_data_options(CLI::App& cmd, DataOptions& o) {
   cmd.add_flag_function("--no-flip", [&o](int64_t) { o.flip = false; }, "Augment: no horizontal flips")->group(g);
   cmd.add_option("--scale-min", o.scale_min,
                  "Augment (folder): random-resized crop keeping [S, 1] of the area (default 0.08, torchvision's)")
-      ->check(CLI::Range(0.01, 1.0))
+      ->check(finite_range(0.01, 1.0))
       ->group(g);
   cmd.add_flag("--no-augment", o.no_augment, "No augmentation: train on the eval transform")->group(g);
   cmd.add_option("--workers", o.workers, "Loader threads decoding and augmenting ahead of training (0: on the training "
@@ -52,6 +53,11 @@ void add_data_options(CLI::App& cmd, DataOptions& o) {
       ->capture_default_str()
       ->group(g);
   cmd.add_flag("--skip-bad", o.skip_bad, "folder: leave out unreadable image files (with a warning) instead of stopping")
+      ->group(g);
+  cmd.add_option("--max-image-pixels", o.max_image_pixels,
+                 "folder: refuse images declaring more pixels than this (checked from the header, before decoding)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 31))
       ->group(g);
 }
 
@@ -103,6 +109,7 @@ std::shared_ptr<datasets::ImageFolder> open_folder(const DataOptions& o, const s
   // Decode and shrink each photo once; later epochs crop from the cached small copy.
   fo.resize_short_side = (size * 8 + 3) / 7;
   fo.cache = true;
+  fo.max_pixels = o.max_image_pixels;
   return std::make_shared<datasets::ImageFolder>(dir.string(), fo);
 }
 

@@ -31,6 +31,7 @@ struct DataOptions {
   int workers = 2;
   std::string memory_format = "auto";  // auto | nhwc | nchw
   bool skip_bad = false;               // folder: leave out broken files instead of stopping
+  int64_t max_image_pixels = 8192LL * 8192;  // folder: larger images are refused before decoding
 };
 
 void add_data_options(CLI::App& cmd, DataOptions& o);

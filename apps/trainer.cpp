@@ -5,9 +5,13 @@
 #include <fstream>
 #include <iostream>
 #include <ostream>
+#include <set>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include "apps/checkpoint.h"
 #include "apps/evaluate.h"
+#include "apps/interrupt.h"
+#include "apps/output_check.h"
 #include "apps/progress.h"
 #include "apps/profile_cmds.h"
 #include "datasets/loader.h"
@@ -119,48 +123,132 @@ void Trainer::resume_from(const std::string& path) {
     DUET_CHECK(a == b,
                "--resume '{}': the checkpoint was trained with {} {} but this run asks for {}; resuming needs the same "
                "model, data, batch size and seed (start a new run, or use --init-from to start from its weights)",
-               path, what, a.dump(), b.dump());
+               path, what, dump_lenient(a), dump_lenient(b));
   };
-  same(was.value("model", nlohmann::json()), now["model"], "model");
-  same(was.value("image_size", nlohmann::json()), now["image_size"], "image size");
-  same(was.value("batch", nlohmann::json()), now["batch"], "batch size");
-  same(was.value("seed", nlohmann::json()), now["seed"], "seed");
-  const nlohmann::json none = nlohmann::json::object();
-  same(was.value("data", none).value("dataset", nlohmann::json()), now["data"]["dataset"], "dataset");
-  same(was.value("optim", none).value("optimizer", nlohmann::json()), now["optim"]["optimizer"], "optimizer");
+  try {
+    same(was.value("model", nlohmann::json()), now["model"], "model");
+    same(was.value("image_size", nlohmann::json()), now["image_size"], "image size");
+    same(was.value("batch", nlohmann::json()), now["batch"], "batch size");
+    same(was.value("seed", nlohmann::json()), now["seed"], "seed");
+    const nlohmann::json none = nlohmann::json::object();
+    const nlohmann::json data = was.value("data", none), optim = was.value("optim", none);
+    DUET_CHECK(data.is_object() && optim.is_object(), "--resume '{}': the checkpoint's config has data {} and optim {}; "
+               "expected objects", path, dump_lenient(data), dump_lenient(optim));
+    same(data.value("dataset", nlohmann::json()), now["data"]["dataset"], "dataset");
+    same(optim.value("optimizer", nlohmann::json()), now["optim"]["optimizer"], "optimizer");
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("--resume '{}': the checkpoint's config is malformed ({})", path, e.what()));
+  }
   if (was.contains("epochs") && was["epochs"] != now["epochs"])
     out_ << fmt::format("note: the checkpoint's run was set for {} epochs, this one for {}: the learning-rate schedule is "
                         "stretched to the new length\n",
-                        was["epochs"].dump(), now["epochs"].dump());
-  DUET_CHECK(ck.state.step == ck.state.epoch * steps_per_epoch_,
-             "--resume '{}': {} steps in {} epochs does not match {} batches per epoch of this data; was the dataset "
+                        dump_lenient(was["epochs"]), dump_lenient(now["epochs"]));
+  // Ranges first, so that epoch * steps_per_epoch cannot overflow.
+  DUET_CHECK(ck.state.epoch <= 1000000, "--resume '{}': the checkpoint says {} epochs are done; expected at most 1000000",
+             path, ck.state.epoch);
+  int64_t batch = 0;
+  const nlohmann::json& partial = ck.state.partial_epoch;
+  if (!partial.is_null()) {
+    try {
+      batch = partial.at("batch").get<int64_t>();
+      for (const char* k : {"loss_sum", "seconds"})
+        DUET_CHECK(std::isfinite(partial.at(k).get<double>()) && partial.at(k).get<double>() >= 0,
+                   "--resume '{}': partial_epoch.{} is {}; expected a finite number >= 0", path, k,
+                   partial.at(k).get<double>());
+      for (const char* k : {"correct", "seen", "skipped_before"})
+        DUET_CHECK(partial.at(k).get<int64_t>() >= 0, "--resume '{}': partial_epoch.{} is {}; expected >= 0", path, k,
+                   partial.at(k).get<int64_t>());
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(fmt::format("--resume '{}': metadata 'partial_epoch' is malformed ({})", path, e.what()));
+    }
+    DUET_CHECK(batch > 0 && batch < steps_per_epoch_,
+               "--resume '{}': the checkpoint stopped after batch {} of an epoch of {} batches; expected 1 to {}", path,
+               batch, steps_per_epoch_, steps_per_epoch_ - 1);
+  }
+  DUET_CHECK(ck.state.step == ck.state.epoch * steps_per_epoch_ + batch,
+             "--resume '{}': {} steps in {} epochs{} does not match {} batches per epoch of this data; was the dataset "
              "changed?",
-             path, ck.state.step, ck.state.epoch, steps_per_epoch_);
+             path, ck.state.step, ck.state.epoch, batch > 0 ? fmt::format(" and {} batches", batch) : "",
+             steps_per_epoch_);
+  // Every buffer the optimizer keeps must be there once it has stepped: a missing one would
+  // silently restart that parameter's momentum from zero.
+  double opt_steps = -1;
+  std::set<std::string> have;
+  for (const auto& [name, t] : ck.optimizer) {
+    have.insert(name);
+    if (name == "steps" && t.numel() == 1) opt_steps = t.item();
+  }
+  DUET_CHECK(opt_steps >= 0, "--resume '{}': the checkpoint has no optimizer tensor 'optimizer.steps'; expected a file "
+             "written by duet train", path);
+  if (opt_steps > 0) {
+    std::vector<std::string> missing;
+    for (const std::string& n : opt_->stepped_state_names())
+      if (!have.count(n)) missing.push_back("optimizer." + n);
+    DUET_CHECK(missing.empty(), "--resume '{}': the checkpoint lacks {} optimizer state tensor{} of this {} run ({}{}); "
+               "the file is damaged or from another optimizer setting",
+               path, missing.size(), missing.size() == 1 ? "" : "s", c_.optim.optimizer,
+               fmt::join(missing.begin(), missing.begin() + std::min<ptrdiff_t>(5, std::ssize(missing)), ", "),
+               missing.size() > 5 ? ", ..." : "");
+  }
   load_state_dict(*model_, ck.model, true);
   opt_->load_state_tensors(ck.optimizer);
   // fp16: continue with the loss scale the run had reached (a new scaler would start at 2^16 and
   // skip steps the uninterrupted run did not).
   if (scaler_.enabled() && !ck.state.grad_scaler.is_null()) {
     const nlohmann::json& g = ck.state.grad_scaler;
-    scaler_.load_state({g.at("scale").get<double>(), g.at("growth_tracker").get<int64_t>(),
-                        g.at("skipped_steps").get<int64_t>()});
+    optim::GradScaler::State st;
+    try {
+      st = {g.at("scale").get<double>(), g.at("growth_tracker").get<int64_t>(), g.at("skipped_steps").get<int64_t>()};
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(fmt::format("--resume '{}': metadata 'grad_scaler' is malformed ({})", path, e.what()));
+    }
+    DUET_CHECK(std::isfinite(st.scale) && st.scale > 0 && st.growth_tracker >= 0 && st.skipped_steps >= 0,
+               "--resume '{}': grad_scaler {}: expected a finite scale > 0 and counts >= 0", path, dump_lenient(g));
+    scaler_.load_state(st);
   }
+  double train_seconds = 0;
+  try {
+    train_seconds = ck.state.metrics.is_object() ? ck.state.metrics.value("train_seconds", 0.0) : 0.0;
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("--resume '{}': metadata 'metrics' is malformed ({})", path, e.what()));
+  }
+  DUET_CHECK(std::isfinite(train_seconds) && train_seconds >= 0,
+             "--resume '{}': metrics.train_seconds is {}; expected a finite number >= 0", path, train_seconds);
   start_epoch_ = ck.state.epoch;
   step_ = ck.state.step;
+  resume_partial_ = partial;
   default_generator().seed = ck.state.generator_seed;
   default_generator().offset = ck.state.generator_offset;
-  train_seconds_before_ = ck.state.metrics.value("train_seconds", 0.0);
+  train_seconds_before_ = train_seconds;
   last_checkpoint_ = path;
   last_checkpoint_epoch_ = ck.state.epoch;
-  out_ << fmt::format("resumed from '{}': {} epochs ({} steps) done{}\n", path, ck.state.epoch, ck.state.step,
-                      ck.state.metrics.contains("test_acc")
-                          ? fmt::format(", test acc {:.2f}%", 100.0 * ck.state.metrics["test_acc"].get<double>())
-                          : "");
+  const nlohmann::json& m = ck.state.metrics;
+  const bool has_acc = m.is_object() && m.contains("test_acc") && m["test_acc"].is_number();
+  out_ << fmt::format("resumed from '{}': {} epochs ({} steps) done{}{}\n", path, ck.state.epoch, ck.state.step,
+                      batch > 0 ? fmt::format(" and {} of {} batches of epoch {}", batch, steps_per_epoch_,
+                                              ck.state.epoch + 1)
+                                : "",
+                      has_acc && batch == 0 ? fmt::format(", test acc {:.2f}%", 100.0 * m["test_acc"].get<double>()) : "");
 }
 
-void Trainer::write_checkpoint(int64_t epochs_done, const EpochMetrics& m) {
+void Trainer::check_weights_finite(int64_t epoch, int64_t batch) const {
+  const NoGradGuard no_grad;
+  for (const auto& [name, p] : model_->named_parameters()) {
+    if (!is_floating(p.dtype())) continue;
+    // One scalar per parameter comes back to the host, not the weights (they may live on a GPU).
+    const double biggest = amax(abs(p.detach())).item();
+    if (std::isfinite(biggest)) continue;
+    throw Error(fmt::format("training stopped: parameter '{}' holds {} after the update of step {} (epoch {}, batch "
+                            "{} of {}); these weights were not saved, and {}",
+                            name, std::isnan(biggest) ? "nan" : "an infinity", step_ - 1, epoch + 1, batch + 1,
+                            steps_per_epoch_, last_good_checkpoint()));
+  }
+}
+
+void Trainer::write_checkpoint(int64_t epochs_done, const EpochMetrics& m, const nlohmann::json& partial_epoch) {
   if (c_.checkpoint.empty()) return;
   CheckpointState s;
+  s.partial_epoch = partial_epoch;
   s.epoch = epochs_done;
   s.step = step_;
   s.generator_seed = default_generator().seed;
@@ -181,7 +269,7 @@ void Trainer::log_epoch(const EpochMetrics& m) {
   std::ofstream f(c_.log, std::ios::app);
   DUET_CHECK(f.good(), "--log '{}': cannot open the file for appending", c_.log);
   // One write per line, so a reader never sees half an object.
-  f << (m.to_json().dump() + "\n") << std::flush;
+  f << (dump_lenient(m.to_json()) + "\n") << std::flush;
   DUET_CHECK(f.good(), "--log '{}': writing failed (disk full?)", c_.log);
 }
 
@@ -199,17 +287,6 @@ void Trainer::stop_on_bad_loss(double loss, int64_t epoch, int64_t batch) const 
                   schedule_->lr_at(step_));
   throw Error(fmt::format("training stopped: the loss is {} at {}; the weights were not updated with it, and {}",
                           std::isnan(loss) ? "nan" : "infinite", where, last_good_checkpoint()));
-}
-
-void Trainer::stop_on_bad_weights(int64_t epoch) const {
-  const NoGradGuard no_grad;
-  for (const auto& [name, p] : model_->named_parameters()) {
-    const double biggest = amax(abs(p.detach())).item();
-    if (std::isfinite(biggest)) continue;
-    throw Error(fmt::format("training stopped: the last update of epoch {} (step {}) made parameter '{}' {}; this "
-                            "epoch was neither evaluated nor checkpointed, and {}",
-                            epoch + 1, step_ - 1, name, std::isnan(biggest) ? "nan" : "infinite", last_good_checkpoint()));
-  }
 }
 
 TrainResult Trainer::fit() {
@@ -236,14 +313,27 @@ TrainResult Trainer::fit() {
   for (int64_t epoch = start_epoch_; epoch < c_.epochs; ++epoch) {
     model_->train();
     alloc.reset_peak();
-    loader_->start_epoch(epoch);
+    // A checkpoint written on an interrupt continues its epoch at the batch it stopped at, with
+    // the epoch's running sums, so the epoch's metrics come out as the uninterrupted run's.
+    size_t first = 0;
+    double loss_sum = 0, seconds_before = 0;
+    int64_t correct = 0, seen = 0;
+    int64_t skipped_before = scaler_.skipped_steps();
+    if (epoch == start_epoch_ && !resume_partial_.is_null()) {
+      const nlohmann::json& p = resume_partial_;
+      first = p["batch"].get<size_t>();
+      loss_sum = p["loss_sum"].get<double>();
+      correct = p["correct"].get<int64_t>();
+      seen = p["seen"].get<int64_t>();
+      seconds_before = p["seconds"].get<double>();
+      skipped_before = p["skipped_before"].get<int64_t>();
+    }
+    loader_->start_epoch(epoch, static_cast<int64_t>(first));
     const std::vector<std::vector<int64_t>> batches = loader_->epoch_batches(epoch);
     progress.begin_epoch(epoch, c_.epochs, static_cast<int64_t>(batches.size()));
-    double loss_sum = 0;
-    int64_t correct = 0, seen = 0;
-    const int64_t skipped_before = scaler_.skipped_steps();
-    const auto t0 = Clock::now();
-    for (size_t k = 0; k < batches.size(); ++k) {
+    const auto t0 = Clock::now() - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds_before));
+    bool interrupted_mid_epoch = false;
+    for (size_t k = first; k < batches.size(); ++k) {
       const double lr = schedule_->lr_at(step_);
       opt_->set_lr(lr);
       const auto n = static_cast<int64_t>(batches[k].size());
@@ -284,15 +374,47 @@ TrainResult Trainer::fit() {
       const double elapsed = seconds_since(t0);
       progress.update(static_cast<int64_t>(k) + 1, loss_sum / static_cast<double>(seen),
                       static_cast<double>(correct) / static_cast<double>(seen), static_cast<double>(seen) / elapsed, lr);
-      if (budget_s > 0 && train_seconds + elapsed >= budget_s && k + 1 < batches.size()) {
+      if (interrupt_signal() != 0 && k + 1 < batches.size()) {
+        interrupted_mid_epoch = true;
+        progress.end_epoch();
+        check_weights_finite(epoch, static_cast<int64_t>(k));
+        EpochMetrics m;
+        m.epoch = epoch + 1;
+        m.steps = step_;
+        m.train_seconds = train_seconds + elapsed - seconds_before;
+        write_checkpoint(epoch, m,
+                         {{"batch", k + 1},
+                          {"loss_sum", loss_sum},
+                          {"correct", correct},
+                          {"seen", seen},
+                          {"seconds", elapsed},
+                          {"skipped_before", skipped_before}});
+        train_seconds += elapsed - seconds_before;
+        break;
+      }
+      if (budget_s > 0 && train_seconds + elapsed - seconds_before >= budget_s && k + 1 < batches.size()) {
         result.stopped_early = true;
         break;
       }
     }
+    if (interrupted_mid_epoch) {
+      result.interrupted_by = interrupt_signal();
+      out_ << fmt::format("{}: stopped after step {} (epoch {}, batch {} of {}); {}\n",
+                          signal_label(result.interrupted_by), step_, epoch + 1, step_ - epoch * steps_per_epoch_,
+                          steps_per_epoch_,
+                          c_.checkpoint.empty()
+                              ? "no checkpoint was written (pass --checkpoint FILE to be able to resume)"
+                              : fmt::format("checkpoint '{}' written: continue with the same options and --resume {}",
+                                            c_.checkpoint, c_.checkpoint))
+           << std::flush;
+      break;
+    }
     const double secs = seconds_since(t0);
-    train_seconds += secs;
+    train_seconds += secs - seconds_before;
     progress.end_epoch();
-    stop_on_bad_weights(epoch);
+    // The loss is checked before every update; the epoch's last update is checked here, before
+    // the weights are evaluated or saved, so "the last good checkpoint" is always good.
+    check_weights_finite(epoch, static_cast<int64_t>(batches.size()) - 1);
 
     EpochMetrics m;
     m.epoch = epoch + 1;
@@ -335,6 +457,16 @@ TrainResult Trainer::fit() {
                           c_.stop_after_minutes);
       break;
     }
+    if (interrupt_signal() != 0 && epoch + 1 < c_.epochs) {
+      result.interrupted_by = interrupt_signal();
+      out_ << fmt::format("{}: stopped after epoch {} of {}; {}\n", signal_label(result.interrupted_by), epoch + 1,
+                          c_.epochs,
+                          c_.checkpoint.empty()
+                              ? "no checkpoint was written (pass --checkpoint FILE to be able to resume)"
+                              : fmt::format("continue with the same options and --resume {}", c_.checkpoint))
+           << std::flush;
+      break;
+    }
     if (c_.stop_after_epochs > 0 && epoch + 1 - start_epoch_ >= c_.stop_after_epochs && epoch + 1 < c_.epochs) {
       out_ << fmt::format("stopped after {} epoch(s) of this run (--stop-after-epochs); {} of {} done{}\n",
                           c_.stop_after_epochs, epoch + 1, c_.epochs,
@@ -350,6 +482,11 @@ TrainResult Trainer::fit() {
 TrainResult run_training(const TrainConfig& c0, const GlobalOptions& g, std::ostream& out) {
   TrainConfig c = c0;
   c.seed = g.seed;
+  // Every file the run will write is probed before any data is read or any step is taken.
+  check_output_file("--checkpoint", c.checkpoint);
+  check_output_file("--log", c.log, c.resume.empty() ? OutputKind::replaces : OutputKind::appends);
+  check_output_file("--profile", c.profile_path, OutputKind::creates_folders);
+  check_output_file("--trace", c.trace_path, OutputKind::creates_folders);
   const RunEnv env = apply_global_options(g);
   models::model_info(c.model.name);  // an unknown name fails before any data is read
   manual_seed(c.seed);
@@ -370,6 +507,10 @@ TrainResult run_training(const TrainConfig& c0, const GlobalOptions& g, std::ost
                      trainable == model->num_parameters() ? "" : fmt::format(", {} trainable", with_commas(trainable)),
                      data.summary);
   Trainer trainer(c, env, std::move(data), model, out);
+  if (const std::string bad = first_invalid_utf8(trainer.checkpoint_config()); !bad.empty())
+    out << fmt::format("note: the configuration's '{}' is not valid UTF-8; checkpoints store it with U+FFFD in place of "
+                       "the bad bytes\n",
+                       bad);
   trainer.progress_bar = &out == &std::cout && stdout_is_terminal();
   out << fmt::format("device {} | backend {} | threads {} | input {} | optimizer {}{} wd {:g}{} | batch {} | epochs {} | "
                      "seed {}{}\n",
@@ -407,6 +548,7 @@ TrainResult run_training(const TrainConfig& c0, const GlobalOptions& g, std::ost
                    .device = env.device,
                    .sync_per_op = c.profile_sync});
   }
+  const InterruptGuard interrupts;
   TrainResult r = trainer.fit();
   const int64_t images = [&] {
     int64_t n = 0;

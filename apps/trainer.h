@@ -53,6 +53,7 @@ struct TrainResult {
   int64_t steps = 0;                 // global steps done
   double train_seconds = 0;
   bool stopped_early = false;        // --stop-after-minutes
+  int interrupted_by = 0;            // SIGINT or SIGTERM stopped the run (see apps/interrupt.h)
 };
 
 class Trainer {
@@ -62,8 +63,11 @@ public:
   Trainer(TrainConfig config, RunEnv env, TrainData data, std::shared_ptr<nn::Module> model, std::ostream& out);
   ~Trainer();
 
-  // Runs epochs [start, config.epochs), where start is 0 or the resumed checkpoint's epoch.
-  // Throws duet::Error on a non-finite loss, naming the step and the last good checkpoint.
+  // Runs epochs [start, config.epochs), where start is 0 or the resumed checkpoint's epoch (from
+  // the batch it stopped at, for a checkpoint written on an interrupt). Throws duet::Error on a
+  // non-finite loss or non-finite weights, naming the step and the last good checkpoint. When
+  // interrupt_signal() is set between steps it writes a checkpoint (if configured) and returns
+  // with interrupted_by set.
   TrainResult fit();
 
   // Called after every optimizer step (tests record the loss curve with it).
@@ -82,12 +86,12 @@ public:
 
 private:
   void resume_from(const std::string& path);
-  void write_checkpoint(int64_t epochs_done, const EpochMetrics& m);
+  void write_checkpoint(int64_t epochs_done, const EpochMetrics& m, const nlohmann::json& partial_epoch = nullptr);
+  // duet::Error naming the parameter when a weight is NaN or infinite after the update of
+  // `epoch`'s batch `batch`: the loss check before each update cannot see the last one.
+  void check_weights_finite(int64_t epoch, int64_t batch) const;
   void log_epoch(const EpochMetrics& m);
   [[noreturn]] void stop_on_bad_loss(double loss, int64_t epoch, int64_t batch) const;
-  // The loss check before each update catches weights the previous update broke, except after the
-  // last update of an epoch: this checks them before that epoch is evaluated or checkpointed.
-  void stop_on_bad_weights(int64_t epoch) const;
   std::string last_good_checkpoint() const;
 
   TrainConfig c_;
@@ -106,6 +110,7 @@ private:
   double train_seconds_before_ = 0;  // from the resumed checkpoint
   std::string last_checkpoint_;      // the newest checkpoint known good (written or resumed from)
   int64_t last_checkpoint_epoch_ = 0;
+  nlohmann::json resume_partial_;  // the resumed checkpoint's partial_epoch (null: start at a batch 0)
 };
 
 // `duet train` end to end: data, model (and --init-from), the trainer, and the profile report.

@@ -18,29 +18,53 @@ bool is_jpeg(const uint8_t* d, size_t n) { return n >= 3 && d[0] == 0xFF && d[1]
 const uint8_t kPngSignature[8] = {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A};
 bool is_png(const uint8_t* d, size_t n) { return n >= 8 && std::memcmp(d, kPngSignature, 8) == 0; }
 
+// Debian 12's stb_image (2.27) trusts a Huffman table's code counts: 16 counts summing to more
+// than 256 codes overflow its 257-byte size and 256-byte value arrays (found by fuzz_image; stb
+// 2.28 refuses such tables). So every DHT segment, before or between scans, is checked here.
+std::string check_dht(const uint8_t* d, size_t begin, size_t end) {
+  for (size_t p = begin; p < end;) {
+    if (p + 17 > end) return fmt::format("corrupt JPEG: Huffman table segment at byte {} is cut short", begin - 4);
+    size_t codes = 0;
+    for (size_t i = 1; i <= 16; ++i) codes += d[p + i];
+    if (codes > 256)
+      return fmt::format("corrupt JPEG: Huffman table at byte {} declares {} codes (at most 256)", p, codes);
+    p += 17 + codes;
+    if (p > end) return fmt::format("corrupt JPEG: Huffman table segment at byte {} is cut short", begin - 4);
+  }
+  return "";
+}
+
 std::string check_jpeg(const uint8_t* d, size_t n) {
-  // Header segments carry their length, so walk them to the first start-of-scan; after it, in the
-  // entropy-coded data, 0xFF is always stuffed (FF 00) or a restart/table marker, so an FF D9
-  // there can only be the real end of image. Truncated files stop before it.
+  // Segments carry their length; walk them. After a start-of-scan comes entropy-coded data, in
+  // which 0xFF is always stuffed (FF 00) or a restart marker (FF D0..D7); any other FF xx is the
+  // next marker (a progressive JPEG has tables and scans after the first scan). An FF D9 after a
+  // scan is the real end of the image; truncated files stop before it.
   size_t pos = 2;
+  bool in_scan = false;
   while (true) {
+    if (in_scan) {
+      while (pos + 1 < n && !(d[pos] == 0xFF && d[pos + 1] != 0x00 && (d[pos + 1] < 0xD0 || d[pos + 1] > 0xD7)))
+        ++pos;
+      if (pos + 1 >= n)
+        return fmt::format("truncated: no end-of-image marker (FF D9) after the image data; the file ({} bytes) is cut "
+                           "short",
+                           n);
+    }
     while (pos < n && d[pos] == 0xFF) ++pos;  // fill bytes before a marker
     if (pos >= n) return fmt::format("truncated: the file ends in the JPEG header ({} bytes)", n);
     const uint8_t m = d[pos++];
-    if (m == 0xD9) return "the JPEG ends (end-of-image marker) before any image data";
+    if (m == 0xD9) return in_scan ? "" : "the JPEG ends (end-of-image marker) before any image data";
     if (m == 0x01 || (m >= 0xD0 && m <= 0xD8)) continue;  // markers without a length
     if (pos + 2 > n) return fmt::format("truncated: the file ends in the JPEG header ({} bytes)", n);
     const size_t len = (static_cast<size_t>(d[pos]) << 8) | d[pos + 1];
     if (len < 2) return fmt::format("corrupt JPEG: segment FF{:02X} at byte {} has length {}", m, pos - 2, len);
     if (pos + len > n)
       return fmt::format("truncated: the file ends inside JPEG segment FF{:02X} at byte {} ({} bytes)", m, pos - 2, n);
+    if (m == 0xC4)
+      if (std::string bad = check_dht(d, pos + 2, pos + len); !bad.empty()) return bad;
     pos += len;
-    if (m == 0xDA) break;  // start of scan: entropy-coded data follows
+    if (m == 0xDA) in_scan = true;  // start of scan: entropy-coded data follows
   }
-  for (size_t i = pos; i + 1 < n; ++i)
-    if (d[i] == 0xFF && d[i + 1] == 0xD9) return "";
-  return fmt::format("truncated: no end-of-image marker (FF D9) after the image data; the file ({} bytes) is cut short",
-                     n);
 }
 
 std::string check_png(const uint8_t* d, size_t n) {
@@ -89,7 +113,20 @@ std::vector<uint8_t> read_file_bytes(const std::string& path) {
   return bytes;
 }
 
-std::string check_image_file(const std::string& path) {
+std::string check_image_header(const uint8_t* data, size_t n, int64_t max_pixels) {
+  if (n >= (1ull << 31)) return fmt::format("file of {} bytes is too large to decode", n);
+  int w = 0, h = 0, comp = 0;
+  if (!stbi_info_from_memory(data, static_cast<int>(n), &w, &h, &comp))
+    return fmt::format("unreadable image header ({})", stbi_failure_reason());
+  if (w <= 0 || h <= 0) return fmt::format("the header declares an image of {} x {} pixels", w, h);
+  if (static_cast<int64_t>(w) * h > max_pixels)
+    return fmt::format("the image declares {} x {} = {} pixels, more than the limit of {} (--max-image-pixels raises "
+                       "it)",
+                       w, h, static_cast<int64_t>(w) * h, max_pixels);
+  return "";
+}
+
+std::string check_image_file(const std::string& path, int64_t max_pixels) {
   std::vector<uint8_t> bytes;
   try {
     bytes = read_file_bytes(path);
@@ -98,16 +135,13 @@ std::string check_image_file(const std::string& path) {
   }
   std::string problem = check_image_bytes(bytes.data(), bytes.size());
   if (!problem.empty()) return problem;
-  int w = 0, h = 0, comp = 0;
-  if (!stbi_info_from_memory(bytes.data(), static_cast<int>(bytes.size()), &w, &h, &comp))
-    return fmt::format("unreadable image header ({})", stbi_failure_reason());
-  return "";
+  return check_image_header(bytes.data(), bytes.size(), max_pixels);
 }
 
-Image decode_image_bytes(const uint8_t* data, size_t n, const std::string& name) {
-  const std::string problem = check_image_bytes(data, n);
+Image decode_image_bytes(const uint8_t* data, size_t n, const std::string& name, int64_t max_pixels) {
+  std::string problem = check_image_bytes(data, n);
+  if (problem.empty()) problem = check_image_header(data, n, max_pixels);
   DUET_CHECK(problem.empty(), "'{}': {}", name, problem);
-  DUET_CHECK(n < (1ull << 31), "'{}': file of {} bytes is too large to decode", name, n);
   int w = 0, h = 0, comp = 0;
   uint8_t* px = stbi_load_from_memory(data, static_cast<int>(n), &w, &h, &comp, 3);
   DUET_CHECK(px != nullptr, "'{}': cannot decode ({})", name, stbi_failure_reason());
@@ -120,9 +154,9 @@ Image decode_image_bytes(const uint8_t* data, size_t n, const std::string& name)
   return img;
 }
 
-Image decode_image_file(const std::string& path) {
+Image decode_image_file(const std::string& path, int64_t max_pixels) {
   const std::vector<uint8_t> bytes = read_file_bytes(path);
-  return decode_image_bytes(bytes.data(), bytes.size(), path);
+  return decode_image_bytes(bytes.data(), bytes.size(), path, max_pixels);
 }
 
 }  // namespace duet::datasets

@@ -63,7 +63,7 @@ ImageFolder::ImageFolder(const std::string& root, ImageFolderOptions opt) : root
                dir.string());
     for (const std::string& f : files) {
       if (opt.verify || opt.skip_bad) {
-        const std::string problem = check_image_file(f);
+        const std::string problem = check_image_file(f, opt.max_pixels);
         if (!problem.empty()) {
           DUET_CHECK(opt.skip_bad, "'{}': {} (image folder '{}'; skip_bad leaves such files out)", f, problem, root);
           if (skipped_.size() < 20) std::fprintf(stderr, "warning: skipping '%s': %s\n", f.c_str(), problem.c_str());
@@ -114,7 +114,7 @@ Sample ImageFolder::load(int64_t index) const {
     s.image.pixels.assign(px, px + t.numel());
     return s;
   }
-  Image img = decode_image_file(p);
+  Image img = decode_image_file(p, opt_.max_pixels);
   if (opt_.resize_short_side > 0) {
     int64_t h, w;
     shorter_side_size(img.h, img.w, opt_.resize_short_side, h, w);

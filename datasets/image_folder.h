@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 #include "datasets/image_dataset.h"
+#include "datasets/image_file.h"
 
 namespace duet::datasets {
 
@@ -24,6 +25,8 @@ struct ImageFolderOptions {
   // Keep loaded (decoded, resized) images in memory as u8 so later epochs don't decode again;
   // meant for small sets with resize_short_side (1,000 photos at 73 px: about 20 MB).
   bool cache = false;
+  // Files declaring more pixels are refused (checked from the header before decoding).
+  int64_t max_pixels = kDefaultMaxImagePixels;
 };
 
 class ImageFolder final : public ImageDataset {

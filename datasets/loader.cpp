@@ -87,15 +87,17 @@ int64_t DataLoader::samples_per_epoch() const {
   return samples;
 }
 
-void DataLoader::start_epoch(int64_t epoch) {
+void DataLoader::start_epoch(int64_t epoch, int64_t first_batch) {
   stop_workers();
   epoch_ = epoch;
   batches_ = epoch_batches(epoch);
-  slots_.assign(batches_.size(), Slot{});
-  next_to_make_ = next_to_consume_ = 0;
-  failed_ = false;
   const auto nb = static_cast<int64_t>(batches_.size());
-  const int64_t n = std::min<int64_t>(opt_.num_workers, nb);
+  DUET_CHECK(first_batch >= 0 && first_batch <= nb, "DataLoader::start_epoch: first batch {} of an epoch of {} batches",
+             first_batch, nb);
+  slots_.assign(batches_.size(), Slot{});
+  next_to_make_ = next_to_consume_ = first_batch;
+  failed_ = false;
+  const int64_t n = std::min<int64_t>(opt_.num_workers, nb - first_batch);
   for (int64_t i = 0; i < n; ++i) workers_.emplace_back(&DataLoader::worker_loop, this);
 }
 

@@ -53,8 +53,9 @@ public:
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
 
-  // Starts making the batches of `epoch` (ending an unfinished epoch first).
-  void start_epoch(int64_t epoch);
+  // Starts making the batches of `epoch` (ending an unfinished epoch first), from batch
+  // `first_batch` on: a run resumed mid-epoch gets the same batches the uninterrupted one did.
+  void start_epoch(int64_t epoch, int64_t first_batch = 0);
   // The next batch of the epoch, false when the epoch is done. A worker's error (a bad file) is
   // rethrown here as duet::Error, naming the batch and the original problem. The wait is recorded
   // as profiler event "data.wait" in Phase::data.

@@ -64,19 +64,16 @@ void write_all(int fd, const void* buf, size_t n, const std::string& path) {
     n -= static_cast<size_t>(w);
   }
 }
-}  // namespace
-
-namespace {
-// A write killed between mkstemp and rename leaves its temporary ('.<name>.tmp-XXXXXX') behind;
-// the next successful write of the same file removes them. (Two processes writing one file at the
-// same moment would remove each other's; nothing in duet does that.)
+// A write killed before its rename leaves ".<name>.tmp-XXXXXX" beside the file (as large as the
+// file); the next write of the same file removes such debris. Writers of one file are one run
+// at a time, so no live write's temporary is taken.
 void remove_stale_temporaries(const std::filesystem::path& dir, const std::string& name) {
   const std::string prefix = "." + name + ".tmp-";
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string f = entry.path().filename().string();
-    if (f.size() == prefix.size() + 6 && f.compare(0, prefix.size(), prefix) == 0 && entry.is_regular_file(ec))
-      std::filesystem::remove(entry.path(), ec);
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string f = e.path().filename().string();
+    if (f.size() == prefix.size() + 6 && f.compare(0, prefix.size(), prefix) == 0 && e.is_regular_file(ec))
+      std::filesystem::remove(e.path(), ec);
   }
 }
 }  // namespace
@@ -107,7 +104,14 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors, cons
     offset += bytes;
     host.push_back(h);
   }
-  std::string text = header.dump();
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("save_safetensors('{}'): a tensor name or metadata value is not valid UTF-8, which the "
+                            "format's JSON header cannot hold ({})",
+                            path, e.what()));
+  }
   text.append((8 - text.size() % 8) % 8, ' ');  // data starts 8-byte aligned, as the reference writer does
   const uint64_t n = text.size();
   unsigned char len[8];
@@ -115,6 +119,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors, cons
 
   const std::filesystem::path target(path);
   const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+  remove_stale_temporaries(dir, target.filename().string());
   std::string tmp = (dir / fmt::format(".{}.tmp-XXXXXX", target.filename().string())).string();
   const int fd = ::mkstemp(tmp.data());
   if (fd < 0)
@@ -146,7 +151,6 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors, cons
     ::fsync(dfd);
     ::close(dfd);
   }
-  remove_stale_temporaries(dir, target.filename().string());
 }
 
 // ---- reading ---------------------------------------------------------------------------------------
@@ -185,15 +189,15 @@ Entry parse_entry(const std::string& path, const std::string& name, const Json& 
                             path, name, dt));
   const Json& shape = v["shape"];
   if (!shape.is_array()) throw bad(fmt::format("has shape {}, expected a list of sizes", shape.dump()));
-  // The element and byte counts are bounded before anything uses them: a product that wraps around
-  // (a [2^32, 2^32] tensor has 2^64 = 0 elements in 64 bits) would pass the size check below.
-  uint64_t count = 1;
+  // The byte count is computed with overflow checks: [2^32, 2^32] of U8 would wrap to 0 bytes
+  // in 64 bits. Zero sizes count as 1 here, so that the strides of an empty tensor fit too.
+  uint64_t product = static_cast<uint64_t>(dtype_size(e.dtype));
   for (const Json& d : shape) {
     if (!d.is_number_unsigned()) throw bad(fmt::format("has shape {}, expected non-negative integer sizes", shape.dump()));
-    const uint64_t n = d.get<uint64_t>();
-    if (n > uint64_t{INT64_MAX} || __builtin_mul_overflow(count, n, &count) || count > uint64_t{INT64_MAX})
-      throw bad(fmt::format("has shape {}, whose element count does not fit in 64 bits", shape.dump()));
-    e.shape.push_back(static_cast<int64_t>(n));
+    const uint64_t size = d.get<uint64_t>();
+    if (__builtin_mul_overflow(product, std::max<uint64_t>(size, 1), &product) || product > uint64_t{INT64_MAX})
+      throw bad(fmt::format("has shape {}: its byte count as {} overflows a 64-bit size", shape.dump(), dt));
+    e.shape.push_back(static_cast<int64_t>(size));
   }
   const Json& off = v["data_offsets"];
   if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
@@ -201,9 +205,7 @@ Entry parse_entry(const std::string& path, const std::string& name, const Json& 
   e.begin = off[0].get<uint64_t>();
   e.end = off[1].get<uint64_t>();
   if (e.end < e.begin) throw bad(fmt::format("has data_offsets [{}, {}]: end before begin", e.begin, e.end));
-  uint64_t want = 0;
-  if (__builtin_mul_overflow(count, uint64_t{dtype_size(e.dtype)}, &want) || want > uint64_t{INT64_MAX})
-    throw bad(fmt::format("has shape {} of {}, whose byte count does not fit in 64 bits", shape_str(e.shape), dt));
+  const uint64_t want = static_cast<uint64_t>(numel_of(e.shape)) * dtype_size(e.dtype);
   if (e.end - e.begin != want)
     throw bad(fmt::format("has data_offsets [{}, {}] ({} bytes), but shape {} of {} needs {} bytes", e.begin, e.end,
                           e.end - e.begin, shape_str(e.shape), dt, want));

@@ -136,20 +136,6 @@ TEST_F(Serialize, SaveIsAtomicAndLeavesNoTemporaryFiles) {
                {"no/such/dir"});
 }
 
-// What a write killed between creating its temporary and renaming it leaves behind is removed by the
-// next write of the same file; other files, and temporaries of other targets, stay.
-TEST_F(Serialize, NextSaveRemovesTemporariesAKilledSaveLeft) {
-  for (const char* debris : {".ck.safetensors.tmp-a1B2c3", ".ck.safetensors.tmp-zzzzzz"})
-    std::ofstream(path(debris)) << "half a checkpoint";
-  for (const char* keep : {".other.safetensors.tmp-a1B2c3", "ck.safetensors.tmp-notours", "notes.txt"})
-    std::ofstream(path(keep)) << "not ours";
-  save_safetensors(path("ck.safetensors"), {{"a", Tensor::ones({3})}});
-  std::set<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir_)) names.insert(e.path().filename().string());
-  EXPECT_EQ(names, (std::set<std::string>{"ck.safetensors", ".other.safetensors.tmp-a1B2c3", "ck.safetensors.tmp-notours",
-                                          "notes.txt"}));
-}
-
 TEST_F(Serialize, TruncatedFilesAreNamed) {
   save_safetensors(path("t.safetensors"), {{"first", Tensor::ones({4})}, {"second", Tensor::ones({64})}});
   const auto size = fs::file_size(path("t.safetensors"));
@@ -180,16 +166,14 @@ TEST_F(Serialize, CorruptHeadersAreNamed) {
       [&] { read_safetensors(write_raw("i", R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}})", "12345678")); },
       {"'w'", "end before begin"});
   expect_error([&] { read_safetensors(write_raw("j", R"({"__metadata__": {"k": 3}})", "")); }, {"__metadata__", "'k'"});
-  // 2^32 x 2^32 elements wrap to 0 in 64 bits, which would match data_offsets [0, 0]
-  expect_error(
-      [&] { read_safetensors(write_raw("k", R"({"w": {"dtype": "U8", "shape": [4294967296, 4294967296], "data_offsets": [0, 0]}})", "")); },
-      {"'w'", "element count does not fit"});
+  // Shapes whose byte count overflows 64 bits (the element count alone, or only with the dtype's size);
+  // test_reliability holds the [2^32, 2^32] case that wrapped to 0 bytes.
   expect_error(  // 2^62 F32 elements are 2^64 bytes
       [&] { read_safetensors(write_raw("l", R"({"w": {"dtype": "F32", "shape": [4611686018427387904], "data_offsets": [0, 0]}})", "")); },
-      {"'w'", "byte count does not fit"});
+      {"'w'", "overflows a 64-bit size"});
   expect_error(
       [&] { read_safetensors(write_raw("m", R"({"w": {"dtype": "U8", "shape": [18446744073709551615], "data_offsets": [0, 0]}})", "")); },
-      {"'w'", "does not fit"});
+      {"'w'", "overflows a 64-bit size"});
 }
 
 TEST_F(Serialize, OffsetsOutOfRangeAndOverlapsAreNamed) {

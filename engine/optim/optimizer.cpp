@@ -1,5 +1,6 @@
 // The optimizer base: groups, the step loop, and state for checkpoints.
 #include "engine/optim/optimizer.h"
+#include <charconv>
 #include <cmath>
 #include <set>
 #include "engine/autograd.h"
@@ -91,6 +92,22 @@ Optimizer::ParamState& Optimizer::state_at(int64_t flat_index, const Tensor** pa
                           flat_index, flat_index - i));
 }
 
+std::vector<std::string> Optimizer::stepped_state_names() const {
+  std::vector<std::string> out{"steps"};
+  int64_t index = 0;
+  for (const ParamGroup& g : groups_) {
+    const std::vector<std::string> names = state_names(g);
+    for (const Tensor& p : g.params) {
+      if (p.requires_grad()) {
+        for (const std::string& n : names) out.push_back(fmt::format("state.{}.{}", index, n));
+        out.push_back(fmt::format("state.{}.step", index));
+      }
+      ++index;
+    }
+  }
+  return out;
+}
+
 std::vector<std::pair<std::string, Tensor>> Optimizer::state_tensors() const {
   std::vector<std::pair<std::string, Tensor>> out;
   int64_t index = 0;
@@ -110,8 +127,16 @@ void Optimizer::load_state_tensors(const std::vector<std::pair<std::string, Tens
   NoGradGuard no_grad;
   for (const auto& [key, value] : state) {
     DUET_CHECK(value.defined(), "{}: state '{}' is an undefined tensor", name(), key);
+    // (explicit parameters: clang 14 cannot capture structured bindings)
+    const auto count = [this](const std::string& entry, const Tensor& t) {
+      DUET_CHECK(t.numel() == 1 && !is_floating(t.dtype()), "{}: state entry '{}' is {} {}; expected an integer scalar",
+                 name(), entry, dtype_name(t.dtype()), shape_str(t.shape()));
+      const double v = t.item();
+      DUET_CHECK(v >= 0 && v < 9.0e18, "{}: state entry '{}' is {}; expected a step count >= 0", name(), entry, v);
+      return static_cast<int64_t>(v);
+    };
     if (key == "steps") {
-      steps_ = static_cast<int64_t>(value.item());
+      steps_ = count(key, value);
       continue;
     }
     // "state.<index>.<buffer>"
@@ -121,10 +146,15 @@ void Optimizer::load_state_tensors(const std::vector<std::pair<std::string, Tens
     const std::string idx = key.substr(dot1 + 1, dot2 - dot1 - 1), buf = key.substr(dot2 + 1);
     DUET_CHECK(idx.find_first_not_of("0123456789") == std::string::npos,
                "{}: state entry '{}' has parameter index '{}', expected a number", name(), key, idx);
+    int64_t index = 0;
+    const auto [end, ec] = std::from_chars(idx.data(), idx.data() + idx.size(), index);
+    DUET_CHECK(ec == std::errc() && end == idx.data() + idx.size(),
+               "{}: state entry '{}' has parameter index {}, too large for this optimizer's parameters", name(), key,
+               idx);
     const Tensor* param = nullptr;
-    ParamState& s = state_at(std::stoll(idx), &param);
+    ParamState& s = state_at(index, &param);
     if (buf == "step") {
-      s.step = static_cast<int64_t>(value.item());
+      s.step = count(key, value);
       continue;
     }
     const ParamGroup* group = nullptr;

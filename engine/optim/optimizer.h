@@ -61,6 +61,10 @@ public:
   // Restores what state_tensors() produced (for the same parameter list): copies values in,
   // creating state where missing. Unknown names and shape mismatches are errors.
   void load_state_tensors(const std::vector<std::pair<std::string, Tensor>>& state);
+  // What state_tensors() holds once every trainable parameter has been stepped: "steps", and per
+  // trainable parameter its buffers and "state.<index>.step". A resume checks its file against
+  // this, so that a missing buffer is an error instead of silently zeroed momentum.
+  std::vector<std::string> stepped_state_names() const;
   int64_t state_bytes() const;
 
 protected:

@@ -13,6 +13,14 @@
 namespace duet::profiler {
 
 namespace {
+// A number field of a report section, 0 when the section or the field is missing or not a
+// number. (operator[] of a const json on a missing key is undefined behaviour: fuzz_report found a
+// use-after-free through it with a report whose "phases" lacked "images_per_s".)
+double number(const nlohmann::json& section, const char* key) {
+  const nlohmann::json& v = member(section, key);
+  return v.is_number() ? v.get<double>() : 0.0;
+}
+
 
 std::string model_of(const nlohmann::json& r) {
   const auto& rc = r.at("run_config");
@@ -128,10 +136,10 @@ nlohmann::json compare_valid(const std::vector<NamedReport>& rs) {
     bool any = false;
     for (const NamedReport& r : rs) any = any || member(r.report["phases"], "mean_ops_ns").value(name, 0.0) > 0;
     if (any) add_phase(std::string(name) + " (ops)", [&](const nlohmann::json& r) {
-      return r["phases"]["mean_ops_ns"].value(name, 0.0) * 1e-6;
+      return number(member(member(r, "phases"), "mean_ops_ns"), name) * 1e-6;
     }, has_ops);
   }
-  add_phase("untracked", [](const nlohmann::json& r) { return r["phases"].value("mean_untracked_ns", 0.0) * 1e-6; },
+  add_phase("untracked", [](const nlohmann::json& r) { return number(member(r, "phases"), "mean_untracked_ns") * 1e-6; },
             has_ops);
   // Wall time per phase exists in both timing modes: the rows that compare per-op with throughput.
   bool all_wall = true;
@@ -142,15 +150,14 @@ nlohmann::json compare_valid(const std::vector<NamedReport>& rs) {
       bool any = false;
       for (const NamedReport& r : rs) any = any || member(r.report["phases"], "mean_wall_ns").value(name, 0.0) > 0;
       if (any) add_phase(std::string(name) + " (wall)", [&](const nlohmann::json& r) {
-        return r["phases"]["mean_wall_ns"].value(name, 0.0) * 1e-6;
+        return number(member(member(r, "phases"), "mean_wall_ns"), name) * 1e-6;
       }, all);
     }
-  add_phase("step", [](const nlohmann::json& r) { return r["phases"].value("mean_step_ns", 0.0) * 1e-6; }, all);
+  add_phase("step", [](const nlohmann::json& r) { return number(member(r, "phases"), "mean_step_ns") * 1e-6; }, all);
   std::vector<bool> has_ips;
   for (const NamedReport& r : rs) has_ips.push_back(member(r.report["phases"], "images_per_s").is_number());
   add_phase("images/s", [](const nlohmann::json& r) {
-    const auto& v = r["phases"]["images_per_s"];
-    return v.is_number() ? v.get<double>() : 0.0;
+    return number(member(r, "phases"), "images_per_s");
   }, has_ips);
   out["phases"] = phases;
 
@@ -261,7 +268,7 @@ std::string format_compare(const nlohmann::json& cmp, size_t top) {
     const auto& r = cmp["reports"][i];
     s += fmt::format("[{}] {}: model {}, timing {}, {}\n", i, names[i],
                      r["model"].is_string() ? r["model"].get<std::string>() : "(unknown)",
-                     r.value("timing_mode", std::string("?")), r["run_config"].dump());
+                     r.value("timing_mode", std::string("?")), r["run_config"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
   for (const auto& n : cmp.at("notes")) s += "note: " + n.get<std::string>() + "\n";
   const bool per_step = cmp.value("per_step", false);

@@ -144,7 +144,7 @@ nlohmann::json load_probe(const std::string& path) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number beyond a double
     throw Error(fmt::format("probe file '{}' is not valid JSON ({}): run `duet probe` to rewrite it", path, e.what()));
   }
   DUET_CHECK(j.is_object() && j.contains("schema"), "probe file '{}' has no \"schema\" field: expected a {} file", path,

@@ -223,7 +223,7 @@ nlohmann::json load_report(const std::string& path) {
   nlohmann::json r;
   try {
     r = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number beyond a double
     throw Error(fmt::format("report '{}' is not valid JSON: {} (a duet.profile/1 report is written by a profiled "
                             "`duet train` or profiler::write_report)",
                             path, e.what()));
@@ -357,7 +357,7 @@ std::string report_csv(const nlohmann::json& r, const TableOptions& o) {
 
 void write_report(const nlohmann::json& report, const std::string& json_path, const std::string& csv_path) {
   validate_report(report, json_path);
-  write_file_atomic(json_path, report.dump(1) + "\n");
+  write_file_atomic(json_path, report.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   if (!csv_path.empty()) write_file_atomic(csv_path, report_csv(report, {}));
 }
 

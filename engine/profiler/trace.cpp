@@ -149,7 +149,7 @@ nlohmann::json chrome_trace(const Capture& c, const nlohmann::json& run_config) 
 }
 
 void write_chrome_trace(const Capture& c, const std::string& path, const nlohmann::json& run_config) {
-  write_file_atomic(path, chrome_trace(c, run_config).dump() + "\n");
+  write_file_atomic(path, chrome_trace(c, run_config).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
 
 }  // namespace duet::profiler
