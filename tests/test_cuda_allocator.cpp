@@ -171,6 +171,24 @@ TEST(CudaCachingAllocator, OutOfMemoryReleasesCacheAndRetries) {
   f.alloc->deallocate(b, 1 * MiB + 1, MemTag::activation);
 }
 
+// cuDNN's candidates are probed for workspace one after another: only the first probe that does not
+// fit may empty the cache (one device synchronisation per algorithm search).
+TEST(CudaCachingAllocator, TryAllocateCanKeepTheCache) {
+  Fixture f(7 * MiB);
+  void* a = f.alloc->allocate(6 * MiB, MemTag::activation);
+  f.alloc->deallocate(a, 6 * MiB, MemTag::activation);
+  const int syncs = f.src->syncs();
+  EXPECT_EQ(f.alloc->try_allocate(1 * MiB + 1, MemTag::workspace, false), nullptr);
+  EXPECT_EQ(f.src->syncs(), syncs) << "no release, no synchronisation";
+  EXPECT_EQ(f.alloc->caching_stats().oom_retries, 0);
+  EXPECT_EQ(f.alloc->stats().cached, int64_t(6 * MiB));
+  void* b = f.alloc->try_allocate(1 * MiB + 1, MemTag::workspace, true);
+  EXPECT_NE(b, nullptr);
+  EXPECT_EQ(f.src->syncs(), syncs + 1);
+  EXPECT_EQ(f.alloc->caching_stats().oom_retries, 1);
+  f.alloc->deallocate(b, 1 * MiB + 1, MemTag::workspace);
+}
+
 TEST(CudaCachingAllocator, OutOfMemoryErrorIsDescriptive) {
   Fixture f(8 * MiB);
   void* a = f.alloc->allocate(5 * MiB, MemTag::parameter);

@@ -40,9 +40,11 @@ CachingAllocator::~CachingAllocator() {
 }
 
 void* CachingAllocator::allocate(size_t bytes, MemTag tag) { return allocate_impl(bytes, tag, true); }
-void* CachingAllocator::try_allocate(size_t bytes, MemTag tag) { return allocate_impl(bytes, tag, false); }
+void* CachingAllocator::try_allocate(size_t bytes, MemTag tag, bool may_release_cache) {
+  return allocate_impl(bytes, tag, false, may_release_cache);
+}
 
-void* CachingAllocator::allocate_impl(size_t bytes, MemTag tag, bool throw_on_oom) {
+void* CachingAllocator::allocate_impl(size_t bytes, MemTag tag, bool throw_on_oom, bool may_release_cache) {
   const size_t rounded = round_size(bytes);
   void* p = nullptr;
   size_t block = 0;
@@ -59,7 +61,7 @@ void* CachingAllocator::allocate_impl(size_t bytes, MemTag tag, bool throw_on_oo
       cs_.cached_blocks--;
     } else {
       p = source_->raw_alloc(rounded);
-      if (!p && (cs_.cached > 0)) {
+      if (!p && may_release_cache && cs_.cached > 0) {
         // Cached blocks of other sizes may be what stands between this request and success.
         cs_.oom_retries++;
         release_cached_locked();

@@ -69,7 +69,10 @@ public:
   ~CachingAllocator() override;
 
   void* allocate(size_t bytes, MemTag tag) override;  // throws duet::Error when out of memory
-  void* try_allocate(size_t bytes, MemTag tag);       // nullptr when out of memory (cache released first)
+  // nullptr when out of memory. With may_release_cache the cache is released and the request retried
+  // first, which waits for the device; a caller probing several sizes (cuDNN workspaces of several
+  // algorithms) allows that once, not once per probe.
+  void* try_allocate(size_t bytes, MemTag tag, bool may_release_cache = true);
   void deallocate(void* p, size_t bytes, MemTag tag) override;
   const char* name() const override { return label_.c_str(); }
 
@@ -80,7 +83,7 @@ public:
   std::vector<size_t> largest_live_blocks(size_t k) const;
 
 private:
-  void* allocate_impl(size_t bytes, MemTag tag, bool throw_on_oom);
+  void* allocate_impl(size_t bytes, MemTag tag, bool throw_on_oom, bool may_release_cache = true);
   size_t release_cached_locked();
   void update_cached_locked();
   std::string oom_message_locked(size_t bytes, size_t rounded, MemTag tag);

@@ -143,6 +143,9 @@ void run_convolution(OpGuard& g, Problem& pb, Propose propose, WorkspaceSize wor
   }
   const std::vector<Candidate> candidates = propose();
   std::string tried;
+  // A workspace that does not fit may release the allocator's cache (a device synchronisation) once
+  // per search, not once per candidate.
+  bool released = false;
   // First pass keeps the precision asked for; only if nothing runs at all may a tensor-core kernel
   // stand in for strict f32 (the profiler's impl column then says math=tensor_op).
   for (int pass = 0; pass < 2; ++pass) {
@@ -160,8 +163,9 @@ void run_convolution(OpGuard& g, Problem& pb, Propose propose, WorkspaceSize wor
       DUET_CUDNN_CHECK(cudnnSetConvolutionMathType(pb.conv, static_cast<cudnnMathType_t>(math)), g.op);
       size_t bytes = 0;
       if (workspace_size(c.algo, &bytes) != CUDNN_STATUS_SUCCESS) continue;
-      void* p = bytes > 0 ? g.ctx.allocator().try_allocate(bytes, MemTag::workspace) : nullptr;
+      void* p = bytes > 0 ? g.ctx.allocator().try_allocate(bytes, MemTag::workspace, !released) : nullptr;
       if (bytes > 0 && !p) {
+        released = true;
         tried += fmt::format(" {} (workspace {} does not fit);", algo_name(pb.key.pass, c.algo), format_bytes(double(bytes)));
         continue;
       }
