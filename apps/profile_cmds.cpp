@@ -71,6 +71,7 @@ void run_probe_cmd(std::ostream& out) {
   }
   if (!c.threads.empty())
     for (int64_t t : profiler::parse_batch_list(c.threads)) c.o.threads.push_back(static_cast<int>(t));
+  if (!c.no_save) check_output_file("--out", c.out, OutputKind::creates_folders);  // before the minute of measuring
   if (c.o.backend == "reference" && c.o.gemm_size > 512)
     out << fmt::format("note: the reference backend's plain-loop GEMM at {0}x{0} takes long; --size 512 is quicker\n",
                        c.o.gemm_size);
@@ -84,6 +85,7 @@ void run_probe_cmd(std::ostream& out) {
 
 void run_report_cmd(std::ostream& out) {
   ReportCmd& c = report_cmd();
+  check_output_file("--csv", c.csv, OutputKind::creates_folders);
   const nlohmann::json r = profiler::load_report(c.file);
   profiler::PrintOptions p;
   p.table.by_shape = c.by_shape;
@@ -108,6 +110,7 @@ void run_report_cmd(std::ostream& out) {
 void run_compare_cmd(std::ostream& out) {
   CompareCmd& c = compare_cmd();
   DUET_CHECK(c.files.size() >= 2, "compare needs at least 2 report files, got {}", c.files.size());
+  check_output_file("--json", c.json, OutputKind::creates_folders);
   const nlohmann::json cmp = profiler::compare_files(c.files);
   out << profiler::format_compare(cmp, c.top);
   if (!c.json.empty()) {

@@ -83,6 +83,14 @@ TEST(Cli, UnwritableOutputsFailBeforeTraining) {
   EXPECT_EQ(prof.status, 1);
   EXPECT_TRUE(contains(prof.err, "--out '/proc/duet-reports/p.json': cannot create a file in the folder '/proc'"))
       << prof.err;
+  // The probe's minute of measuring, a report's CSV and a comparison's JSON: checked first as well.
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"probe", "--out", "/proc/p/probe.json"},
+                                               {"report", "no-such-report.json", "--csv", "/proc/p/t.csv"},
+                                               {"compare", "a.json", "b.json", "--json", "/proc/p/c.json"}}) {
+    const CliResult o = duet_cli(args);
+    EXPECT_EQ(o.status, 1) << args[0];
+    EXPECT_TRUE(contains(o.err, "cannot create a file in the folder '/proc'")) << args[0] << ": " << o.err;
+  }
   EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(missing).parent_path())) << "a run created the missing folder";
 }
 
