@@ -1,74 +1,34 @@
-// Which backends this binary has, and each device's allocator. Explicit on purpose: a reader sees
-// every backend in one switch, and no static-initialisation order or linker dead-stripping can
-// make one silently disappear.
-#include "backends/registry.h"
+// Which backends this binary has: each one built in is added to the engine's table here, at
+// start-up, in one place a reader can see whole. The build links this file whole into every
+// program (CMake's WHOLE_ARCHIVE), so a linker can never drop it for being unreferenced.
+#include "backends/reference/reference_backend.h"
+#include "engine/backend.h"
+#ifdef DUET_HAVE_DNNL
+#include "backends/cpu/cpu_backend.h"
+#endif
 #ifdef DUET_HAVE_CUDA
+#include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/machine_info.h"
 #include "engine/profiler/machine.h"
 #endif
 
 namespace duet {
-
-#ifdef DUET_HAVE_CUDA
 namespace {
-// The CUDA runtime, driver, cuDNN, cuBLAS and GPUs in every report's machine section. This file is
-// always linked (every op dispatch goes through it), so its initialiser always runs.
-const bool g_cuda_machine_info = [] {
+
+const bool g_registered = [] {
+  register_backend(Backend::reference, &reference_backend);
+#ifdef DUET_HAVE_DNNL
+  register_backend(Backend::cpu, &cpu_backend);
+  profiler::add_machine_info_hook("onednn", &cpu_describe_machine);
+#endif
+#ifdef DUET_HAVE_CUDA
+  register_backend(Backend::cuda, &cuda_backend);
+  register_device_type(DeviceType::cuda, &cuda_allocator, &cuda_device_count);
+  // The CUDA runtime, driver, cuDNN, cuBLAS and GPUs in every report's machine section.
   profiler::add_machine_info_hook("cuda", [](nlohmann::json& m) { cuda::describe_machine(m); });
+#endif
   return true;
 }();
+
 }  // namespace
-#endif
-
-bool backend_available(Backend b) {
-  switch (b) {
-    case Backend::reference: return true;
-    case Backend::cpu:
-#ifdef DUET_HAVE_DNNL
-      return true;
-#else
-      return false;
-#endif
-    case Backend::cuda:
-#ifdef DUET_HAVE_CUDA
-      return true;
-#else
-      return false;
-#endif
-  }
-  return false;
-}
-
-std::string available_backends_str() {
-  std::string s;
-  for (Backend b : {Backend::reference, Backend::cpu, Backend::cuda})
-    if (backend_available(b)) s += (s.empty() ? "" : ", ") + std::string(backend_name(b));
-  return s;
-}
-
-BackendImpl& backend(Backend b) {
-  switch (b) {
-    case Backend::reference: return reference_backend();
-#ifdef DUET_HAVE_DNNL
-    case Backend::cpu: return cpu_backend();
-#endif
-#ifdef DUET_HAVE_CUDA
-    case Backend::cuda: return cuda_backend();
-#endif
-    default: break;
-  }
-  throw Error(fmt::format("backend '{}' is not built into this binary (available: {}); rebuild with {}", backend_name(b),
-                          available_backends_str(), b == Backend::cuda ? "-DDUET_CUDA=ON" : "oneDNN (libdnnl-dev)"));
-}
-
-Allocator& device_allocator(Device d) {
-  if (d.type == DeviceType::cpu) return cpu_allocator();
-#ifdef DUET_HAVE_CUDA
-  return cuda_allocator(d.index);
-#else
-  throw Error(fmt::format("device '{}' needs the cuda backend, which is not built into this binary (available: {})",
-                          d.str(), available_backends_str()));
-#endif
-}
-
 }  // namespace duet

@@ -38,11 +38,24 @@ protected:
   [[noreturn]] void not_implemented(OpId op) const;
 };
 
+// ---- the backend table ------------------------------------------------------------------------
+// The engine owns this table and reaches every backend through it; each backend library is added
+// at start-up by backends/registry.cpp, which the build links whole into every program. So the
+// engine compiles and links without any backend, and names none.
+
+// Adds a backend: `get` returns its object (made on first use).
+void register_backend(Backend b, BackendImpl& (*get)());
+// Adds a device type other than the host: its allocator per device index and its device count.
+void register_device_type(DeviceType t, Allocator& (*allocator)(int index), int (*count)());
+
 // The backend object for a kind; throws duet::Error when it was not built in.
 BackendImpl& backend(Backend b);
 bool backend_available(Backend b);
 std::string available_backends_str();
 // The allocator of a device (cpu: 64-byte aligned host memory; cuda: the caching allocator).
 Allocator& device_allocator(Device d);
+// Devices of a type this binary can use: 1 for the host, the GPUs the driver shows for cuda (0 when
+// the cuda backend is not built in, or there is no driver or GPU).
+int device_count(DeviceType t);
 
 }  // namespace duet

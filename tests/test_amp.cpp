@@ -9,7 +9,6 @@
 #include <sstream>
 #include "apps/checkpoint.h"
 #include "apps/trainer.h"
-#include "backends/registry.h"
 #include "engine/autocast.h"
 #include "engine/optim/grad_scaler.h"
 #include "engine/optim/optimizer.h"
@@ -49,7 +48,7 @@ protected:
     const AmpCase c = GetParam();
     if (c.backend == Backend::cuda) {
 #ifdef DUET_HAVE_CUDA
-      if (cuda_device_count() == 0) DUET_SKIP_WITHOUT_CUDA("no CUDA device: autocast on cuDNN/cuBLAS needs a GPU");
+      if (device_count(DeviceType::cuda) == 0) DUET_SKIP_WITHOUT_CUDA("no CUDA device: autocast on cuDNN/cuBLAS needs a GPU");
       device_ = Device::cuda(0);
 #else
       DUET_SKIP_WITHOUT_CUDA("built without the CUDA backend (configure with -DDUET_CUDA=ON)");

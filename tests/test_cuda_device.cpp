@@ -16,7 +16,7 @@
 #include "backends/cuda/event_timer.h"
 #include "backends/cuda/nvml_telemetry.h"
 #include "backends/cuda/selftest.h"
-#include "backends/registry.h"
+#include "backends/cuda/cuda_backend.h"
 #include "engine/duet.h"
 
 using namespace duet;

@@ -25,7 +25,7 @@
 #include "backends/cuda/kernel_math.h"
 #include "backends/cuda/nvml_telemetry.h"
 #include "backends/cuda/selftest.h"
-#include "backends/registry.h"
+#include "backends/cuda/cuda_backend.h"
 #include "engine/duet.h"
 #include "engine/rng.h"
 #include "engine/profiler/machine.h"

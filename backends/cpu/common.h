@@ -51,9 +51,14 @@ inline void require_f32(const char* op, const Tensor& t) {
 // oneDNN's bf16 primitives, which accumulate in f32: native avx512_bf16 dot products where the CPU
 // has them (this development machine does), emulated on plain AVX-512. f16 has no x86 CPU kernels
 // in oneDNN 2.6 (they arrive with avx512_fp16 in later versions), so f16 calls, and bf16 calls on a
-// CPU without AVX-512, run the reference backend's loops (f32 accumulation) instead. Returns true
-// when the caller must hand the op to the reference backend; throws for dtypes neither supports.
-bool lowp_on_reference(const char* op, const Tensor& t);
+// CPU without AVX-512, run the reference backend's loops (f32 accumulation) instead: this returns
+// that backend (from the engine's table; backends include no other backend's header) after noting
+// the reason in the profiler's implementation column, so the fallback is never silent. nullptr
+// when oneDNN runs the op; throws for dtypes neither supports.
+BackendImpl* lowp_fallback(const char* op, const Tensor& t);
+// The reference backend for an op this backend hands over, with `why` as the implementation the
+// profiler reports.
+BackendImpl& reference_fallback(const std::string& why);
 
 // Calls f(T{}) with T = float or double.
 template <class F>

@@ -11,7 +11,6 @@
 #include "backends/cpu/common.h"
 #include "backends/cpu/conv_algorithm.h"
 #include "backends/cpu/depthwise.h"
-#include "backends/registry.h"
 
 namespace duet {
 namespace cpu {
@@ -218,7 +217,7 @@ struct ConvBwdWeights {
 }  // namespace
 
 void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv2dParams& p) {
-  if (lowp_on_reference("conv2d", x)) return reference_backend().conv2d(x, w, bias, y, p);
+  if (BackendImpl* ref = lowp_fallback("conv2d", x)) return ref->conv2d(x, w, bias, y, p);
   if (y.numel() == 0) return;
   guarded("conv2d", {&x, &w, &bias}, [&] {
     const bool dw = depthwise_applicable(x, w, y, p);
@@ -257,7 +256,7 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, co
 }
 
 void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p) {
-  if (lowp_on_reference("conv2d_backward_data", dy)) return reference_backend().conv2d_backward_data(dy, w, dx, p);
+  if (BackendImpl* ref = lowp_fallback("conv2d_backward_data", dy)) return ref->conv2d_backward_data(dy, w, dx, p);
   if (dx.numel() == 0) return;
   if (dy.numel() == 0) return fill(dx, 0.0);
   guarded("conv2d_backward_data", {&dy, &w, &dx}, [&] {
@@ -297,8 +296,8 @@ void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const T
 
 void CpuBackend::conv2d_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& dbias,
                                         const Conv2dParams& p) {
-  if (lowp_on_reference("conv2d_backward_weight", x))
-    return reference_backend().conv2d_backward_weight(x, dy, dw, dbias, p);
+  if (BackendImpl* ref = lowp_fallback("conv2d_backward_weight", x))
+    return ref->conv2d_backward_weight(x, dy, dw, dbias, p);
   if (dw.numel() == 0) return;
   if (dy.numel() == 0 || x.numel() == 0) {
     fill(dw, 0.0);

@@ -4,13 +4,18 @@
 #include <cstdlib>
 #include "backends/cpu/common.h"
 #include "backends/cpu/threads.h"
-#include "backends/registry.h"
+#include "backends/cpu/cpu_backend.h"
 
 namespace duet {
 
 BackendImpl& cpu_backend() {
   static CpuBackend instance;
   return instance;
+}
+
+void cpu_describe_machine(nlohmann::json& m) {
+  const dnnl_version_t* v = dnnl_version();
+  m["onednn"] = fmt::format("{}.{}.{}", v->major, v->minor, v->patch);
 }
 
 namespace cpu {
@@ -25,17 +30,22 @@ dnnl::stream& stream() {
   return s;
 }
 
-bool lowp_on_reference(const char* op, const Tensor& t) {
-  if (t.dtype() == DType::f16) return true;
+BackendImpl& reference_fallback(const std::string& why) {
+  profiler::note_impl("reference loops: " + why);
+  return duet::backend(Backend::reference);
+}
+
+BackendImpl* lowp_fallback(const char* op, const Tensor& t) {
+  if (t.dtype() == DType::f16) return &reference_fallback("f16 has no oneDNN 2.6 CPU kernel");
   if (t.dtype() == DType::bf16) {
     // oneDNN's bf16 kernels need AVX-512 (avx512_core); its isa values are bit masks.
     static const bool avx512 = (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) &
                                 static_cast<unsigned>(dnnl::cpu_isa::avx512_core)) ==
                                static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
-    return !avx512;
+    return avx512 ? nullptr : &reference_fallback("bf16 needs AVX-512 in oneDNN, this CPU has none");
   }
   require_f32(op, t);
-  return false;
+  return nullptr;
 }
 
 std::string shapes_str(std::initializer_list<const Tensor*> ts) {

@@ -1,9 +1,11 @@
 // The `cpu` backend: oneDNN primitives for the compute-bound ops (convolution, matmul, the
 // normalisations, pooling, softmax, transcendental activations) and OpenMP loops for everything
 // memory-bound (copies, elementwise maths, reductions, losses, optimizer updates). Compiled only
-// when oneDNN is found (DUET_HAVE_DNNL); it never falls back to the reference backend.
+// when oneDNN is found (DUET_HAVE_DNNL). f16 (no oneDNN CPU kernel) goes to the reference backend
+// through the engine's table, and the profiler's implementation column says so (common.h).
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include "engine/backend.h"
 
 namespace duet {
@@ -27,5 +29,10 @@ struct CpuCacheStats {
 CpuCacheStats cpu_primitive_cache_stats();
 void cpu_primitive_cache_reset_stats();
 void cpu_primitive_cache_clear();
+
+// The backend object (backends/registry.cpp adds it to the engine's table) and its facts for every
+// report's machine section: the oneDNN version and the instruction set its kernels use.
+BackendImpl& cpu_backend();
+void cpu_describe_machine(nlohmann::json& machine);
 
 }  // namespace duet

@@ -8,17 +8,13 @@
 #include <cmath>
 #include "backends/cpu/loops.h"
 #include "backends/cpu/vmath.h"
-#include "backends/reference/loops.h"
+#include "engine/scalar_math.h"
 #include "engine/rng.h"
 
 namespace duet {
 using namespace cpu;
 
 namespace {
-
-// max_nan/min_nan: the reference backend's NaN-propagating max/min (PyTorch's semantics).
-using ref::max_nan;
-using ref::min_nan;
 
 // o[i] = f(in[i]) over [b, e), in SIMD clones: memory-bound loops still gain from full-width
 // loads and stores (relu, scalar ops).

@@ -7,7 +7,6 @@
 // and f32 accumulation; f16 goes to the reference backend (lowp_on_reference in common.h).
 #include "backends/cpu/common.h"
 #include "backends/cpu/small_gemm.h"
-#include "backends/registry.h"
 
 namespace duet {
 using namespace cpu;
@@ -40,7 +39,7 @@ constexpr const char* kSmallGemm = "duet:small_gemm_avx512";
 }  // namespace
 
 void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b) {
-  if (lowp_on_reference("matmul", a)) return reference_backend().matmul(a, b, out, trans_a, trans_b);
+  if (BackendImpl* ref = lowp_fallback("matmul", a)) return ref->matmul(a, b, out, trans_a, trans_b);
   if (out.numel() == 0) return;
   const int64_t K = trans_a ? a.size(1) : a.size(2);
   if (K == 0) return fill(out, 0.0);
@@ -71,10 +70,10 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, boo
 }
 
 void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y) {
-  if (lowp_on_reference("linear", x)) return reference_backend().linear(x, w, bias, y);
+  if (BackendImpl* ref = lowp_fallback("linear", x)) return ref->linear(x, w, bias, y);
   if (y.numel() == 0) return;
   const int64_t N = x.size(0), I = x.size(1), O = w.size(0);
-  if (I == 0) return reference_backend().linear(x, w, bias, y);  // y = bias: no product to compute
+  if (I == 0) return reference_fallback("no product with 0 input features, y = bias").linear(x, w, bias, y);
   guarded("linear", {&x, &w, &bias}, [&] {
     DUET_CHECK(x.is_contiguous() && w.is_contiguous() && y.is_contiguous(),
                "linear on backend 'cpu': x, weight and y must be contiguous");

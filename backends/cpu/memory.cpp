@@ -6,21 +6,13 @@
 #include <numbers>
 #include <type_traits>
 #include "backends/cpu/loops.h"
-#include "backends/reference/half.h"
+#include "engine/half.h"
 #include "engine/rng.h"
 
 namespace duet {
 using namespace cpu;
 
 namespace {
-
-using ref::BFloat16;
-using ref::Half;
-
-using ref::dispatch_any;
-
-using ref::convert;
-using ref::narrow;
 
 // A strided operand without a Tensor around it (concat writes into slabs of its output).
 struct Strided {

@@ -1,4 +1,4 @@
-// The backend object, the registry entry points (cuda_backend, cuda_allocator, cuda_device_count)
+// The backend object, what the registry adds to the engine (cuda_backend, cuda_allocator, cuda_device_count)
 // and the helpers every op of this backend shares: the per-op guard that selects the device, scratch
 // workspaces from the caching allocator, and the launch-plan checks.
 #include "backends/cuda/cuda_backend.h"
@@ -7,7 +7,6 @@
 #include <exception>
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/event_timer.h"
-#include "backends/registry.h"
 #include "engine/profiler.h"
 #include "engine/profiler/device_timer.h"
 
@@ -36,7 +35,7 @@ size_t cuda_release_cached(int device) {
 
 void CudaBackend::synchronize() { cuda::synchronize_all("synchronize"); }
 
-// ---- registry entry points (backends/registry.h) -----------------------------------------------------
+// ---- what backends/registry.cpp registers --------------------------------------------------------------
 BackendImpl& cuda_backend() {
   static CudaBackend b;
   // Every op reaches this function before its profiler scope opens, so the profiler times CUDA ops

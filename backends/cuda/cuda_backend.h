@@ -33,6 +33,12 @@ bool cuda_allow_tf32();
 // e.g. before another process needs the GPU; returns the bytes released. Waits for the device.
 size_t cuda_release_cached(int device = -1);
 
+// What backends/registry.cpp adds to the engine's table: the backend object, each device's caching
+// allocator and the device count (0 when no driver or no device).
+BackendImpl& cuda_backend();
+Allocator& cuda_allocator(int device);
+int cuda_device_count();
+
 }  // namespace duet
 
 namespace duet::cuda {

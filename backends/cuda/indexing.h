@@ -7,12 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <vector>
-
-#if defined(__CUDACC__)
-#define DUET_HD __host__ __device__
-#else
-#define DUET_HD
-#endif
+#include "engine/scalar_math.h"  // DUET_HD
 
 namespace duet::cuda {
 

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <cstdint>
 #include "backends/cuda/indexing.h"
+#include "engine/scalar_math.h"
 #include "engine/op_params.h"
 
 namespace duet::cuda::math {
@@ -58,11 +59,10 @@ DUET_HD inline double k_pow(double x, double y) { return pow(x, y); }
 DUET_HD inline float k_nextafter(float x, float y) { return nextafterf(x, y); }
 DUET_HD inline double k_nextafter(double x, double y) { return nextafter(x, y); }
 
-template <class T> DUET_HD inline bool is_nan(T v) { return v != v; }
-
-// max/min that propagate NaN, as PyTorch's maximum/minimum/amax/amin (and the reference) do.
-template <class T> DUET_HD inline T max_nan(T a, T b) { return is_nan(a) ? a : is_nan(b) ? b : (a < b ? b : a); }
-template <class T> DUET_HD inline T min_nan(T a, T b) { return is_nan(a) ? a : is_nan(b) ? b : (b < a ? b : a); }
+// NaN-propagating max/min: the one definition every backend uses (engine/scalar_math.h).
+using duet::is_nan;
+using duet::max_nan;
+using duet::min_nan;
 
 // ---- elementwise ops --------------------------------------------------------------------------------
 template <class T> DUET_HD inline T apply_unary(UnaryOp op, T v) {

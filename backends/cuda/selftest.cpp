@@ -12,7 +12,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/nvml_telemetry.h"
-#include "backends/registry.h"
+#include "backends/cuda/cuda_backend.h"
 #include "engine/duet.h"
 
 namespace duet {

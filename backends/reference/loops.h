@@ -7,9 +7,10 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
-#include "backends/reference/half.h"
 #include "engine/dtype.h"
 #include "engine/error.h"
+#include "engine/half.h"
+#include "engine/scalar_math.h"
 #include "engine/tensor.h"
 
 namespace duet::ref {
@@ -108,20 +109,5 @@ struct View4 {
   }
   int64_t at(int64_t n, int64_t c, int64_t h, int64_t w) const { return n * sN + c * sC + h * sH + w * sW; }
 };
-
-// max/min that propagate NaN, as PyTorch's maximum/minimum/amax/amin do (std::max would drop a
-// NaN in its second argument).
-template <class T>
-T max_nan(T a, T b) {
-  if (std::isnan(a)) return a;
-  if (std::isnan(b)) return b;
-  return a < b ? b : a;
-}
-template <class T>
-T min_nan(T a, T b) {
-  if (std::isnan(a)) return a;
-  if (std::isnan(b)) return b;
-  return b < a ? b : a;
-}
 
 }  // namespace duet::ref

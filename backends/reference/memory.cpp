@@ -4,7 +4,7 @@
 #include <cmath>
 #include <numbers>
 #include <type_traits>
-#include "backends/reference/half.h"
+#include "engine/half.h"
 #include "backends/reference/loops.h"
 #include "backends/reference/reference_backend.h"
 #include "engine/rng.h"

@@ -17,4 +17,7 @@ public:
 #undef DUET_OP
 };
 
+// The backend object; backends/registry.cpp adds it to the engine's table.
+BackendImpl& reference_backend();
+
 }  // namespace duet

@@ -5,9 +5,6 @@
 #include <omp.h>
 #include <fmt/format.h>
 #include "engine/profiler/proc.h"
-#ifdef DUET_HAVE_DNNL
-#include <dnnl.h>
-#endif
 
 namespace duet::profiler {
 
@@ -38,12 +35,7 @@ nlohmann::json machine_info() {
               {"avx512f", cpu.has_flag("avx512f")},
               {"avx512_bf16", cpu.has_flag("avx512_bf16")},
               {"amx", cpu.has_flag("amx_tile")}};
-#ifdef DUET_HAVE_DNNL
-  const dnnl_version_t* v = dnnl_version();
-  m["onednn"] = fmt::format("{}.{}.{}", v->major, v->minor, v->patch);
-#else
-  m["onednn"] = nullptr;
-#endif
+  m["onednn"] = nullptr;  // the cpu backend's hook fills it when that backend is built in
 #if defined(__clang__)
   m["compiler"] = fmt::format("clang {}.{}.{}", __clang_major__, __clang_minor__, __clang_patchlevel__);
 #elif defined(__GNUC__)

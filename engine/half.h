@@ -12,7 +12,7 @@
 #include "engine/error.h"
 #include "engine/tensor.h"
 
-namespace duet::ref {
+namespace duet {
 
 // Tag types for the raw 16-bit patterns, so templates can tell them apart from uint16_t.
 struct Half { uint16_t bits; };
@@ -100,7 +100,7 @@ T* ptr(const Tensor& t) {
 }
 
 // Calls f(T{}) for every storage dtype; f16 and bf16 arrive as their bit-pattern tag types.
-// Shared by the reference and cpu backends' copy/fill kernels.
+// Shared by the reference and cpu backends' copy/fill kernels (backends never include each other).
 template <class F>
 void dispatch_any(DType t, F&& f) {
   switch (t) {
@@ -115,4 +115,4 @@ void dispatch_any(DType t, F&& f) {
   throw Error(fmt::format("unknown dtype code {}", static_cast<int>(t)));
 }
 
-}  // namespace duet::ref
+}  // namespace duet

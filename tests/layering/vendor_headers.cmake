@@ -1,0 +1,18 @@
+# cmake -DSOURCE_DIR=<repo> -P vendor_headers.cmake: fails naming every file outside backends/cpu and
+# backends/cuda that includes a oneDNN, CUDA, cuDNN, cuBLAS or NCCL header.
+set(bad "")
+foreach(folder engine models datasets backends/reference)
+  file(GLOB_RECURSE files ${SOURCE_DIR}/${folder}/*.h ${SOURCE_DIR}/${folder}/*.cpp)
+  foreach(f ${files})
+    file(STRINGS ${f} hits REGEX "^[ \t]*#[ \t]*include[ \t]*[<\"](dnnl|oneapi/|cuda|cudnn|cublas|nccl|nvml)")
+    if(hits)
+      file(RELATIVE_PATH rel ${SOURCE_DIR} ${f})
+      list(APPEND bad "${rel}: ${hits}")
+    endif()
+  endforeach()
+endforeach()
+if(bad)
+  list(JOIN bad "\n  " lines)
+  message(FATAL_ERROR "vendor headers outside their backends (docs/engine.md, layering):\n  ${lines}")
+endif()
+message(STATUS "no oneDNN or CUDA header outside backends/cpu and backends/cuda")
