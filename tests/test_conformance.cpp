@@ -943,6 +943,35 @@ TEST(CpuBackend, AutomaticPolicyRunsAttentionOnSmallGemm) {
   EXPECT_EQ(small, 6) << all;  // two products, each with two backward products
 }
 
+// f16 has no oneDNN CPU kernel: the cpu backend hands conv2d and linear to the reference backend's
+// loops, and the profiler's implementation column says so and why (never a silent fallback).
+TEST(CpuBackend, F16FallbackToTheReferenceIsNamedInTheImplementationColumn) {
+  BackendGuard guard(DeviceType::cpu, Backend::cpu);
+  const Tensor x = random_tensor({2, 3, 6, 6}, 1, DType::f32).to(DType::f16);
+  const Tensor w = random_tensor({4, 3, 3, 3}, 2, DType::f32).to(DType::f16);
+  const Tensor a = random_tensor({5, 7}, 3, DType::f32).to(DType::f16);
+  const Tensor lw = random_tensor({2, 7}, 4, DType::f32).to(DType::f16);
+  profiler::clear();
+  profiler::enable(true);
+  const Tensor y = conv2d(x, w, Tensor(), Conv2dParams{1, 1, 1, 1});
+  const Tensor z = linear(a, lw, Tensor());
+  profiler::enable(false);
+  int named = 0;
+  std::string all;
+  for (const OpEvent& e : profiler::collect()) {
+    const std::string name = e.name;
+    if (name != "conv2d" && name != "linear") continue;
+    all += name + "=" + e.impl + " (" + backend_name(e.backend) + ") ";
+    named += e.impl == "reference loops: f16 has no oneDNN 2.6 CPU kernel";
+  }
+  profiler::clear();
+  EXPECT_EQ(named, 2) << all;
+  // The numbers are the reference backend's own.
+  BackendGuard ref(DeviceType::cpu, Backend::reference);
+  EXPECT_EQ(y.to(DType::f32).to_vector<float>(), conv2d(x, w, Tensor(), Conv2dParams{1, 1, 1, 1}).to(DType::f32).to_vector<float>());
+  EXPECT_EQ(z.to(DType::f32).to_vector<float>(), linear(a, lw, Tensor()).to(DType::f32).to_vector<float>());
+}
+
 TEST(CpuBackend, AutomaticPolicyRunsResNetLayersOnWinograd) {
   BackendGuard guard(DeviceType::cpu, Backend::cpu);
   const Tensor x = random_tensor({4, 32, 8, 8}, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);
