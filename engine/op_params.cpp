@@ -1,4 +1,7 @@
 #include "engine/op_params.h"
+#include <string>
+#include "engine/error.h"
+#include "engine/scalar_math.h"
 
 namespace duet {
 
@@ -15,8 +18,31 @@ const char* scalar_op_name(ScalarOp op) {
   return n[static_cast<int>(op)];
 }
 const char* activation_name(Activation a) {
-  static const char* n[] = {"relu", "relu6", "gelu", "gelu_tanh", "sigmoid", "silu", "hardswish"};
-  return n[static_cast<int>(a)];
+  return with_activation(a, [](auto fn) { return decltype(fn)::name; });
+}
+const char* activation_module_name(Activation a) {
+  return with_activation(a, [](auto fn) { return decltype(fn)::module; });
+}
+const char* activation_backward_name(Activation a) {
+  // Built once per activation from its name, so the two can never disagree.
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (Activation x : all_activations()) n.push_back(std::string(activation_name(x)) + ".backward");
+    return n;
+  }();
+  if (static_cast<int>(a) >= kNumActivations) bad_activation(a);
+  return names[static_cast<size_t>(a)].c_str();
+}
+double activation_flops(Activation a) {
+  return with_activation(a, [](auto fn) { return decltype(fn)::flops; });
+}
+std::vector<Activation> all_activations() {
+  std::vector<Activation> all;
+  for (int i = 0; i < kNumActivations; ++i) all.push_back(static_cast<Activation>(i));
+  return all;
+}
+void bad_activation(Activation a) {
+  throw Error(fmt::format("unknown activation code {} (expected 0 to {})", static_cast<int>(a), kNumActivations - 1));
 }
 const char* reduce_name(ReduceOp op) {
   static const char* n[] = {"sum", "mean", "amax", "amin"};

@@ -11,13 +11,23 @@ enum class UnaryOp : uint8_t { neg, exp, log, sqrt, rsqrt, abs, tanh, square };
 enum class BinaryOp : uint8_t { add, sub, mul, div, maximum, minimum, eq, gt, lt };
 // Tensor-scalar ops: out = x op s, or s op x for rsub/rdiv.
 enum class ScalarOp : uint8_t { add, mul, pow, rsub, rdiv, maximum, minimum };
-enum class Activation : uint8_t { relu, relu6, gelu_erf, gelu_tanh, sigmoid, silu, hardswish };
+// Each activation's formulas, names and cost are in engine/scalar_math.h (ActivationFn); `count`
+// is the number of activations, for loops over all of them (tests, benchmarks).
+enum class Activation : uint8_t { relu, relu6, gelu_erf, gelu_tanh, sigmoid, silu, hardswish, count };
+constexpr int kNumActivations = static_cast<int>(Activation::count);
 enum class ReduceOp : uint8_t { sum, mean, max, min };
 
 const char* unary_name(UnaryOp op);
 const char* binary_name(BinaryOp op);
 const char* scalar_op_name(ScalarOp op);
-const char* activation_name(Activation a);
+const char* activation_name(Activation a);           // the op's name in reports: "relu", "gelu", ...
+const char* activation_module_name(Activation a);    // the nn module's: "ReLU", "GELU", ...
+const char* activation_backward_name(Activation a);  // "relu.backward", ...
+double activation_flops(Activation a);              // per element, for the roofline
+// Every activation, in enum order: what tests and benchmarks loop over.
+std::vector<Activation> all_activations();
+// Thrown for an activation code outside the enum (a corrupted value), naming it.
+[[noreturn]] void bad_activation(Activation a);
 const char* reduce_name(ReduceOp op);
 
 struct Conv2dParams {

@@ -3,6 +3,8 @@
 // OpenMP loops and the CUDA kernels all call these. It includes no engine header that pulls in fmt
 // or the tensor, so nvcc can parse it.
 #pragma once
+#include <math.h>
+#include "engine/op_params.h"
 
 #if defined(__CUDACC__)
 #define DUET_HD __host__ __device__
@@ -12,11 +14,156 @@
 
 namespace duet {
 
+// ---- one name for float and double (the C library's, qualified: duet:: has tensor exp, log, ...) ----
+DUET_HD inline float k_exp(float x) { return ::expf(x); }
+DUET_HD inline double k_exp(double x) { return ::exp(x); }
+DUET_HD inline float k_log(float x) { return ::logf(x); }
+DUET_HD inline double k_log(double x) { return ::log(x); }
+DUET_HD inline float k_sqrt(float x) { return ::sqrtf(x); }
+DUET_HD inline double k_sqrt(double x) { return ::sqrt(x); }
+DUET_HD inline float k_tanh(float x) { return ::tanhf(x); }
+DUET_HD inline double k_tanh(double x) { return ::tanh(x); }
+DUET_HD inline float k_erf(float x) { return ::erff(x); }
+DUET_HD inline double k_erf(double x) { return ::erf(x); }
+DUET_HD inline float k_abs(float x) { return ::fabsf(x); }
+DUET_HD inline double k_abs(double x) { return ::fabs(x); }
+DUET_HD inline float k_pow(float x, float y) { return ::powf(x, y); }
+DUET_HD inline double k_pow(double x, double y) { return ::pow(x, y); }
+DUET_HD inline float k_nextafter(float x, float y) { return ::nextafterf(x, y); }
+DUET_HD inline double k_nextafter(double x, double y) { return ::nextafter(x, y); }
+
 template <class T> DUET_HD inline bool is_nan(T v) { return v != v; }
 
 // max/min that propagate NaN, as PyTorch's maximum/minimum/amax/amin do (std::max would drop a NaN
 // in its second argument).
 template <class T> DUET_HD inline T max_nan(T a, T b) { return is_nan(a) ? a : is_nan(b) ? b : (a < b ? b : a); }
 template <class T> DUET_HD inline T min_nan(T a, T b) { return is_nan(a) ? a : is_nan(b) ? b : (b < a ? b : a); }
+
+
+// ---- activations -------------------------------------------------------------------------------
+// Everything about one activation in one place: its op name (as reports show it), its nn module
+// name, its FLOPs per element for the roofline, its value and its derivative, with PyTorch's
+// definitions and its one-sided choices at kinks (relu'(0) = 0, hardswish'(3) = 1.5), so gradients
+// match PyTorch bit for bit on integer-valued inputs. with_activation() below turns the run-time
+// choice into one of these types once per tensor, so no loop switches per element.
+template <Activation A> struct ActivationFn;
+
+template <class T> DUET_HD inline T sigmoid_of(T v) { return T(1) / (T(1) + k_exp(-v)); }
+// Both clamps written so that a NaN passes through, as in PyTorch (std::clamp-like code would not).
+template <class T> DUET_HD inline T relu6_of(T v) {
+  const T lo = v < T(0) ? T(0) : v;
+  return T(6) < lo ? T(6) : lo;
+}
+template <class T> constexpr T kInvSqrt2 = T(0.70710678118654752440);
+template <class T> constexpr T kInvSqrt2Pi = T(0.39894228040143267794);  // the normal density's scale
+template <class T> constexpr T kSqrt2OverPi = T(0.79788456080286535588);
+template <class T> constexpr T kGeluCubic = T(0.044715);
+
+template <> struct ActivationFn<Activation::relu> {
+  static constexpr const char* name = "relu";
+  static constexpr const char* module = "ReLU";
+  static constexpr double flops = 1;
+  template <class T> DUET_HD static T value(T v) { return v < T(0) ? T(0) : v; }
+  template <class T> DUET_HD static T derivative(T v) { return v > T(0) ? T(1) : T(0); }
+};
+
+template <> struct ActivationFn<Activation::relu6> {
+  static constexpr const char* name = "relu6";
+  static constexpr const char* module = "ReLU6";
+  static constexpr double flops = 1;
+  template <class T> DUET_HD static T value(T v) { return relu6_of(v); }
+  template <class T> DUET_HD static T derivative(T v) { return (v > T(0) && v < T(6)) ? T(1) : T(0); }
+};
+
+// x Phi(x), Phi the normal distribution function; d/dx = Phi(x) + x phi(x).
+template <> struct ActivationFn<Activation::gelu_erf> {
+  static constexpr const char* name = "gelu";
+  static constexpr const char* module = "GELU";
+  static constexpr double flops = 8;  // transcendental: counted as a handful of FLOPs
+  template <class T> DUET_HD static T value(T v) { return T(0.5) * v * (T(1) + k_erf(v * kInvSqrt2<T>)); }
+  template <class T> DUET_HD static T derivative(T v) {
+    const T cdf = T(0.5) * (T(1) + k_erf(v * kInvSqrt2<T>));
+    const T pdf = kInvSqrt2Pi<T> * k_exp(T(-0.5) * v * v);
+    return cdf + v * pdf;
+  }
+};
+
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); the derivative arranged as PyTorch's kernel.
+template <> struct ActivationFn<Activation::gelu_tanh> {
+  static constexpr const char* name = "gelu_tanh";
+  static constexpr const char* module = "GELU";
+  static constexpr double flops = 8;
+  template <class T> DUET_HD static T value(T v) {
+    return T(0.5) * v * (T(1) + k_tanh(kSqrt2OverPi<T> * (v + kGeluCubic<T> * v * v * v)));
+  }
+  template <class T> DUET_HD static T derivative(T v) {
+    const T t = k_tanh(kSqrt2OverPi<T> * (v + kGeluCubic<T> * v * v * v));
+    const T d_inner = kSqrt2OverPi<T> * (T(1) + T(3) * kGeluCubic<T> * v * v);
+    return T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * d_inner;
+  }
+};
+
+template <> struct ActivationFn<Activation::sigmoid> {
+  static constexpr const char* name = "sigmoid";
+  static constexpr const char* module = "Sigmoid";
+  static constexpr double flops = 8;
+  template <class T> DUET_HD static T value(T v) { return sigmoid_of(v); }
+  template <class T> DUET_HD static T derivative(T v) {
+    const T s = sigmoid_of(v);
+    return s * (T(1) - s);
+  }
+};
+
+template <> struct ActivationFn<Activation::silu> {
+  static constexpr const char* name = "silu";
+  static constexpr const char* module = "SiLU";
+  static constexpr double flops = 8;
+  template <class T> DUET_HD static T value(T v) { return v * sigmoid_of(v); }
+  template <class T> DUET_HD static T derivative(T v) {
+    const T s = sigmoid_of(v);
+    return s * (T(1) + v * (T(1) - s));
+  }
+};
+
+template <> struct ActivationFn<Activation::hardswish> {
+  static constexpr const char* name = "hardswish";
+  static constexpr const char* module = "Hardswish";
+  static constexpr double flops = 4;
+  template <class T> DUET_HD static T value(T v) { return v * relu6_of(v + T(3)) / T(6); }
+  template <class T> DUET_HD static T derivative(T v) {
+    if (v < T(-3)) return T(0);
+    if (v <= T(3)) return v / T(3) + T(0.5);
+    return T(1);
+  }
+};
+
+// Calls f(ActivationFn<act>{}) and returns what it returns. The one switch over activations: a
+// new activation is a new enumerator, a new struct above and a new case here (the compiler's
+// -Wswitch names a missing case; a code out of range stops the host and traps on the GPU).
+template <class F> DUET_HD inline decltype(auto) with_activation(Activation act, F&& f) {
+  switch (act) {
+    case Activation::relu: return f(ActivationFn<Activation::relu>{});
+    case Activation::relu6: return f(ActivationFn<Activation::relu6>{});
+    case Activation::gelu_erf: return f(ActivationFn<Activation::gelu_erf>{});
+    case Activation::gelu_tanh: return f(ActivationFn<Activation::gelu_tanh>{});
+    case Activation::sigmoid: return f(ActivationFn<Activation::sigmoid>{});
+    case Activation::silu: return f(ActivationFn<Activation::silu>{});
+    case Activation::hardswish: return f(ActivationFn<Activation::hardswish>{});
+    case Activation::count: break;
+  }
+#if defined(__CUDA_ARCH__)
+  __trap();
+#else
+  bad_activation(act);
+#endif
+}
+
+// The run-time forms, for the CUDA kernels (one kernel serves every activation) and for tests.
+template <class T> DUET_HD inline T activation_value(Activation act, T v) {
+  return with_activation(act, [v](auto fn) { return decltype(fn)::value(v); });
+}
+template <class T> DUET_HD inline T activation_derivative(Activation act, T v) {
+  return with_activation(act, [v](auto fn) { return decltype(fn)::derivative(v); });
+}
 
 }  // namespace duet

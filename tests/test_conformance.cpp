@@ -216,9 +216,7 @@ std::vector<Case> elementwise_cases() {
     v.push_back({std::string(name) + "_small", {pos({3, 5})}, f});
     v.push_back({std::string(name) + "_big", {pos({50, 1001})}, f});
   }
-  const Activation acts[] = {Activation::relu,    Activation::relu6, Activation::gelu_erf, Activation::gelu_tanh,
-                             Activation::sigmoid, Activation::silu,  Activation::hardswish};
-  for (Activation a : acts) {
+  for (Activation a : all_activations()) {
     auto f = one([a](const std::vector<Tensor>& x) { return activation(a, x[0]); });
     const std::string n = std::string("act_") + activation_name(a);
     v.push_back({n + "_small", {wide({3, 7}, -8, 8)}, f});

@@ -46,11 +46,6 @@ std::vector<int64_t> brute_offsets(const Shape& shape, const Shape& strides, int
   return {off};
 }
 
-template <class F>
-double central_difference(F f, double x, double h = 1e-6) {
-  return (f(x + h) - f(x - h)) / (2 * h);
-}
-
 }  // namespace
 
 // ---- indexing ------------------------------------------------------------------------------------
@@ -199,38 +194,6 @@ TEST(CudaHostLaunch, GridSizes) {
 }
 
 // ---- kernel maths against the formulas ----------------------------------------------------------
-TEST(CudaHostMath, ActivationsMatchDefinitions) {
-  for (double x : {-7.0, -3.0, -2.5, -1.0, -0.1, 0.0, 0.3, 1.0, 2.9, 3.0, 4.0, 6.0, 8.0}) {
-    EXPECT_DOUBLE_EQ(m::apply_activation(Activation::relu, x), x > 0 ? x : 0.0);
-    EXPECT_DOUBLE_EQ(m::apply_activation(Activation::relu6, x), std::min(std::max(x, 0.0), 6.0));
-    EXPECT_NEAR(m::apply_activation(Activation::gelu_erf, x), 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))), 1e-15);
-    EXPECT_NEAR(m::apply_activation(Activation::gelu_tanh, x),
-                0.5 * x * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (x + 0.044715 * x * x * x))), 1e-15);
-    EXPECT_NEAR(m::apply_activation(Activation::sigmoid, x), 1 / (1 + std::exp(-x)), 1e-15);
-    EXPECT_NEAR(m::apply_activation(Activation::silu, x), x / (1 + std::exp(-x)), 1e-15);
-    EXPECT_NEAR(m::apply_activation(Activation::hardswish, x), x * std::min(std::max(x + 3, 0.0), 6.0) / 6, 1e-15);
-  }
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  EXPECT_TRUE(std::isnan(m::apply_activation(Activation::relu, nan)));   // NaN passes, as in PyTorch
-  EXPECT_TRUE(std::isnan(m::apply_activation(Activation::relu6, nan)));
-}
-
-TEST(CudaHostMath, DerivativesMatchFiniteDifferences) {
-  for (Activation act : {Activation::gelu_erf, Activation::gelu_tanh, Activation::sigmoid, Activation::silu,
-                         Activation::hardswish, Activation::relu, Activation::relu6}) {
-    for (double x : {-4.2, -2.0, -0.7, 0.25, 1.3, 2.2, 5.1, 7.5}) {  // away from the kinks
-      const double fd = central_difference([act](double v) { return m::apply_activation(act, v); }, x);
-      EXPECT_NEAR(m::activation_derivative(act, x), fd, 1e-6) << activation_name(act) << " at " << x;
-    }
-  }
-  // PyTorch's choices at the kinks.
-  EXPECT_EQ(m::activation_derivative(Activation::relu, 0.0), 0.0);
-  EXPECT_EQ(m::activation_derivative(Activation::relu6, 6.0), 0.0);
-  EXPECT_EQ(m::activation_derivative(Activation::hardswish, -3.0), -0.5);
-  EXPECT_EQ(m::activation_derivative(Activation::hardswish, 3.0), 1.5);
-  EXPECT_EQ(m::activation_derivative(Activation::hardswish, -3.5), 0.0);
-}
-
 TEST(CudaHostMath, ElementwiseOps) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   EXPECT_EQ(m::apply_binary(BinaryOp::sub, 5.0, 3.0), 2.0);

@@ -44,8 +44,7 @@ TEST(GradCheck, Activations) {
   std::vector<double> v;
   for (int i = 0; i < 33; ++i) v.push_back(-7.9 + 0.5 * i + ((i % 3) ? 0.013 : 0.031));
   Tensor x = Tensor::from_vector(v, {3, 11}, DType::f64).set_requires_grad(true);
-  for (Activation a : {Activation::relu, Activation::relu6, Activation::gelu_erf, Activation::gelu_tanh,
-                       Activation::sigmoid, Activation::silu, Activation::hardswish})
+  for (Activation a : all_activations())
     EXPECT_GRAD_OK(gradcheck([a](const std::vector<Tensor>& in) { return activation(a, in[0]); }, {x}))
         << activation_name(a);
 }

@@ -169,30 +169,14 @@ void binary_loop(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& ou
 
 // ---- activations ---------------------------------------------------------------------------------------
 
-template <class T> constexpr T kInvSqrt2 = T(0.70710678118654752440);
-template <class T> constexpr T kInvSqrt2Pi = T(0.39894228040143267794);
-template <class T> constexpr T kSqrt2OverPi = T(0.79788456080286535588);
-template <class T> constexpr T kGeluCubic = T(0.044715);
-
-template <class T> T sigmoid(T x) { return T(1) / (T(1) + std::exp(-x)); }
-template <class T> T relu6(T x) { return std::min(std::max(x, T(0)), T(6)); }
-
+// The formulas are engine/scalar_math.h's (ActivationFn), shared with the reference and CUDA
+// backends; with_activation picks one per tensor, so each loop is a plain SIMD loop over one formula.
 template <class T>
 void activation_loop(Activation act, const Tensor& x, const Tensor& out) {
-  switch (act) {
-    case Activation::relu: return map_flat<T>(x, out, [](T v) { return v < T(0) ? T(0) : v; });
-    case Activation::relu6: return map_flat<T>(x, out, [](T v) { return relu6(v); });
-    case Activation::gelu_erf:
-      return map_flat<T>(x, out, [](T v) { return T(0.5) * v * (T(1) + std::erf(v * kInvSqrt2<T>)); });
-    case Activation::gelu_tanh:
-      return map_flat<T>(x, out, [](T v) {
-        return T(0.5) * v * (T(1) + std::tanh(kSqrt2OverPi<T> * (v + kGeluCubic<T> * v * v * v)));
-      });
-    case Activation::sigmoid: return map_flat<T>(x, out, [](T v) { return sigmoid(v); });
-    case Activation::silu: return map_flat<T>(x, out, [](T v) { return v * sigmoid(v); });
-    case Activation::hardswish: return map_flat<T>(x, out, [](T v) { return v * relu6(v + T(3)) / T(6); });
-  }
-  throw Error(fmt::format("activation on backend 'cpu': unknown activation code {}", static_cast<int>(act)));
+  with_activation(act, [&](auto fn) {
+    using Fn = decltype(fn);
+    map_flat<T>(x, out, [](T v) { return Fn::value(v); });
+  });
 }
 
 template <class T, class F>
@@ -201,65 +185,29 @@ DUET_SIMD_CLONES void backward_chunk(const T* px, const T* pdy, T* pdx, int64_t 
   for (int64_t i = b; i < e; ++i) pdx[i] = pdy[i] * dfdx(px[i]);
 }
 
-template <class T, class F>
-void backward_flat(const Tensor& x, const Tensor& dy, const Tensor& dx, F dfdx) {
+template <class T>
+void activation_backward_loop(Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx) {
   const T* px = static_cast<const T*>(x.raw_data());
   const T* pdy = static_cast<const T*>(dy.raw_data());
   T* pdx = static_cast<T*>(dx.raw_data());
-  parallel_for(x.numel(), x.numel(), [&](int64_t b, int64_t e) { backward_chunk(px, pdy, pdx, b, e, dfdx); });
-}
-
-template <class T>
-void activation_backward_loop(Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx) {
-  switch (act) {
-    case Activation::relu: {
-      // A select, not dy * (x > 0): GCC turns the multiply-by-mask into a branch it may not
-      // if-convert (the multiply "could trap"), which ran 13x slower. Same values for finite dy;
-      // for x <= 0 an infinite dy gives 0 (PyTorch's threshold_backward) instead of NaN.
-      const T* px = static_cast<const T*>(x.raw_data());
-      const T* pdy = static_cast<const T*>(dy.raw_data());
-      T* pdx = static_cast<T*>(dx.raw_data());
-      parallel_for(x.numel(), x.numel(), [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) {
-          const T xv = px[i], g = pdy[i];
-          pdx[i] = xv > T(0) ? g : T(0);
-        }
-      });
-      return;
-    }
-    case Activation::relu6:
-      return backward_flat<T>(x, dy, dx, [](T v) { return (v > T(0) && v < T(6)) ? T(1) : T(0); });
-    case Activation::gelu_erf:
-      return backward_flat<T>(x, dy, dx, [](T v) {
-        const T cdf = T(0.5) * (T(1) + std::erf(v * kInvSqrt2<T>));
-        const T pdf = kInvSqrt2Pi<T> * std::exp(T(-0.5) * v * v);
-        return cdf + v * pdf;
-      });
-    case Activation::gelu_tanh:
-      return backward_flat<T>(x, dy, dx, [](T v) {
-        const T inner = kSqrt2OverPi<T> * (v + kGeluCubic<T> * v * v * v);
-        const T t = std::tanh(inner);
-        const T d_inner = kSqrt2OverPi<T> * (T(1) + T(3) * kGeluCubic<T> * v * v);
-        return T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * d_inner;
-      });
-    case Activation::sigmoid:
-      return backward_flat<T>(x, dy, dx, [](T v) {
-        const T s = sigmoid(v);
-        return s * (T(1) - s);
-      });
-    case Activation::silu:
-      return backward_flat<T>(x, dy, dx, [](T v) {
-        const T s = sigmoid(v);
-        return s * (T(1) + v * (T(1) - s));
-      });
-    case Activation::hardswish:
-      return backward_flat<T>(x, dy, dx, [](T v) {
-        if (v < T(-3)) return T(0);
-        if (v <= T(3)) return v / T(3) + T(0.5);
-        return T(1);
-      });
+  if (act == Activation::relu) {
+    // A select, not dy * (x > 0): GCC turns the multiply-by-mask into a branch it may not
+    // if-convert (the multiply "could trap"), which ran 13x slower. Same values for finite dy;
+    // for x <= 0 an infinite dy gives 0 (PyTorch's threshold_backward) instead of NaN.
+    parallel_for(x.numel(), x.numel(), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const T xv = px[i], g = pdy[i];
+        pdx[i] = xv > T(0) ? g : T(0);
+      }
+    });
+    return;
   }
-  throw Error(fmt::format("activation_backward on backend 'cpu': unknown activation code {}", static_cast<int>(act)));
+  with_activation(act, [&](auto fn) {
+    using Fn = decltype(fn);
+    parallel_for(x.numel(), x.numel(), [&](int64_t b, int64_t e) {
+      backward_chunk(px, pdy, pdx, b, e, [](T v) { return Fn::derivative(v); });
+    });
+  });
 }
 
 // ---- GELU (erf) in f32: y = x Phi(x), dy/dx = Phi(x) + x phi(x) -----------------------------------
@@ -309,6 +257,7 @@ bool dnnl_activation(Activation act, dnnl::algorithm& alg, float& alpha, float& 
     case Activation::sigmoid: alg = dnnl::algorithm::eltwise_logistic; return true;
     case Activation::silu: alg = dnnl::algorithm::eltwise_swish; alpha = 1.f; return true;
     case Activation::hardswish: alg = dnnl::algorithm::eltwise_hardswish; return true;
+    case Activation::count: break;
   }
   return false;
 }

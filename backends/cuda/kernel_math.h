@@ -41,24 +41,17 @@ DUET_HD inline bool reduce_block_per_output(int64_t outputs, int64_t extent) {
   return extent >= 128 || outputs < 4096;
 }
 
-// ---- scalar helpers with one name for float and double --------------------------------------------
-DUET_HD inline float k_exp(float x) { return expf(x); }
-DUET_HD inline double k_exp(double x) { return exp(x); }
-DUET_HD inline float k_log(float x) { return logf(x); }
-DUET_HD inline double k_log(double x) { return log(x); }
-DUET_HD inline float k_sqrt(float x) { return sqrtf(x); }
-DUET_HD inline double k_sqrt(double x) { return sqrt(x); }
-DUET_HD inline float k_tanh(float x) { return tanhf(x); }
-DUET_HD inline double k_tanh(double x) { return tanh(x); }
-DUET_HD inline float k_erf(float x) { return erff(x); }
-DUET_HD inline double k_erf(double x) { return erf(x); }
-DUET_HD inline float k_abs(float x) { return fabsf(x); }
-DUET_HD inline double k_abs(double x) { return fabs(x); }
-DUET_HD inline float k_pow(float x, float y) { return powf(x, y); }
-DUET_HD inline double k_pow(double x, double y) { return pow(x, y); }
-DUET_HD inline float k_nextafter(float x, float y) { return nextafterf(x, y); }
-DUET_HD inline double k_nextafter(double x, double y) { return nextafter(x, y); }
-
+// ---- scalar helpers, activations: the one definition every backend uses (engine/scalar_math.h) ----
+using duet::k_abs;
+using duet::k_erf;
+using duet::k_exp;
+using duet::k_log;
+using duet::k_nextafter;
+using duet::k_pow;
+using duet::k_sqrt;
+using duet::k_tanh;
+using duet::activation_derivative;
+using duet::activation_value;
 // NaN-propagating max/min: the one definition every backend uses (engine/scalar_math.h).
 using duet::is_nan;
 using duet::max_nan;
@@ -105,65 +98,6 @@ template <class T> DUET_HD inline T apply_binary(BinaryOp op, T a, T b) {
     case BinaryOp::lt: return a < b ? T(1) : T(0);
   }
   return a;
-}
-
-// ---- activations and their derivatives (PyTorch's definitions and kink conventions) ---------------
-template <class T> DUET_HD inline T sigmoid(T v) { return T(1) / (T(1) + k_exp(-v)); }
-// Written as the reference writes it, so a NaN passes through both clamps.
-template <class T> DUET_HD inline T relu6(T v) {
-  const T lo = v < T(0) ? T(0) : v;
-  return T(6) < lo ? T(6) : lo;
-}
-template <class T> DUET_HD inline T gelu_erf(T v) { return T(0.5) * v * (T(1) + k_erf(v * T(0.70710678118654752440))); }
-template <class T> DUET_HD inline T gelu_tanh(T v) {
-  const T inner = T(0.79788456080286535588) * (v + T(0.044715) * v * v * v);
-  return T(0.5) * v * (T(1) + k_tanh(inner));
-}
-template <class T> DUET_HD inline T hardswish(T v) { return v * relu6(v + T(3)) / T(6); }
-
-template <class T> DUET_HD inline T apply_activation(Activation act, T v) {
-  switch (act) {
-    case Activation::relu: return v < T(0) ? T(0) : v;
-    case Activation::relu6: return relu6(v);
-    case Activation::gelu_erf: return gelu_erf(v);
-    case Activation::gelu_tanh: return gelu_tanh(v);
-    case Activation::sigmoid: return sigmoid(v);
-    case Activation::silu: return v * sigmoid(v);
-    case Activation::hardswish: return hardswish(v);
-  }
-  return v;
-}
-
-// f'(x); at kinks the one-sided choice PyTorch makes (relu'(0) = 0, hardswish'(3) = 1.5).
-template <class T> DUET_HD inline T activation_derivative(Activation act, T v) {
-  switch (act) {
-    case Activation::relu: return v > T(0) ? T(1) : T(0);
-    case Activation::relu6: return (v > T(0) && v < T(6)) ? T(1) : T(0);
-    case Activation::gelu_erf: {  // Phi(x) + x phi(x)
-      const T cdf = T(0.5) * (T(1) + k_erf(v * T(0.70710678118654752440)));
-      const T pdf = T(0.39894228040143267794) * k_exp(T(-0.5) * v * v);
-      return cdf + v * pdf;
-    }
-    case Activation::gelu_tanh: {
-      const T inner = T(0.79788456080286535588) * (v + T(0.044715) * v * v * v);
-      const T t = k_tanh(inner);
-      const T d_inner = T(0.79788456080286535588) * (T(1) + T(3) * T(0.044715) * v * v);
-      return T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * d_inner;
-    }
-    case Activation::sigmoid: {
-      const T s = sigmoid(v);
-      return s * (T(1) - s);
-    }
-    case Activation::silu: {
-      const T s = sigmoid(v);
-      return s * (T(1) + v * (T(1) - s));
-    }
-    case Activation::hardswish:
-      if (v < T(-3)) return T(0);
-      if (v <= T(3)) return v / T(3) + T(0.5);
-      return T(1);
-  }
-  return T(0);
 }
 
 // ---- random numbers ---------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ __global__ void binary_strided_kernel(BinaryOp op, const T* a, const T* b, T* ou
 
 template <class T>
 __global__ void activation_kernel(Activation act, const T* x, T* out, int64_t n) {
-  DUET_GRID_STRIDE(i, n) out[i] = math::apply_activation(act, x[i]);
+  DUET_GRID_STRIDE(i, n) out[i] = math::activation_value(act, x[i]);
 }
 
 template <class T>

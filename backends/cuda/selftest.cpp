@@ -150,8 +150,7 @@ std::vector<CudaSelftestCase> cuda_selftest_cases(uint64_t seed) {
   add_case("scalar ops", {rnd({b, c}, next(), 0.5, 2.0)}, {true}, [](const auto& v) {
     return add(add(pow(v[0], 3.0), rdiv(v[0], 2.0)), add(rsub(mul(add(v[0], 1.0), 3.0), 1.0), clamp_min(clamp_max(v[0], 1.5), 0.7)));
   });
-  for (Activation act : {Activation::relu, Activation::relu6, Activation::gelu_erf, Activation::gelu_tanh, Activation::sigmoid,
-                         Activation::silu, Activation::hardswish})
+  for (Activation act : all_activations())
     add_case(activation_name(act), {rnd({a, b, c}, next(), -8.0, 8.0)}, {true},
              [act](const auto& v) { return activation(act, v[0]); });
   add_case("relu (channels-last)", {rnd({2, b, 5, 6}, next())}, {true},

@@ -23,12 +23,6 @@ void map_flat(const Tensor& x, const Tensor& out, F f) {
   for (int64_t i = 0; i < n; ++i) o[i] = f(in[i]);
 }
 
-template <class T>
-T sigmoid(T x) { return T(1) / (T(1) + std::exp(-x)); }
-
-template <class T>
-T relu6(T x) { return std::min(std::max(x, T(0)), T(6)); }
-
 // Each switch picks a lambda once, outside the element loop.
 template <class T>
 void unary_kernel(UnaryOp op, const Tensor& x, const Tensor& out) {
@@ -84,82 +78,27 @@ void binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& 
   throw Error(fmt::format("binary on backend 'reference': unknown op code {}", static_cast<int>(op)));
 }
 
-// The constants of the two GELU forms, in T so f32 runs in f32 as PyTorch does.
-template <class T> constexpr T kInvSqrt2 = T(0.70710678118654752440);
-template <class T> constexpr T kInvSqrt2Pi = T(0.39894228040143267794);  // 1 / sqrt(2 pi): the normal density's scale
-template <class T> constexpr T kSqrt2OverPi = T(0.79788456080286535588);
-template <class T> constexpr T kGeluCubic = T(0.044715);
-
+// The formulas are engine/scalar_math.h's (ActivationFn), shared with the cpu and CUDA backends;
+// with_activation picks the activation once, outside the element loop. f32 runs in f32, as in PyTorch.
 template <class T>
 void activation_kernel(Activation act, const Tensor& x, const Tensor& out) {
-  switch (act) {
-    case Activation::relu:  // written so that a NaN passes through, as in PyTorch
-      return map_flat<T>(x, out, [](T v) { return v < T(0) ? T(0) : v; });
-    case Activation::relu6: return map_flat<T>(x, out, [](T v) { return relu6(v); });
-    case Activation::gelu_erf:
-      return map_flat<T>(x, out, [](T v) { return T(0.5) * v * (T(1) + std::erf(v * kInvSqrt2<T>)); });
-    case Activation::gelu_tanh:
-      return map_flat<T>(x, out, [](T v) {
-        return T(0.5) * v * (T(1) + std::tanh(kSqrt2OverPi<T> * (v + kGeluCubic<T> * v * v * v)));
-      });
-    case Activation::sigmoid: return map_flat<T>(x, out, [](T v) { return sigmoid(v); });
-    case Activation::silu: return map_flat<T>(x, out, [](T v) { return v * sigmoid(v); });
-    case Activation::hardswish: return map_flat<T>(x, out, [](T v) { return v * relu6(v + T(3)) / T(6); });
-  }
-  throw Error(fmt::format("activation on backend 'reference': unknown activation code {}", static_cast<int>(act)));
+  with_activation(act, [&](auto fn) {
+    using Fn = decltype(fn);
+    map_flat<T>(x, out, [](T v) { return Fn::value(v); });
+  });
 }
 
-// dx = dy * f'(x). At kinks the derivative takes PyTorch's one-sided choice, so gradients match
-// it bit for bit on integer-valued inputs (common in tests).
-template <class T, class F>
-void backward_flat(const Tensor& x, const Tensor& dy, const Tensor& dx, F dfdx) {
-  const T* px = x.data<T>();
-  const T* pdy = dy.data<T>();
-  T* pdx = dx.data<T>();
-  const int64_t n = x.numel();
-  for (int64_t i = 0; i < n; ++i) pdx[i] = pdy[i] * dfdx(px[i]);
-}
-
+// dx = dy * f'(x).
 template <class T>
 void activation_backward_kernel(Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx) {
-  switch (act) {
-    case Activation::relu: return backward_flat<T>(x, dy, dx, [](T v) { return v > T(0) ? T(1) : T(0); });
-    case Activation::relu6:
-      return backward_flat<T>(x, dy, dx, [](T v) { return (v > T(0) && v < T(6)) ? T(1) : T(0); });
-    case Activation::gelu_erf:
-      // d/dx [x Phi(x)] = Phi(x) + x phi(x)
-      return backward_flat<T>(x, dy, dx, [](T v) {
-        const T cdf = T(0.5) * (T(1) + std::erf(v * kInvSqrt2<T>));
-        const T pdf = kInvSqrt2Pi<T> * std::exp(T(-0.5) * v * v);
-        return cdf + v * pdf;
-      });
-    case Activation::gelu_tanh:
-      // Product rule on 0.5 x (1 + tanh(inner)), arranged as PyTorch's kernel does.
-      return backward_flat<T>(x, dy, dx, [](T v) {
-        const T inner = kSqrt2OverPi<T> * (v + kGeluCubic<T> * v * v * v);
-        const T t = std::tanh(inner);
-        const T d_inner = kSqrt2OverPi<T> * (T(1) + T(3) * kGeluCubic<T> * v * v);
-        return T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * d_inner;
-      });
-    case Activation::sigmoid:
-      return backward_flat<T>(x, dy, dx, [](T v) {
-        const T s = sigmoid(v);
-        return s * (T(1) - s);
-      });
-    case Activation::silu:
-      return backward_flat<T>(x, dy, dx, [](T v) {
-        const T s = sigmoid(v);
-        return s * (T(1) + v * (T(1) - s));
-      });
-    case Activation::hardswish:
-      return backward_flat<T>(x, dy, dx, [](T v) {
-        if (v < T(-3)) return T(0);
-        if (v <= T(3)) return v / T(3) + T(0.5);
-        return T(1);
-      });
-  }
-  throw Error(fmt::format("activation_backward on backend 'reference': unknown activation code {}",
-                          static_cast<int>(act)));
+  with_activation(act, [&](auto fn) {
+    using Fn = decltype(fn);
+    const T* px = x.data<T>();
+    const T* pdy = dy.data<T>();
+    T* pdx = dx.data<T>();
+    const int64_t n = x.numel();
+    for (int64_t i = 0; i < n; ++i) pdx[i] = pdy[i] * Fn::derivative(px[i]);
+  });
 }
 
 }  // namespace

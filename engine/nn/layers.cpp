@@ -150,18 +150,7 @@ std::string LayerNorm::extra_repr() const {
 }
 
 // ---- activations, pooling, glue ------------------------------------------------------------------
-std::string Act::type_name() const {
-  switch (act) {
-    case Activation::relu: return "ReLU";
-    case Activation::relu6: return "ReLU6";
-    case Activation::gelu_erf: return "GELU";
-    case Activation::gelu_tanh: return "GELU";
-    case Activation::sigmoid: return "Sigmoid";
-    case Activation::silu: return "SiLU";
-    case Activation::hardswish: return "Hardswish";
-  }
-  return "Act";
-}
+std::string Act::type_name() const { return activation_module_name(act); }
 
 namespace {
 Pool2dParams pool_params(const char* layer, int64_t kernel, int64_t stride, int64_t padding, bool ceil_mode,

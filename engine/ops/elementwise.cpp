@@ -200,21 +200,6 @@ Tensor abs(const Tensor& x) { return unary(UnaryOp::abs, x); }
 Tensor tanh(const Tensor& x) { return unary(UnaryOp::tanh, x); }
 Tensor square(const Tensor& x) { return unary(UnaryOp::square, x); }
 
-namespace {
-const char* activation_backward_name(Activation a) {
-  static const char* n[] = {"relu.backward", "relu6.backward", "gelu.backward", "gelu_tanh.backward",
-                            "sigmoid.backward", "silu.backward", "hardswish.backward"};
-  return n[static_cast<int>(a)];
-}
-double activation_flops(Activation a) {
-  switch (a) {
-    case Activation::relu: case Activation::relu6: return 1;
-    case Activation::hardswish: return 4;
-    default: return 8;  // transcendental: counted as a handful of FLOPs
-  }
-}
-}  // namespace
-
 Tensor activation(Activation act, const Tensor& x_in) {
   const char* name = activation_name(act);
   check_float(name, "x", x_in);
