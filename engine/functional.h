@@ -51,7 +51,9 @@ Tensor gelu(const Tensor& x, bool tanh_approximation = false);
 Tensor sigmoid(const Tensor& x);
 Tensor silu(const Tensor& x);
 Tensor hardswish(const Tensor& x);
-Tensor activation(Activation act, const Tensor& x);
+// Any activation of engine/scalar_math.h; alpha is its parameter (LeakyReLU's slope), the
+// activation's default when not given.
+Tensor activation(Activation act, const Tensor& x, std::optional<double> alpha = std::nullopt);
 
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }

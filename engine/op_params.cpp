@@ -33,6 +33,9 @@ const char* activation_backward_name(Activation a) {
   if (static_cast<int>(a) >= kNumActivations) bad_activation(a);
   return names[static_cast<size_t>(a)].c_str();
 }
+double activation_default_alpha(Activation a) {
+  return with_activation(a, [](auto fn) { return decltype(fn)::default_alpha; });
+}
 double activation_flops(Activation a) {
   return with_activation(a, [](auto fn) { return decltype(fn)::flops; });
 }

@@ -24,6 +24,7 @@ const char* activation_name(Activation a);           // the op's name in reports
 const char* activation_module_name(Activation a);    // the nn module's: "ReLU", "GELU", ...
 const char* activation_backward_name(Activation a);  // "relu.backward", ...
 double activation_flops(Activation a);              // per element, for the roofline
+double activation_default_alpha(Activation a);      // its parameter when none is given (0: none)
 // Every activation, in enum order: what tests and benchmarks loop over.
 std::vector<Activation> all_activations();
 // Thrown for an activation code outside the enum (a corrupted value), naming it.

@@ -42,7 +42,8 @@ template <class T> DUET_HD inline T min_nan(T a, T b) { return is_nan(a) ? a : i
 
 // ---- activations -------------------------------------------------------------------------------
 // Everything about one activation in one place: its op name (as reports show it), its nn module
-// name, its FLOPs per element for the roofline, its value and its derivative, with PyTorch's
+// name, its parameter's default (alpha: LeakyReLU's slope; unused by most), its FLOPs per element
+// for the roofline, its value and its derivative (both given alpha), with PyTorch's
 // definitions and its one-sided choices at kinks (relu'(0) = 0, hardswish'(3) = 1.5), so gradients
 // match PyTorch bit for bit on integer-valued inputs. with_activation() below turns the run-time
 // choice into one of these types once per tensor, so no loop switches per element.
@@ -62,26 +63,29 @@ template <class T> constexpr T kGeluCubic = T(0.044715);
 template <> struct ActivationFn<Activation::relu> {
   static constexpr const char* name = "relu";
   static constexpr const char* module = "ReLU";
+  static constexpr double default_alpha = 0;  // no parameter
   static constexpr double flops = 1;
-  template <class T> DUET_HD static T value(T v) { return v < T(0) ? T(0) : v; }
-  template <class T> DUET_HD static T derivative(T v) { return v > T(0) ? T(1) : T(0); }
+  template <class T> DUET_HD static T value(T v, T) { return v < T(0) ? T(0) : v; }
+  template <class T> DUET_HD static T derivative(T v, T) { return v > T(0) ? T(1) : T(0); }
 };
 
 template <> struct ActivationFn<Activation::relu6> {
   static constexpr const char* name = "relu6";
   static constexpr const char* module = "ReLU6";
+  static constexpr double default_alpha = 0;  // no parameter
   static constexpr double flops = 1;
-  template <class T> DUET_HD static T value(T v) { return relu6_of(v); }
-  template <class T> DUET_HD static T derivative(T v) { return (v > T(0) && v < T(6)) ? T(1) : T(0); }
+  template <class T> DUET_HD static T value(T v, T) { return relu6_of(v); }
+  template <class T> DUET_HD static T derivative(T v, T) { return (v > T(0) && v < T(6)) ? T(1) : T(0); }
 };
 
 // x Phi(x), Phi the normal distribution function; d/dx = Phi(x) + x phi(x).
 template <> struct ActivationFn<Activation::gelu_erf> {
   static constexpr const char* name = "gelu";
   static constexpr const char* module = "GELU";
+  static constexpr double default_alpha = 0;  // no parameter
   static constexpr double flops = 8;  // transcendental: counted as a handful of FLOPs
-  template <class T> DUET_HD static T value(T v) { return T(0.5) * v * (T(1) + k_erf(v * kInvSqrt2<T>)); }
-  template <class T> DUET_HD static T derivative(T v) {
+  template <class T> DUET_HD static T value(T v, T) { return T(0.5) * v * (T(1) + k_erf(v * kInvSqrt2<T>)); }
+  template <class T> DUET_HD static T derivative(T v, T) {
     const T cdf = T(0.5) * (T(1) + k_erf(v * kInvSqrt2<T>));
     const T pdf = kInvSqrt2Pi<T> * k_exp(T(-0.5) * v * v);
     return cdf + v * pdf;
@@ -92,11 +96,12 @@ template <> struct ActivationFn<Activation::gelu_erf> {
 template <> struct ActivationFn<Activation::gelu_tanh> {
   static constexpr const char* name = "gelu_tanh";
   static constexpr const char* module = "GELU";
+  static constexpr double default_alpha = 0;  // no parameter
   static constexpr double flops = 8;
-  template <class T> DUET_HD static T value(T v) {
+  template <class T> DUET_HD static T value(T v, T) {
     return T(0.5) * v * (T(1) + k_tanh(kSqrt2OverPi<T> * (v + kGeluCubic<T> * v * v * v)));
   }
-  template <class T> DUET_HD static T derivative(T v) {
+  template <class T> DUET_HD static T derivative(T v, T) {
     const T t = k_tanh(kSqrt2OverPi<T> * (v + kGeluCubic<T> * v * v * v));
     const T d_inner = kSqrt2OverPi<T> * (T(1) + T(3) * kGeluCubic<T> * v * v);
     return T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * d_inner;
@@ -106,9 +111,10 @@ template <> struct ActivationFn<Activation::gelu_tanh> {
 template <> struct ActivationFn<Activation::sigmoid> {
   static constexpr const char* name = "sigmoid";
   static constexpr const char* module = "Sigmoid";
+  static constexpr double default_alpha = 0;  // no parameter
   static constexpr double flops = 8;
-  template <class T> DUET_HD static T value(T v) { return sigmoid_of(v); }
-  template <class T> DUET_HD static T derivative(T v) {
+  template <class T> DUET_HD static T value(T v, T) { return sigmoid_of(v); }
+  template <class T> DUET_HD static T derivative(T v, T) {
     const T s = sigmoid_of(v);
     return s * (T(1) - s);
   }
@@ -117,9 +123,10 @@ template <> struct ActivationFn<Activation::sigmoid> {
 template <> struct ActivationFn<Activation::silu> {
   static constexpr const char* name = "silu";
   static constexpr const char* module = "SiLU";
+  static constexpr double default_alpha = 0;  // no parameter
   static constexpr double flops = 8;
-  template <class T> DUET_HD static T value(T v) { return v * sigmoid_of(v); }
-  template <class T> DUET_HD static T derivative(T v) {
+  template <class T> DUET_HD static T value(T v, T) { return v * sigmoid_of(v); }
+  template <class T> DUET_HD static T derivative(T v, T) {
     const T s = sigmoid_of(v);
     return s * (T(1) + v * (T(1) - s));
   }
@@ -128,9 +135,10 @@ template <> struct ActivationFn<Activation::silu> {
 template <> struct ActivationFn<Activation::hardswish> {
   static constexpr const char* name = "hardswish";
   static constexpr const char* module = "Hardswish";
+  static constexpr double default_alpha = 0;  // no parameter
   static constexpr double flops = 4;
-  template <class T> DUET_HD static T value(T v) { return v * relu6_of(v + T(3)) / T(6); }
-  template <class T> DUET_HD static T derivative(T v) {
+  template <class T> DUET_HD static T value(T v, T) { return v * relu6_of(v + T(3)) / T(6); }
+  template <class T> DUET_HD static T derivative(T v, T) {
     if (v < T(-3)) return T(0);
     if (v <= T(3)) return v / T(3) + T(0.5);
     return T(1);
@@ -159,11 +167,11 @@ template <class F> DUET_HD inline decltype(auto) with_activation(Activation act,
 }
 
 // The run-time forms, for the CUDA kernels (one kernel serves every activation) and for tests.
-template <class T> DUET_HD inline T activation_value(Activation act, T v) {
-  return with_activation(act, [v](auto fn) { return decltype(fn)::value(v); });
+template <class T> DUET_HD inline T activation_value(Activation act, T v, T alpha = T(0)) {
+  return with_activation(act, [v, alpha](auto fn) { return decltype(fn)::value(v, alpha); });
 }
-template <class T> DUET_HD inline T activation_derivative(Activation act, T v) {
-  return with_activation(act, [v](auto fn) { return decltype(fn)::derivative(v); });
+template <class T> DUET_HD inline T activation_derivative(Activation act, T v, T alpha = T(0)) {
+  return with_activation(act, [v, alpha](auto fn) { return decltype(fn)::derivative(v, alpha); });
 }
 
 }  // namespace duet

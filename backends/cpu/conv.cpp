@@ -224,7 +224,7 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, co
     const auto own = [&] {
       profiler::note_impl(kOwnDepthwise);
       depthwise_forward(x, w, bias, y, p);
-      if (p.relu) activation(Activation::relu, y, y);
+      if (p.relu) activation(Activation::relu, 0.0, y, y);
     };
     if (own_depthwise_always(dw)) return own();
     const bool wino = winograd_wanted(x, w, y, p);

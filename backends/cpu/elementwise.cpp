@@ -172,10 +172,10 @@ void binary_loop(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& ou
 // The formulas are engine/scalar_math.h's (ActivationFn), shared with the reference and CUDA
 // backends; with_activation picks one per tensor, so each loop is a plain SIMD loop over one formula.
 template <class T>
-void activation_loop(Activation act, const Tensor& x, const Tensor& out) {
+void activation_loop(Activation act, T alpha, const Tensor& x, const Tensor& out) {
   with_activation(act, [&](auto fn) {
     using Fn = decltype(fn);
-    map_flat<T>(x, out, [](T v) { return Fn::value(v); });
+    map_flat<T>(x, out, [alpha](T v) { return Fn::value(v, alpha); });
   });
 }
 
@@ -186,7 +186,7 @@ DUET_SIMD_CLONES void backward_chunk(const T* px, const T* pdy, T* pdx, int64_t 
 }
 
 template <class T>
-void activation_backward_loop(Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx) {
+void activation_backward_loop(Activation act, T alpha, const Tensor& x, const Tensor& dy, const Tensor& dx) {
   const T* px = static_cast<const T*>(x.raw_data());
   const T* pdy = static_cast<const T*>(dy.raw_data());
   T* pdx = static_cast<T*>(dx.raw_data());
@@ -205,7 +205,7 @@ void activation_backward_loop(Activation act, const Tensor& x, const Tensor& dy,
   with_activation(act, [&](auto fn) {
     using Fn = decltype(fn);
     parallel_for(x.numel(), x.numel(), [&](int64_t b, int64_t e) {
-      backward_chunk(px, pdy, pdx, b, e, [](T v) { return Fn::derivative(v); });
+      backward_chunk(px, pdy, pdx, b, e, [alpha](T v) { return Fn::derivative(v, alpha); });
     });
   });
 }
@@ -257,9 +257,8 @@ bool dnnl_activation(Activation act, dnnl::algorithm& alg, float& alpha, float& 
     case Activation::sigmoid: alg = dnnl::algorithm::eltwise_logistic; return true;
     case Activation::silu: alg = dnnl::algorithm::eltwise_swish; alpha = 1.f; return true;
     case Activation::hardswish: alg = dnnl::algorithm::eltwise_hardswish; return true;
-    case Activation::count: break;
+    default: return false;  // an activation without a oneDNN algorithm runs the shared formula's loop
   }
-  return false;
 }
 
 }  // namespace
@@ -285,23 +284,25 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Ten
   dispatch_float(out.dtype(), binary_name(op), [&](auto tag) { binary_loop<decltype(tag)>(op, a, b, out); });
 }
 
-void CpuBackend::activation(Activation act, const Tensor& x, const Tensor& out) {
+void CpuBackend::activation(Activation act, double act_alpha, const Tensor& x, const Tensor& out) {
   if (x.dtype() == DType::f32 && act == Activation::gelu_erf) return gelu_erf_f32(x, out);
   dnnl::algorithm alg;
   float alpha, beta;
   if (x.dtype() == DType::f32 && dnnl_activation(act, alg, alpha, beta))
     return eltwise_forward(activation_name(act), alg, alpha, beta, x, out);
-  dispatch_float(x.dtype(), activation_name(act), [&](auto tag) { activation_loop<decltype(tag)>(act, x, out); });
+  dispatch_float(x.dtype(), activation_name(act),
+                 [&](auto tag) { activation_loop<decltype(tag)>(act, decltype(tag)(act_alpha), x, out); });
 }
 
-void CpuBackend::activation_backward(Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx) {
+void CpuBackend::activation_backward(Activation act, double act_alpha, const Tensor& x, const Tensor& dy,
+                                     const Tensor& dx) {
   if (x.dtype() == DType::f32 && act == Activation::gelu_erf) return gelu_erf_backward_f32(x, dy, dx);
   dnnl::algorithm alg;
   float alpha, beta;
   if (x.dtype() == DType::f32 && dnnl_activation(act, alg, alpha, beta))
     return eltwise_backward("activation_backward", alg, alpha, beta, x, dy, dx);
   dispatch_float(x.dtype(), "activation_backward",
-                 [&](auto tag) { activation_backward_loop<decltype(tag)>(act, x, dy, dx); });
+                 [&](auto tag) { activation_backward_loop<decltype(tag)>(act, decltype(tag)(act_alpha), x, dy, dx); });
 }
 
 // Element i of the flat span is kept iff uniform01(seed, offset + i) >= p: the reference's rule,

@@ -41,8 +41,8 @@ cudaError_t scalar_op(ScalarOp op, DType dt, const void* x, double scalar, void*
 // strides[0] out's, [1] a's, [2] b's.
 cudaError_t binary(BinaryOp op, DType dt, const void* a, const void* b, void* out, const OffsetCalc<3>& calc, int64_t n,
                    cudaStream_t s);
-cudaError_t activation(Activation act, DType dt, const void* x, void* out, int64_t n, cudaStream_t s);
-cudaError_t activation_backward(Activation act, DType dt, const void* x, const void* dy, void* dx, int64_t n,
+cudaError_t activation(Activation act, double alpha, DType dt, const void* x, void* out, int64_t n, cudaStream_t s);
+cudaError_t activation_backward(Activation act, double alpha, DType dt, const void* x, const void* dy, void* dx, int64_t n,
                                 cudaStream_t s);
 // y[n, c, h, w] += bias[c] (conv2d's bias; y may be NCHW or channels-last).
 cudaError_t add_channel_bias(DType dt, void* y, const Dims4& Y, const void* bias, cudaStream_t s);

@@ -35,13 +35,13 @@ __global__ void binary_strided_kernel(BinaryOp op, const T* a, const T* b, T* ou
 }
 
 template <class T>
-__global__ void activation_kernel(Activation act, const T* x, T* out, int64_t n) {
-  DUET_GRID_STRIDE(i, n) out[i] = math::activation_value(act, x[i]);
+__global__ void activation_kernel(Activation act, T alpha, const T* x, T* out, int64_t n) {
+  DUET_GRID_STRIDE(i, n) out[i] = math::activation_value(act, x[i], alpha);
 }
 
 template <class T>
-__global__ void activation_backward_kernel(Activation act, const T* x, const T* dy, T* dx, int64_t n) {
-  DUET_GRID_STRIDE(i, n) dx[i] = dy[i] * math::activation_derivative(act, x[i]);
+__global__ void activation_backward_kernel(Activation act, T alpha, const T* x, const T* dy, T* dx, int64_t n) {
+  DUET_GRID_STRIDE(i, n) dx[i] = dy[i] * math::activation_derivative(act, x[i], alpha);
 }
 
 template <class T>
@@ -88,17 +88,18 @@ cudaError_t binary(BinaryOp op, DType dt, const void* a, const void* b, void* ou
   return launched();
 }
 
-cudaError_t activation(Activation act, DType dt, const void* x, void* out, int64_t n, cudaStream_t s) {
+cudaError_t activation(Activation act, double alpha, DType dt, const void* x, void* out, int64_t n, cudaStream_t s) {
   if (n <= 0) return cudaSuccess;
-  DUET_DISPATCH_FLOAT(dt, activation_kernel<T><<<grid(n), math::kBlock, 0, s>>>(act, static_cast<const T*>(x), static_cast<T*>(out), n));
+  DUET_DISPATCH_FLOAT(dt, activation_kernel<T><<<grid(n), math::kBlock, 0, s>>>(act, T(alpha), static_cast<const T*>(x),
+                                                                                static_cast<T*>(out), n));
   return launched();
 }
 
-cudaError_t activation_backward(Activation act, DType dt, const void* x, const void* dy, void* dx, int64_t n,
-                                cudaStream_t s) {
+cudaError_t activation_backward(Activation act, double alpha, DType dt, const void* x, const void* dy, void* dx,
+                                int64_t n, cudaStream_t s) {
   if (n <= 0) return cudaSuccess;
   DUET_DISPATCH_FLOAT(dt, activation_backward_kernel<T><<<grid(n), math::kBlock, 0, s>>>(
-                              act, static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<T*>(dx), n));
+                              act, T(alpha), static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<T*>(dx), n));
   return launched();
 }
 

@@ -238,7 +238,7 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, c
   }
   // Fused ReLU as a second pass on the same stream (cudnnConvolutionBiasActivationForward would
   // fuse it, but takes only some algorithms and layouts; not worth the second code path here).
-  if (p.relu && y.numel() > 0) activation(Activation::relu, y, y);
+  if (p.relu && y.numel() > 0) activation(Activation::relu, 0.0, y, y);
 }
 
 void CudaBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p) {

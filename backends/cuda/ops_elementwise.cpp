@@ -41,19 +41,19 @@ void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Te
                   g.op);
 }
 
-void CudaBackend::activation(Activation act, const Tensor& x, const Tensor& out) {
+void CudaBackend::activation(Activation act, double alpha, const Tensor& x, const Tensor& out) {
   OpGuard g(activation_name(act), x);
   check_float(g.op, "x", x);
   check_flat(g.op, x, out);
-  DUET_CUDA_CHECK(kern::activation(act, x.dtype(), x.raw_data(), out.raw_data(), x.numel(), g.stream()), g.op);
+  DUET_CUDA_CHECK(kern::activation(act, alpha, x.dtype(), x.raw_data(), out.raw_data(), x.numel(), g.stream()), g.op);
 }
 
-void CudaBackend::activation_backward(Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx) {
+void CudaBackend::activation_backward(Activation act, double alpha, const Tensor& x, const Tensor& dy, const Tensor& dx) {
   OpGuard g("activation_backward", x);
   check_float(g.op, "x", x);
   check_flat(g.op, x, dy);
   check_flat(g.op, x, dx);
-  DUET_CUDA_CHECK(kern::activation_backward(act, x.dtype(), x.raw_data(), dy.raw_data(), dx.raw_data(), x.numel(), g.stream()),
+  DUET_CUDA_CHECK(kern::activation_backward(act, alpha, x.dtype(), x.raw_data(), dy.raw_data(), dx.raw_data(), x.numel(), g.stream()),
                   g.op);
 }
 

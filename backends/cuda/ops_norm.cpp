@@ -80,7 +80,7 @@ void CudaBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor&
   }
   // Fused ReLU as a second pass on the same stream (cuDNN's BatchNormalizationForwardTrainingEx
   // can fuse it, only for NHWC half with a reserve buffer: not worth the second code path here).
-  if (p.relu) activation(Activation::relu, y, y);
+  if (p.relu) activation(Activation::relu, 0.0, y, y);
 }
 
 void CudaBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& save_mean,

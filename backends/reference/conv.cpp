@@ -131,7 +131,7 @@ void conv2d_backward_weight_kernel(const Tensor& x, const Tensor& dy, const Tens
 void ReferenceBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
                               const Conv2dParams& p) {
   dispatch_float_or_half(x.dtype(), "conv2d", [&](auto tag) { conv2d_kernel<decltype(tag)>(x, w, bias, y, p); });
-  if (p.relu) activation(Activation::relu, y, y);  // the reference does not fuse: a second pass
+  if (p.relu) activation(Activation::relu, 0.0, y, y);  // the reference does not fuse: a second pass
 }
 
 void ReferenceBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx,

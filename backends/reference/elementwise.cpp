@@ -81,23 +81,23 @@ void binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& 
 // The formulas are engine/scalar_math.h's (ActivationFn), shared with the cpu and CUDA backends;
 // with_activation picks the activation once, outside the element loop. f32 runs in f32, as in PyTorch.
 template <class T>
-void activation_kernel(Activation act, const Tensor& x, const Tensor& out) {
+void activation_kernel(Activation act, T alpha, const Tensor& x, const Tensor& out) {
   with_activation(act, [&](auto fn) {
     using Fn = decltype(fn);
-    map_flat<T>(x, out, [](T v) { return Fn::value(v); });
+    map_flat<T>(x, out, [alpha](T v) { return Fn::value(v, alpha); });
   });
 }
 
 // dx = dy * f'(x).
 template <class T>
-void activation_backward_kernel(Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx) {
+void activation_backward_kernel(Activation act, T alpha, const Tensor& x, const Tensor& dy, const Tensor& dx) {
   with_activation(act, [&](auto fn) {
     using Fn = decltype(fn);
     const T* px = x.data<T>();
     const T* pdy = dy.data<T>();
     T* pdx = dx.data<T>();
     const int64_t n = x.numel();
-    for (int64_t i = 0; i < n; ++i) pdx[i] = pdy[i] * Fn::derivative(px[i]);
+    for (int64_t i = 0; i < n; ++i) pdx[i] = pdy[i] * Fn::derivative(px[i], alpha);
   });
 }
 
@@ -118,13 +118,17 @@ void ReferenceBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, con
   dispatch_float(out.dtype(), binary_name(op), [&](auto tag) { binary_kernel<decltype(tag)>(op, a, b, out); });
 }
 
-void ReferenceBackend::activation(Activation act, const Tensor& x, const Tensor& out) {
-  dispatch_float(x.dtype(), activation_name(act), [&](auto tag) { activation_kernel<decltype(tag)>(act, x, out); });
+void ReferenceBackend::activation(Activation act, double alpha, const Tensor& x, const Tensor& out) {
+  dispatch_float(x.dtype(), activation_name(act), [&](auto tag) {
+    using T = decltype(tag);
+    activation_kernel<T>(act, T(alpha), x, out);
+  });
 }
 
-void ReferenceBackend::activation_backward(Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx) {
+void ReferenceBackend::activation_backward(Activation act, double alpha, const Tensor& x, const Tensor& dy,
+                                           const Tensor& dx) {
   dispatch_float(x.dtype(), "activation_backward",
-                 [&](auto tag) { activation_backward_kernel<decltype(tag)>(act, x, dy, dx); });
+                 [&](auto tag) { activation_backward_kernel<decltype(tag)>(act, decltype(tag)(alpha), x, dy, dx); });
 }
 
 // Element i of the flat span keeps its value iff uniform01(seed, offset + i) >= p, so the mask is

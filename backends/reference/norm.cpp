@@ -196,7 +196,7 @@ void ReferenceBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Te
   dispatch_float(x.dtype(), "batch_norm", [&](auto tag) {
     batch_norm_kernel<decltype(tag)>(x, gamma, beta, running_mean, running_var, y, save_mean, save_invstd, p);
   });
-  if (p.relu) activation(Activation::relu, y, y);  // the reference does not fuse: a second pass
+  if (p.relu) activation(Activation::relu, 0.0, y, y);  // the reference does not fuse: a second pass
 }
 
 void ReferenceBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,

@@ -64,13 +64,15 @@ public:
   int64_t normalized_dim;
 };
 
-// Activation as a module: relu, relu6, gelu, gelu_tanh, sigmoid, silu, hardswish.
+// Any activation of engine/scalar_math.h as a module; alpha is its parameter (the activation's
+// default when not given).
 class Act : public Module {
 public:
-  explicit Act(Activation a) : act(a) {}
-  Tensor forward(const Tensor& x) override { return activation(act, x); }
+  explicit Act(Activation a, std::optional<double> alpha_ = std::nullopt) : act(a), alpha(alpha_) {}
+  Tensor forward(const Tensor& x) override { return activation(act, x, alpha); }
   std::string type_name() const override;
   Activation act;
+  std::optional<double> alpha;
 };
 inline std::shared_ptr<Act> ReLU() { return std::make_shared<Act>(Activation::relu); }
 inline std::shared_ptr<Act> ReLU6() { return std::make_shared<Act>(Activation::relu6); }

@@ -1,6 +1,7 @@
 // Front-ends of the elementwise ops: binary with broadcasting, tensor-scalar, unary math and
 // activations. Their gradients are written with the same ops (as tinygrad does), except the
 // activations, whose backward is one fused kernel per activation.
+#include <cmath>
 #include "engine/ops/frontend.h"
 
 namespace duet {
@@ -200,9 +201,11 @@ Tensor abs(const Tensor& x) { return unary(UnaryOp::abs, x); }
 Tensor tanh(const Tensor& x) { return unary(UnaryOp::tanh, x); }
 Tensor square(const Tensor& x) { return unary(UnaryOp::square, x); }
 
-Tensor activation(Activation act, const Tensor& x_in) {
+Tensor activation(Activation act, const Tensor& x_in, std::optional<double> alpha_in) {
   const char* name = activation_name(act);
   check_float(name, "x", x_in);
+  const double alpha = alpha_in.value_or(activation_default_alpha(act));
+  DUET_CHECK(std::isfinite(alpha), "{}: the parameter is {}, expected a finite number", name, alpha);
   const Tensor x = dense(x_in);
   BackendImpl& be = backend_of(x);
   Tensor out;
@@ -210,7 +213,7 @@ Tensor activation(Activation act, const Tensor& x_in) {
     profiler::OpScope scope(name, be.kind(), {&x});
     out = empty_like_layout(x, x.shape());
     scope.set_cost([&] { return cost::elementwise({&x}, {&out}, activation_flops(act)); });
-    be.activation(act, x, out);
+    be.activation(act, alpha, x, out);
   }
   if (should_record({&x_in})) {
     // ReLU and ReLU6 keep their output, not their input, for backward: the masks agree (x > 0 iff
@@ -220,20 +223,20 @@ Tensor activation(Activation act, const Tensor& x_in) {
     const bool from_output = act == Activation::relu || act == Activation::relu6;
     const Tensor xd = from_output ? out.detach() : x.detach();
     record(name, {&x_in}, {&out}, [=](const std::vector<Tensor>& gs) {
-      return std::vector<Tensor>{activation_backward_op(act, xd, gs[0])};
+      return std::vector<Tensor>{activation_backward_op(act, xd, gs[0], alpha)};
     });
   }
   return out;
 }
 
 namespace detail {
-Tensor activation_backward_op(Activation act, const Tensor& saved, const Tensor& g) {
+Tensor activation_backward_op(Activation act, const Tensor& saved, const Tensor& g, double alpha) {
   const Tensor dy = same_layout(g, saved);
   BackendImpl& b = backend_of(saved);
   profiler::OpScope scope(activation_backward_name(act), b.kind(), {&saved, &dy});
   Tensor dx = empty_like_layout(saved, saved.shape());
   scope.set_cost([&] { return cost::elementwise({&saved, &dy}, {&dx}, activation_flops(act) + 1); });
-  b.activation_backward(act, saved, dy, dx);
+  b.activation_backward(act, alpha, saved, dy, dx);
   return dx;
 }
 }  // namespace detail

@@ -48,7 +48,7 @@ MemoryFormat format_of(const Tensor& x);
 // The gradient through an activation: one "<act>.backward" op reading `saved` (the input, or for
 // ReLU/ReLU6 the output: the masks agree) and g. Also the first half of the backward of an op with
 // a fused ReLU (conv2d or batch_norm with p.relu), which saves its output for it.
-Tensor activation_backward_op(Activation act, const Tensor& saved, const Tensor& g);
+Tensor activation_backward_op(Activation act, const Tensor& saved, const Tensor& g, double alpha = 0);
 
 // Broadcast shape of a and b (numpy rules) or a duet::Error naming the op and both shapes.
 Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b);
