@@ -200,6 +200,12 @@ void register_all() {
                    cost::batch_norm(x, 4, true), cost::batch_norm_backward(x, 4)});
     register_spec({"relu", "resnet_64x64x32x32_nhwc", {x}, {true}, [](const Inputs& t) { return relu(t[0]); },
                    {n, 8 * n}, {2 * n, 12 * n}});
+    // Every activation of engine/scalar_math.h on the same layer, with its default parameter: a new
+    // activation is benchmarked without an edit here (bench/torch_ops.py names PyTorch's for each).
+    for (Activation a : all_activations())
+      register_spec({std::string("act_") + activation_name(a), "resnet_64x64x32x32_nhwc", {x}, {true},
+                     [a](const Inputs& t) { return activation(a, t[0]); }, {activation_flops(a) * n, 8 * n},
+                     {(activation_flops(a) + 1) * n, 12 * n}});
     BatchNormParams bpr;
     bpr.relu = true;
     register_spec({"batch_norm_relu", "resnet_64x64x32x32_nhwc", {x, {64}, {64}}, {true},

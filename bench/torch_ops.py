@@ -73,6 +73,12 @@ def specs():
     s.append(spec("batch_norm", "resnet_64x64x32x32_nchw", [x, [64], [64]],
                   lambda t: F.batch_norm(t[0], None, None, t[1], t[2], True)))
     s.append(spec("relu", "resnet_64x64x32x32_nhwc", [x], lambda t: F.relu(t[0]), channels_last=(True,)))
+    # PyTorch's function for each of duet's activations (bench_ops.cpp's act_<name>), default parameters.
+    torch_activations = {"relu": F.relu, "relu6": F.relu6, "gelu": F.gelu,
+                         "gelu_tanh": lambda v: F.gelu(v, approximate="tanh"), "sigmoid": torch.sigmoid,
+                         "silu": F.silu, "hardswish": F.hardswish, "leaky_relu": lambda v: F.leaky_relu(v, 0.01)}
+    for name, fn in torch_activations.items():
+        s.append(spec("act_" + name, "resnet_64x64x32x32_nhwc", [x], lambda t, fn=fn: fn(t[0]), channels_last=(True,)))
     s.append(spec("batch_norm_relu", "resnet_64x64x32x32_nhwc", [x, [64], [64]],
                   lambda t: F.relu(F.batch_norm(t[0], None, None, t[1], t[2], True), inplace=True),
                   channels_last=(True,)))

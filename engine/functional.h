@@ -51,6 +51,7 @@ Tensor gelu(const Tensor& x, bool tanh_approximation = false);
 Tensor sigmoid(const Tensor& x);
 Tensor silu(const Tensor& x);
 Tensor hardswish(const Tensor& x);
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 // Any activation of engine/scalar_math.h; alpha is its parameter (LeakyReLU's slope), the
 // activation's default when not given.
 Tensor activation(Activation act, const Tensor& x, std::optional<double> alpha = std::nullopt);

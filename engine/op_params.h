@@ -13,7 +13,7 @@ enum class BinaryOp : uint8_t { add, sub, mul, div, maximum, minimum, eq, gt, lt
 enum class ScalarOp : uint8_t { add, mul, pow, rsub, rdiv, maximum, minimum };
 // Each activation's formulas, names and cost are in engine/scalar_math.h (ActivationFn); `count`
 // is the number of activations, for loops over all of them (tests, benchmarks).
-enum class Activation : uint8_t { relu, relu6, gelu_erf, gelu_tanh, sigmoid, silu, hardswish, count };
+enum class Activation : uint8_t { relu, relu6, gelu_erf, gelu_tanh, sigmoid, silu, hardswish, leaky_relu, count };
 constexpr int kNumActivations = static_cast<int>(Activation::count);
 enum class ReduceOp : uint8_t { sum, mean, max, min };
 

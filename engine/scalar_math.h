@@ -145,6 +145,17 @@ template <> struct ActivationFn<Activation::hardswish> {
   }
 };
 
+// x for x > 0, else alpha x (Darknet's "leaky" uses alpha 0.1; PyTorch's default is 0.01). The
+// derivative at 0 is alpha, as PyTorch's leaky_relu_backward gives; a NaN passes through.
+template <> struct ActivationFn<Activation::leaky_relu> {
+  static constexpr const char* name = "leaky_relu";
+  static constexpr const char* module = "LeakyReLU";
+  static constexpr double default_alpha = 0.01;
+  static constexpr double flops = 2;
+  template <class T> DUET_HD static T value(T v, T alpha) { return v > T(0) ? v : v * alpha; }
+  template <class T> DUET_HD static T derivative(T v, T alpha) { return v > T(0) ? T(1) : alpha; }
+};
+
 // Calls f(ActivationFn<act>{}) and returns what it returns. The one switch over activations: a
 // new activation is a new enumerator, a new struct above and a new case here (the compiler's
 // -Wswitch names a missing case; a code out of range stops the host and traps on the GPU).
@@ -157,6 +168,7 @@ template <class F> DUET_HD inline decltype(auto) with_activation(Activation act,
     case Activation::sigmoid: return f(ActivationFn<Activation::sigmoid>{});
     case Activation::silu: return f(ActivationFn<Activation::silu>{});
     case Activation::hardswish: return f(ActivationFn<Activation::hardswish>{});
+    case Activation::leaky_relu: return f(ActivationFn<Activation::leaky_relu>{});
     case Activation::count: break;
   }
 #if defined(__CUDA_ARCH__)

@@ -1,5 +1,6 @@
 // Bad input gives a duet::Error whose message names the op, the argument, what was given and
 // what was expected; never an abort and never a silently wrong result.
+#include "engine/nn/layers.h"
 #include "tests/test_support.h"
 
 using namespace duet;
@@ -61,4 +62,16 @@ TEST(Errors, DevicesAndBackends) {
     expect_error([] { set_default_backend(DeviceType::cpu, Backend::cuda); }, {"cuda", "not available"});
     expect_error([] { Tensor::ones({2}).to(Device::cuda(0)); }, {"cuda"});
   }
+}
+
+// An activation's parameter must be a number: LeakyReLU's slope of NaN is refused by name.
+TEST(Errors, ActivationParameterMustBeFinite) {
+  const Tensor x = Tensor::ones({2, 3});
+  expect_error([&] { (void)leaky_relu(x, std::numeric_limits<double>::quiet_NaN()); },
+               {"leaky_relu", "parameter is nan", "finite"});
+  EXPECT_EQ(leaky_relu(Tensor::from_vector(std::vector<float>{-2.0f, 3.0f}, {2}), 0.1).to_vector<float>(),
+            (std::vector<float>{-0.2f, 3.0f}));
+  EXPECT_EQ(nn::LeakyReLU(0.1)->forward(Tensor::from_vector(std::vector<float>{-1.0f}, {1})).to_vector<float>(),
+            (std::vector<float>{-0.1f}));
+  EXPECT_EQ(nn::LeakyReLU()->type_name(), "LeakyReLU");
 }

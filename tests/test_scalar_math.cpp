@@ -31,6 +31,7 @@ TEST(ScalarMath, ActivationsMatchDefinitions) {
     EXPECT_NEAR(activation_value(Activation::sigmoid, x), 1 / (1 + std::exp(-x)), 1e-15);
     EXPECT_NEAR(activation_value(Activation::silu, x), x / (1 + std::exp(-x)), 1e-15);
     EXPECT_NEAR(activation_value(Activation::hardswish, x), x * std::min(std::max(x + 3, 0.0), 6.0) / 6, 1e-15);
+    EXPECT_DOUBLE_EQ(activation_value(Activation::leaky_relu, x, 0.1), x > 0 ? x : 0.1 * x);  // Darknet's slope
   }
   const double nan = std::numeric_limits<double>::quiet_NaN();
   EXPECT_TRUE(std::isnan(activation_value(Activation::relu, nan)));   // NaN passes, as in PyTorch
@@ -39,9 +40,10 @@ TEST(ScalarMath, ActivationsMatchDefinitions) {
 
 TEST(ScalarMath, DerivativesMatchFiniteDifferences) {
   for (Activation act : all_activations()) {
+    const double alpha = activation_default_alpha(act);
     for (double x : {-4.2, -2.0, -0.7, 0.25, 1.3, 2.2, 5.1, 7.5}) {  // away from the kinks
-      const double fd = central_difference([act](double v) { return activation_value(act, v); }, x);
-      EXPECT_NEAR(activation_derivative(act, x), fd, 1e-6) << activation_name(act) << " at " << x;
+      const double fd = central_difference([act, alpha](double v) { return activation_value(act, v, alpha); }, x);
+      EXPECT_NEAR(activation_derivative(act, x, alpha), fd, 1e-6) << activation_name(act) << " at " << x;
     }
   }
   // PyTorch's choices at the kinks.
@@ -50,6 +52,8 @@ TEST(ScalarMath, DerivativesMatchFiniteDifferences) {
   EXPECT_EQ(activation_derivative(Activation::hardswish, -3.0), -0.5);
   EXPECT_EQ(activation_derivative(Activation::hardswish, 3.0), 1.5);
   EXPECT_EQ(activation_derivative(Activation::hardswish, -3.5), 0.0);
+  EXPECT_EQ(activation_derivative(Activation::leaky_relu, 0.0, 0.1), 0.1);  // leaky_relu_backward: x > 0 ? 1 : slope
+  EXPECT_EQ(activation_derivative(Activation::leaky_relu, 2.0, 0.1), 1.0);
 }
 
 // The activation table is complete and consistent: every enumerator has a distinct op name, a

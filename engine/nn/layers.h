@@ -77,6 +77,9 @@ public:
 inline std::shared_ptr<Act> ReLU() { return std::make_shared<Act>(Activation::relu); }
 inline std::shared_ptr<Act> ReLU6() { return std::make_shared<Act>(Activation::relu6); }
 inline std::shared_ptr<Act> GELU() { return std::make_shared<Act>(Activation::gelu_erf); }
+inline std::shared_ptr<Act> LeakyReLU(double negative_slope = 0.01) {
+  return std::make_shared<Act>(Activation::leaky_relu, negative_slope);
+}
 
 class MaxPool2d : public Module {
 public:

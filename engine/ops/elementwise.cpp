@@ -249,5 +249,6 @@ Tensor gelu(const Tensor& x, bool tanh_approximation) {
 Tensor sigmoid(const Tensor& x) { return activation(Activation::sigmoid, x); }
 Tensor silu(const Tensor& x) { return activation(Activation::silu, x); }
 Tensor hardswish(const Tensor& x) { return activation(Activation::hardswish, x); }
+Tensor leaky_relu(const Tensor& x, double negative_slope) { return activation(Activation::leaky_relu, x, negative_slope); }
 
 }  // namespace duet
