@@ -15,7 +15,7 @@
 #include "engine/functional.h"
 #include "engine/optim/optimizer.h"
 #include "engine/profiler/capture.h"
-#include "engine/profiler/report.h"
+#include "profiler/report.h"
 #include "engine/profiler/session.h"
 #include "models/registry.h"
 

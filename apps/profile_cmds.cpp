@@ -7,14 +7,14 @@
 #include <fmt/format.h>
 #include "engine/error.h"
 #include "engine/profiler/capture.h"
-#include "engine/profiler/compare.h"
-#include "engine/profiler/files.h"
+#include "profiler/compare.h"
+#include "profiler/files.h"
 #include "engine/profiler/machine.h"
-#include "engine/profiler/probe.h"
-#include "engine/profiler/report.h"
+#include "profiler/probe.h"
+#include "profiler/report.h"
 #include "engine/profiler/session.h"
 #include "engine/profiler/telemetry.h"
-#include "engine/profiler/trace.h"
+#include "profiler/trace.h"
 #ifdef DUET_HAVE_CUDA
 #include "backends/cuda/nvml_telemetry.h"
 #endif

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include "engine/profiler/capture.h"
 #include "engine/profiler/session.h"
-#include "engine/profiler/sweep.h"
+#include "profiler/sweep.h"
 
 namespace CLI {
 class App;

@@ -6,7 +6,7 @@
 #include <sstream>
 #include "apps/cli.h"
 #include <nlohmann/json.hpp>
-#include "engine/profiler/sweep.h"
+#include "profiler/sweep.h"
 #include "tests/test_support.h"
 
 using namespace duet;

@@ -9,17 +9,17 @@
 #include <gtest/gtest.h>
 #include "engine/duet.h"
 #include "engine/profiler/capture.h"
-#include "engine/profiler/compare.h"
-#include "engine/profiler/files.h"
-#include "engine/profiler/memory_summary.h"
-#include "engine/profiler/probe.h"
-#include "engine/profiler/report.h"
+#include "profiler/compare.h"
+#include "profiler/files.h"
+#include "profiler/memory_summary.h"
+#include "profiler/probe.h"
+#include "profiler/report.h"
 #include "engine/profiler/session.h"
-#include "engine/profiler/steps.h"
-#include "engine/profiler/sweep.h"
+#include "profiler/steps.h"
+#include "profiler/sweep.h"
 #include "engine/profiler/telemetry.h"
-#include "engine/profiler/trace.h"
-#include "engine/profiler/text_table.h"
+#include "profiler/trace.h"
+#include "profiler/text_table.h"
 
 namespace duet {
 namespace {

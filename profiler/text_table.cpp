@@ -1,4 +1,4 @@
-#include "engine/profiler/text_table.h"
+#include "profiler/text_table.h"
 #include <algorithm>
 #include <cmath>
 #include <fmt/format.h>

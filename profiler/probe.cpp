@@ -1,4 +1,4 @@
-#include "engine/profiler/probe.h"
+#include "profiler/probe.h"
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -9,9 +9,9 @@
 #include "engine/backend.h"
 #include "engine/functional.h"
 #include "engine/profiler.h"
-#include "engine/profiler/files.h"
+#include "profiler/files.h"
 #include "engine/profiler/machine.h"
-#include "engine/profiler/text_table.h"
+#include "profiler/text_table.h"
 #include "engine/tensor.h"
 
 namespace duet::profiler {

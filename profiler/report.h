@@ -7,9 +7,9 @@
 #include <vector>
 #include <nlohmann/json.hpp>
 #include "engine/profiler/capture.h"
-#include "engine/profiler/op_table.h"
-#include "engine/profiler/records.h"
-#include "engine/profiler/roofline.h"
+#include "profiler/op_table.h"
+#include "profiler/records.h"
+#include "profiler/roofline.h"
 
 namespace duet::profiler {
 

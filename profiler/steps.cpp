@@ -1,8 +1,8 @@
-#include "engine/profiler/steps.h"
+#include "profiler/steps.h"
 #include <algorithm>
 #include <fmt/format.h>
-#include "engine/profiler/records.h"
-#include "engine/profiler/text_table.h"
+#include "profiler/records.h"
+#include "profiler/text_table.h"
 
 namespace duet::profiler {
 

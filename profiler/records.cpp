@@ -1,4 +1,4 @@
-#include "engine/profiler/records.h"
+#include "profiler/records.h"
 #include <map>
 #include <tuple>
 #include "engine/error.h"

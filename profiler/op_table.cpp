@@ -1,10 +1,10 @@
-#include "engine/profiler/op_table.h"
+#include "profiler/op_table.h"
 #include <algorithm>
 #include <map>
 #include <tuple>
 #include <fmt/format.h>
 #include "engine/error.h"
-#include "engine/profiler/text_table.h"
+#include "profiler/text_table.h"
 
 namespace duet::profiler {
 

@@ -1,4 +1,4 @@
-#include "engine/profiler/roofline.h"
+#include "profiler/roofline.h"
 #include <algorithm>
 
 namespace duet::profiler {

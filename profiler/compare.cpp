@@ -1,14 +1,14 @@
-#include "engine/profiler/compare.h"
+#include "profiler/compare.h"
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
 #include <fmt/format.h>
 #include "engine/error.h"
-#include "engine/profiler/records.h"
-#include "engine/profiler/report.h"
-#include "engine/profiler/steps.h"
-#include "engine/profiler/text_table.h"
+#include "profiler/records.h"
+#include "profiler/report.h"
+#include "profiler/steps.h"
+#include "profiler/text_table.h"
 
 namespace duet::profiler {
 

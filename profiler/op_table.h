@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 #include <nlohmann/json.hpp>
-#include "engine/profiler/records.h"
-#include "engine/profiler/roofline.h"
+#include "profiler/records.h"
+#include "profiler/roofline.h"
 
 namespace duet::profiler {
 

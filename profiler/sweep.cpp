@@ -1,9 +1,9 @@
-#include "engine/profiler/sweep.h"
+#include "profiler/sweep.h"
 #include <charconv>
 #include <fmt/format.h>
 #include "engine/error.h"
-#include "engine/profiler/records.h"
-#include "engine/profiler/text_table.h"
+#include "profiler/records.h"
+#include "profiler/text_table.h"
 
 namespace duet::profiler {
 

@@ -1,16 +1,16 @@
-#include "engine/profiler/report.h"
+#include "profiler/report.h"
 #include <algorithm>
 #include <ctime>
 #include <functional>
 #include <map>
 #include <fmt/format.h>
 #include "engine/error.h"
-#include "engine/profiler/files.h"
+#include "profiler/files.h"
 #include "engine/profiler/machine.h"
-#include "engine/profiler/memory_summary.h"
-#include "engine/profiler/probe.h"
-#include "engine/profiler/steps.h"
-#include "engine/profiler/text_table.h"
+#include "profiler/memory_summary.h"
+#include "profiler/probe.h"
+#include "profiler/steps.h"
+#include "profiler/text_table.h"
 
 namespace duet::profiler {
 

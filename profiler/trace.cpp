@@ -1,10 +1,10 @@
-#include "engine/profiler/trace.h"
+#include "profiler/trace.h"
 #include <algorithm>
 #include <climits>
 #include <map>
 #include <set>
 #include <fmt/format.h>
-#include "engine/profiler/files.h"
+#include "profiler/files.h"
 
 namespace duet::profiler {
 

@@ -1,4 +1,4 @@
-#include "engine/profiler/files.h"
+#include "profiler/files.h"
 #include <unistd.h>
 #include <cerrno>
 #include <cstdio>

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 #include <nlohmann/json.hpp>
-#include "engine/profiler/roofline.h"
+#include "profiler/roofline.h"
 
 namespace duet::profiler {
 

@@ -1,9 +1,9 @@
-#include "engine/profiler/memory_summary.h"
+#include "profiler/memory_summary.h"
 #include <algorithm>
 #include <fmt/format.h>
-#include "engine/profiler/steps.h"
-#include "engine/profiler/records.h"
-#include "engine/profiler/text_table.h"
+#include "profiler/steps.h"
+#include "profiler/records.h"
+#include "profiler/text_table.h"
 
 namespace duet::profiler {
 
