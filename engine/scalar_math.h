@@ -4,6 +4,7 @@
 // or the tensor, so nvcc can parse it.
 #pragma once
 #include <math.h>
+#include <cstdint>
 #include "engine/op_params.h"
 
 #if defined(__CUDACC__)
@@ -39,6 +40,64 @@ template <class T> DUET_HD inline bool is_nan(T v) { return v != v; }
 template <class T> DUET_HD inline T max_nan(T a, T b) { return is_nan(a) ? a : is_nan(b) ? b : (a < b ? b : a); }
 template <class T> DUET_HD inline T min_nan(T a, T b) { return is_nan(a) ? a : is_nan(b) ? b : (b < a ? b : a); }
 
+
+// ---- pooling windows --------------------------------------------------------------------------------
+// Input rows [h0, h1) a pooling window covers, padding removed (same along the width).
+struct PoolRange {
+  int64_t begin, end;
+};
+DUET_HD inline PoolRange pool_window(int64_t o, int64_t k, int64_t s, int64_t p, int64_t in) {
+  const int64_t start = o * s - p;
+  return {start < 0 ? 0 : start, start + k < in ? start + k : in};
+}
+
+// PyTorch's average-pooling divisor for output (oh, ow): with count_include_pad the window counts up
+// to the padded border (a ceil-mode window hanging past it does not count its overhang), otherwise
+// only the real input elements it covers.
+DUET_HD inline int64_t avg_divisor(int64_t oh, int64_t ow, int64_t H, int64_t W, int64_t kh, int64_t kw, int64_t sh,
+                                   int64_t sw, int64_t ph, int64_t pw, bool count_include_pad) {
+  const PoolRange rh = pool_window(oh, kh, sh, ph, H), rw = pool_window(ow, kw, sw, pw, W);
+  if (!count_include_pad) return (rh.end - rh.begin) * (rw.end - rw.begin);
+  const int64_t hs = oh * sh - ph, ws = ow * sw - pw;
+  const int64_t he = hs + kh < H + ph ? hs + kh : H + ph, we = ws + kw < W + pw ? ws + kw : W + pw;
+  return (he - hs) * (we - ws);
+}
+
+// The outputs whose windows contain input index i: [first, last] (empty when first > last).
+DUET_HD inline PoolRange windows_containing(int64_t i, int64_t k, int64_t s, int64_t p, int64_t out) {
+  const int64_t num = i + p - k + 1;  // o * s >= i + p - k + 1
+  const int64_t first = num <= 0 ? 0 : (num + s - 1) / s;
+  const int64_t last_unclamped = (i + p) / s;  // o * s <= i + p
+  return {first, last_unclamped < out - 1 ? last_unclamped : out - 1};
+}
+
+// PyTorch's adaptive bins: output o of n_out over n_in inputs covers [floor(o n_in / n_out), ceil((o+1) n_in / n_out)).
+DUET_HD inline int64_t bin_start(int64_t o, int64_t n_in, int64_t n_out) { return (o * n_in) / n_out; }
+DUET_HD inline int64_t bin_end(int64_t o, int64_t n_in, int64_t n_out) { return ((o + 1) * n_in + n_out - 1) / n_out; }
+
+// Candidate bins [first, last] that may contain input index i; a superset (callers test each with
+// bin_start/bin_end). Bin o contains i only if (i - 1) n_out / n_in - 1 < o <= (i + 1) n_out / n_in.
+DUET_HD inline PoolRange bins_containing(int64_t i, int64_t n_in, int64_t n_out) {
+  const int64_t lo = ((i - 1) * n_out) / n_in - 1, hi = ((i + 1) * n_out) / n_in;
+  return {lo < 0 ? 0 : lo, hi < n_out - 1 ? hi : n_out - 1};
+}
+
+// The same for both spatial dims of output (oh, ow): input rows [h0, h1) and columns [w0, w1).
+struct PoolWindow {
+  int64_t h0, h1, w0, w1;
+};
+DUET_HD inline PoolWindow pool_window(const Pool2dParams& p, int64_t oh, int64_t ow, int64_t H, int64_t W) {
+  const PoolRange r = pool_window(oh, p.kernel_h, p.stride_h, p.pad_h, H);
+  const PoolRange c = pool_window(ow, p.kernel_w, p.stride_w, p.pad_w, W);
+  return {r.begin, r.end, c.begin, c.end};
+}
+DUET_HD inline int64_t avg_divisor(const Pool2dParams& p, int64_t oh, int64_t ow, int64_t H, int64_t W) {
+  return avg_divisor(oh, ow, H, W, p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.count_include_pad);
+}
+
+// Whether v is the maximum m of its window, for max pooling's gradient (which goes to the first
+// such position): a NaN maximum is matched by a NaN.
+template <class T> DUET_HD inline bool is_window_max(T v, T m) { return v == m || (is_nan(v) && is_nan(m)); }
 
 // ---- activations -------------------------------------------------------------------------------
 // Everything about one activation in one place: its op name (as reports show it), its nn module

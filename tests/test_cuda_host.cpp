@@ -275,54 +275,6 @@ TEST(CudaHostMath, SgdMatchesPyTorchFormula) {
   EXPECT_EQ(w, 1.5);
 }
 
-TEST(CudaHostMath, PoolingWindowsAndDivisors) {
-  std::mt19937 rng(3);
-  for (int trial = 0; trial < 300; ++trial) {
-    const int64_t k = 1 + rng() % 4, s = 1 + rng() % 3, p = rng() % (k / 2 + 1), in = k + rng() % 9;
-    const bool ceil_mode = rng() % 2;
-    const int64_t out = pool_out_size(in, k, s, p, ceil_mode);
-    for (int64_t o = 0; o < out; ++o) {
-      const int64_t start = o * s - p;
-      // Divisors by counting: padded positions up to the padded border, or only real ones.
-      int64_t with_pad = 0, real = 0;
-      for (int64_t i = start; i < start + k; ++i) {
-        with_pad += i < in + p;
-        real += i >= 0 && i < in;
-      }
-      EXPECT_EQ(m::avg_divisor(o, 0, in, 1, k, 1, s, 1, p, 0, true), with_pad);
-      EXPECT_EQ(m::avg_divisor(o, 0, in, 1, k, 1, s, 1, p, 0, false), real);
-    }
-    // windows_containing(i) is exactly the set of outputs whose window covers i.
-    for (int64_t i = 0; i < in; ++i) {
-      const m::Range r = m::windows_containing(i, k, s, p, out);
-      for (int64_t o = 0; o < out; ++o) {
-        const bool covers = o * s - p <= i && i < o * s - p + k;
-        EXPECT_EQ(covers, o >= r.begin && o <= r.end) << "i " << i << " o " << o << " k " << k << " s " << s << " p " << p;
-      }
-    }
-  }
-}
-
-TEST(CudaHostMath, AdaptiveBins) {
-  for (int64_t n_in = 1; n_in <= 12; ++n_in)
-    for (int64_t n_out = 1; n_out <= 12; ++n_out) {
-      EXPECT_EQ(m::bin_start(0, n_in, n_out), 0);
-      EXPECT_EQ(m::bin_end(n_out - 1, n_in, n_out), n_in);
-      for (int64_t i = 0; i < n_in; ++i) {
-        const m::Range cand = m::bins_containing(i, n_in, n_out);
-        int found = 0;
-        for (int64_t o = 0; o < n_out; ++o) {
-          const bool in_bin = m::bin_start(o, n_in, n_out) <= i && i < m::bin_end(o, n_in, n_out);
-          if (in_bin) {
-            ++found;
-            EXPECT_TRUE(o >= cand.begin && o <= cand.end) << i << " in bin " << o << " of " << n_in << "->" << n_out;
-          }
-        }
-        EXPECT_GE(found, 1);  // bins tile the input
-      }
-    }
-}
-
 TEST(CudaHostMath, CrossEntropyRowAndGradient) {
   const std::vector<double> x{0.5, -1.0, 2.0, 0.0};
   const int64_t C = 4, t = 2;

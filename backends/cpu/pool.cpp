@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include "backends/cpu/common.h"
+#include "engine/scalar_math.h"
 
 namespace duet {
 using namespace cpu;
@@ -104,21 +105,7 @@ void for_each_plane(int64_t N, int64_t C, int64_t work, F f) {
   });
 }
 
-struct Window {
-  int64_t h0, h1, w0, w1;
-};
-inline Window clipped(const Pool2dParams& p, int64_t oh, int64_t ow, int64_t H, int64_t W) {
-  const int64_t hs = oh * p.stride_h - p.pad_h, ws = ow * p.stride_w - p.pad_w;
-  return {std::max<int64_t>(hs, 0), std::min(hs + p.kernel_h, H), std::max<int64_t>(ws, 0), std::min(ws + p.kernel_w, W)};
-}
-
-// PyTorch's divisor (see the reference backend).
-inline int64_t avg_divisor(const Pool2dParams& p, int64_t oh, int64_t ow, int64_t H, int64_t W, const Window& win) {
-  if (!p.count_include_pad) return (win.h1 - win.h0) * (win.w1 - win.w0);
-  const int64_t hs = oh * p.stride_h - p.pad_h, ws = ow * p.stride_w - p.pad_w;
-  const int64_t he = std::min(hs + p.kernel_h, H + p.pad_h), we = std::min(ws + p.kernel_w, W + p.pad_w);
-  return (he - hs) * (we - ws);
-}
+// Windows, divisors and adaptive bins are engine/scalar_math.h's, shared with the other backends.
 
 template <class T>
 void zero4(const Tensor& t) {
@@ -135,7 +122,7 @@ void avg_pool_loop(const Tensor& x, const Tensor& y, const Pool2dParams& p) {
   for_each_plane(X.N, X.C, x.numel() + y.numel() * p.kernel_h * p.kernel_w, [&](int64_t n, int64_t c) {
     for (int64_t oh = 0; oh < Y.H; ++oh)
       for (int64_t ow = 0; ow < Y.W; ++ow) {
-        const Window win = clipped(p, oh, ow, X.H, X.W);
+        const PoolWindow win = pool_window(p, oh, ow, X.H, X.W);
         if (win.h0 >= win.h1 || win.w0 >= win.w1) {
           py[Y.at(n, c, oh, ow)] = T(0);
           continue;
@@ -143,7 +130,7 @@ void avg_pool_loop(const Tensor& x, const Tensor& y, const Pool2dParams& p) {
         double sum = 0.0;
         for (int64_t h = win.h0; h < win.h1; ++h)
           for (int64_t w = win.w0; w < win.w1; ++w) sum += px[X.at(n, c, h, w)];
-        py[Y.at(n, c, oh, ow)] = static_cast<T>(sum / double(avg_divisor(p, oh, ow, X.H, X.W, win)));
+        py[Y.at(n, c, oh, ow)] = static_cast<T>(sum / double(avg_divisor(p, oh, ow, X.H, X.W)));
       }
   });
 }
@@ -157,17 +144,15 @@ void avg_pool_backward_loop(const Tensor& dy, const Tensor& dx, const Pool2dPara
   for_each_plane(DX.N, DX.C, dx.numel() + dy.numel() * p.kernel_h * p.kernel_w, [&](int64_t n, int64_t c) {
     for (int64_t oh = 0; oh < DY.H; ++oh)
       for (int64_t ow = 0; ow < DY.W; ++ow) {
-        const Window win = clipped(p, oh, ow, DX.H, DX.W);
+        const PoolWindow win = pool_window(p, oh, ow, DX.H, DX.W);
         if (win.h0 >= win.h1 || win.w0 >= win.w1) continue;
-        const T g = static_cast<T>(double(pdy[DY.at(n, c, oh, ow)]) / double(avg_divisor(p, oh, ow, DX.H, DX.W, win)));
+        const T g = static_cast<T>(double(pdy[DY.at(n, c, oh, ow)]) / double(avg_divisor(p, oh, ow, DX.H, DX.W)));
         for (int64_t h = win.h0; h < win.h1; ++h)
           for (int64_t w = win.w0; w < win.w1; ++w) pdx[DX.at(n, c, h, w)] += g;
       }
   });
 }
 
-inline int64_t bin_start(int64_t o, int64_t I, int64_t O) { return (o * I) / O; }
-inline int64_t bin_end(int64_t o, int64_t I, int64_t O) { return ((o + 1) * I + O - 1) / O; }
 
 // acc[c] += img[i * C + c] over HW rows of C (one NHWC image), full-width in the SIMD clones.
 template <class T>

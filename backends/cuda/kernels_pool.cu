@@ -46,8 +46,8 @@ template <class T>
 __global__ void max_pool_kernel(const T* x, Dims4 X, T* y, Dims4 Y, Pool2dParams p, int64_t n) {
   DUET_GRID_STRIDE(i, n) {
     const Index4 o = unravel(i, Y);
-    const math::Range rh = math::window(o.h, p.kernel_h, p.stride_h, p.pad_h, X.H);
-    const math::Range rw = math::window(o.w, p.kernel_w, p.stride_w, p.pad_w, X.W);
+    const math::PoolRange rh = math::pool_window(o.h, p.kernel_h, p.stride_h, p.pad_h, X.H);
+    const math::PoolRange rw = math::pool_window(o.w, p.kernel_w, p.stride_w, p.pad_w, X.W);
     T best = -INFINITY;
     for (int64_t h = rh.begin; h < rh.end; ++h)
       for (int64_t w = rw.begin; w < rw.end; ++w) {
@@ -64,8 +64,8 @@ __global__ void max_pool_backward_kernel(const T* x, Dims4 X, const T* y, Dims4 
                                          Pool2dParams p, int64_t n) {
   DUET_GRID_STRIDE(i, n) {
     const Index4 o = unravel(i, Y);
-    const math::Range rh = math::window(o.h, p.kernel_h, p.stride_h, p.pad_h, X.H);
-    const math::Range rw = math::window(o.w, p.kernel_w, p.stride_w, p.pad_w, X.W);
+    const math::PoolRange rh = math::pool_window(o.h, p.kernel_h, p.stride_h, p.pad_h, X.H);
+    const math::PoolRange rw = math::pool_window(o.w, p.kernel_w, p.stride_w, p.pad_w, X.W);
     const T target = y[at(Y, o.n, o.c, o.h, o.w)];
     bool done = false;
     for (int64_t h = rh.begin; h < rh.end && !done; ++h)
@@ -84,8 +84,8 @@ template <class T>
 __global__ void avg_pool_kernel(const T* x, Dims4 X, T* y, Dims4 Y, Pool2dParams p, int64_t n) {
   DUET_GRID_STRIDE(i, n) {
     const Index4 o = unravel(i, Y);
-    const math::Range rh = math::window(o.h, p.kernel_h, p.stride_h, p.pad_h, X.H);
-    const math::Range rw = math::window(o.w, p.kernel_w, p.stride_w, p.pad_w, X.W);
+    const math::PoolRange rh = math::pool_window(o.h, p.kernel_h, p.stride_h, p.pad_h, X.H);
+    const math::PoolRange rw = math::pool_window(o.w, p.kernel_w, p.stride_w, p.pad_w, X.W);
     T out = 0;
     if (rh.begin < rh.end && rw.begin < rw.end) {  // a window entirely in padding averages to 0
       T sum = 0;
@@ -103,8 +103,8 @@ template <class T>
 __global__ void avg_pool_backward_kernel(const T* dy, Dims4 DY, T* dx, Dims4 DX, Pool2dParams p, int64_t n) {
   DUET_GRID_STRIDE(i, n) {
     const Index4 e = unravel(i, DX);
-    const math::Range oh = math::windows_containing(e.h, p.kernel_h, p.stride_h, p.pad_h, DY.H);
-    const math::Range ow = math::windows_containing(e.w, p.kernel_w, p.stride_w, p.pad_w, DY.W);
+    const math::PoolRange oh = math::windows_containing(e.h, p.kernel_h, p.stride_h, p.pad_h, DY.H);
+    const math::PoolRange ow = math::windows_containing(e.w, p.kernel_w, p.stride_w, p.pad_w, DY.W);
     T acc = 0;
     for (int64_t h = oh.begin; h <= oh.end; ++h)
       for (int64_t w = ow.begin; w <= ow.end; ++w)
@@ -131,7 +131,7 @@ template <class T>
 __global__ void adaptive_avg_backward_kernel(const T* dy, Dims4 DY, T* dx, Dims4 DX, int64_t n) {
   DUET_GRID_STRIDE(i, n) {
     const Index4 e = unravel(i, DX);
-    const math::Range bh = math::bins_containing(e.h, DX.H, DY.H), bw = math::bins_containing(e.w, DX.W, DY.W);
+    const math::PoolRange bh = math::bins_containing(e.h, DX.H, DY.H), bw = math::bins_containing(e.w, DX.W, DY.W);
     T acc = 0;
     for (int64_t h = bh.begin; h <= bh.end; ++h) {
       const int64_t h0 = math::bin_start(h, DX.H, DY.H), h1 = math::bin_end(h, DX.H, DY.H);

@@ -28,15 +28,7 @@ void zero(const Tensor& t) {
   for_each_output(V, [&](int64_t n, int64_t c, int64_t h, int64_t w) { p[V.at(n, c, h, w)] = T(0); });
 }
 
-// The input rows [h0, h1) and columns [w0, w1) that one output's window covers, padding removed.
-struct Window {
-  int64_t h0, h1, w0, w1;
-};
-
-Window clipped_window(const Pool2dParams& p, int64_t oh, int64_t ow, int64_t H, int64_t W) {
-  const int64_t hs = oh * p.stride_h - p.pad_h, ws = ow * p.stride_w - p.pad_w;
-  return {std::max<int64_t>(hs, 0), std::min(hs + p.kernel_h, H), std::max<int64_t>(ws, 0), std::min(ws + p.kernel_w, W)};
-}
+// Windows, divisors and adaptive bins are engine/scalar_math.h's, shared with the other backends.
 
 // Padding acts as -infinity: only real input elements can win. A NaN wins over everything, as
 // in PyTorch.
@@ -46,7 +38,7 @@ void max_pool2d_kernel(const Tensor& x, const Tensor& y, const Pool2dParams& p) 
   const T* px = x.data<T>();
   T* py = y.data<T>();
   for_each_output(Y, [&](int64_t n, int64_t c, int64_t oh, int64_t ow) {
-    const Window win = clipped_window(p, oh, ow, X.H, X.W);
+    const PoolWindow win = pool_window(p, oh, ow, X.H, X.W);
     T best = -std::numeric_limits<T>::infinity();
     for (int64_t h = win.h0; h < win.h1; ++h)
       for (int64_t w = win.w0; w < win.w1; ++w) {
@@ -69,27 +61,17 @@ void max_pool2d_backward_kernel(const Tensor& x, const Tensor& y, const Tensor& 
   T* pdx = dx.data<T>();
   zero<T>(dx);
   for_each_output(Y, [&](int64_t n, int64_t c, int64_t oh, int64_t ow) {
-    const Window win = clipped_window(p, oh, ow, X.H, X.W);
+    const PoolWindow win = pool_window(p, oh, ow, X.H, X.W);
     const T target = py[Y.at(n, c, oh, ow)];
     for (int64_t h = win.h0; h < win.h1; ++h)
       for (int64_t w = win.w0; w < win.w1; ++w) {
         const T v = px[X.at(n, c, h, w)];
-        if (v == target || (std::isnan(v) && std::isnan(target))) {
+        if (is_window_max(v, target)) {
           pdx[DX.at(n, c, h, w)] += pdy[DY.at(n, c, oh, ow)];
           return;
         }
       }
   });
-}
-
-// PyTorch's divisor: with count_include_pad the window is counted up to the padded border (with
-// ceil_mode a window may hang past it, and that overhang is not counted); otherwise only real
-// input elements count.
-int64_t avg_divisor(const Pool2dParams& p, int64_t oh, int64_t ow, int64_t H, int64_t W, const Window& win) {
-  if (!p.count_include_pad) return (win.h1 - win.h0) * (win.w1 - win.w0);
-  const int64_t hs = oh * p.stride_h - p.pad_h, ws = ow * p.stride_w - p.pad_w;
-  const int64_t he = std::min(hs + p.kernel_h, H + p.pad_h), we = std::min(ws + p.kernel_w, W + p.pad_w);
-  return (he - hs) * (we - ws);
 }
 
 template <class T>
@@ -98,7 +80,7 @@ void avg_pool2d_kernel(const Tensor& x, const Tensor& y, const Pool2dParams& p) 
   const T* px = x.data<T>();
   T* py = y.data<T>();
   for_each_output(Y, [&](int64_t n, int64_t c, int64_t oh, int64_t ow) {
-    const Window win = clipped_window(p, oh, ow, X.H, X.W);
+    const PoolWindow win = pool_window(p, oh, ow, X.H, X.W);
     if (win.h0 >= win.h1 || win.w0 >= win.w1) {  // a window entirely in padding averages to 0
       py[Y.at(n, c, oh, ow)] = T(0);
       return;
@@ -106,7 +88,7 @@ void avg_pool2d_kernel(const Tensor& x, const Tensor& y, const Pool2dParams& p) 
     double sum = 0.0;
     for (int64_t h = win.h0; h < win.h1; ++h)
       for (int64_t w = win.w0; w < win.w1; ++w) sum += px[X.at(n, c, h, w)];
-    py[Y.at(n, c, oh, ow)] = static_cast<T>(sum / double(avg_divisor(p, oh, ow, X.H, X.W, win)));
+    py[Y.at(n, c, oh, ow)] = static_cast<T>(sum / double(avg_divisor(p, oh, ow, X.H, X.W)));
   });
 }
 
@@ -117,18 +99,13 @@ void avg_pool2d_backward_kernel(const Tensor& dy, const Tensor& dx, const Pool2d
   T* pdx = dx.data<T>();
   zero<T>(dx);
   for_each_output(DY, [&](int64_t n, int64_t c, int64_t oh, int64_t ow) {
-    const Window win = clipped_window(p, oh, ow, DX.H, DX.W);
+    const PoolWindow win = pool_window(p, oh, ow, DX.H, DX.W);
     if (win.h0 >= win.h1 || win.w0 >= win.w1) return;
-    const T g = static_cast<T>(double(pdy[DY.at(n, c, oh, ow)]) / double(avg_divisor(p, oh, ow, DX.H, DX.W, win)));
+    const T g = static_cast<T>(double(pdy[DY.at(n, c, oh, ow)]) / double(avg_divisor(p, oh, ow, DX.H, DX.W)));
     for (int64_t h = win.h0; h < win.h1; ++h)
       for (int64_t w = win.w0; w < win.w1; ++w) pdx[DX.at(n, c, h, w)] += g;
   });
 }
-
-// PyTorch's adaptive bins: output o of O over an input of size I covers [floor(o*I/O), ceil((o+1)*I/O)),
-// so bins tile the input and neighbouring bins may share one element.
-int64_t bin_start(int64_t o, int64_t I, int64_t O) { return (o * I) / O; }
-int64_t bin_end(int64_t o, int64_t I, int64_t O) { return ((o + 1) * I + O - 1) / O; }
 
 template <class T>
 void adaptive_avg_pool2d_kernel(const Tensor& x, const Tensor& y) {
