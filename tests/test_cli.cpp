@@ -7,30 +7,16 @@
 #include "apps/cli.h"
 #include <nlohmann/json.hpp>
 #include "profiler/sweep.h"
+#include "tests/cli_support.h"
 #include "tests/test_support.h"
 
 using namespace duet;
+using duet::testing::CliResult;
+using duet::testing::contains;
+using duet::testing::duet_cli;
 namespace fs = std::filesystem;
 
 namespace {
-struct CliResult {
-  int status = 0;
-  std::string out, err;
-};
-
-CliResult duet_cli(std::vector<std::string> args) {
-  args.insert(args.begin(), "duet");
-  std::ostringstream out, err;
-  CliResult r;
-  // Commands may switch the CPU backend; put it back for the next test.
-  BackendGuard keep(DeviceType::cpu, default_backend(DeviceType::cpu));
-  r.status = app::run_cli(args, out, err);
-  r.out = out.str();
-  r.err = err.str();
-  return r;
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 }  // namespace
 
 TEST(Cli, UnknownModelListsTheKnownOnes) {

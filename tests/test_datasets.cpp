@@ -44,16 +44,6 @@ private:
   fs::path path_;
 };
 
-#define EXPECT_ERROR_HAS(stmt, ...)                                                                 \
-  do {                                                                                            \
-    try {                                                                                         \
-      stmt;                                                                                       \
-      ADD_FAILURE() << "expected duet::Error from " #stmt;                                        \
-    } catch (const ::duet::Error& e) {                                                            \
-      for (const std::string& part : std::vector<std::string>{__VA_ARGS__})                       \
-        EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what() << "\n  lacks: " << part; \
-    }                                                                                             \
-  } while (0)
 
 uint8_t cifar_pixel(int64_t record, int ch, int64_t y, int64_t x) {
   return static_cast<uint8_t>((record * 31 + ch * 85 + y * 7 + x * 3) % 256);

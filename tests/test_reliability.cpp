@@ -25,23 +25,17 @@
 #include "profiler/report.h"
 #include "engine/rng.h"
 #include "engine/serialize.h"
+#include "tests/cli_support.h"
 #include "tests/test_support.h"
 #include "tests/trainer_config.h"
 
 using namespace duet;
 using namespace duet::app;
+using duet::testing::CliResult;
+using duet::testing::contains;
+using duet::testing::duet_cli;
 namespace fs = std::filesystem;
 
-#define EXPECT_ERROR_HAS(stmt, ...)                                                                       \
-  do {                                                                                                    \
-    try {                                                                                                 \
-      stmt;                                                                                               \
-      ADD_FAILURE() << "expected duet::Error from " #stmt;                                                \
-    } catch (const ::duet::Error& e) {                                                                    \
-      for (const std::string& part : std::vector<std::string>{__VA_ARGS__})                               \
-        EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what() << "\n  lacks: " << part; \
-    }                                                                                                     \
-  } while (0)
 
 namespace {
 
@@ -52,23 +46,6 @@ fs::path temp_dir(const std::string& name) {
   return d;
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-struct CliResult {
-  int status = 0;
-  std::string out, err;
-};
-
-CliResult duet_cli(std::vector<std::string> args) {
-  args.insert(args.begin(), "duet");
-  std::ostringstream out, err;
-  BackendGuard keep(DeviceType::cpu, default_backend(DeviceType::cpu));
-  CliResult r;
-  r.status = run_cli(args, out, err);
-  r.out = out.str();
-  r.err = err.str();
-  return r;
-}
 
 // The tiny synthetic run of tests/trainer_config.h as command-line options.
 std::vector<std::string> tiny_args() {

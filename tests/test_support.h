@@ -30,6 +30,18 @@ std::vector<Backend> cpu_backends();
 // The shared data folder from DUET_DATA_DIR; "" when absent. Tests that need it call
 // DUET_REQUIRE_DATA_DIR(), which skips visibly when absent (or fails when DUET_REQUIRE_DATA=1).
 std::string data_dir();
+// Runs stmt and expects a duet::Error whose message holds every one of the given strings.
+#define EXPECT_ERROR_HAS(stmt, ...)                                                                       \
+  do {                                                                                                    \
+    try {                                                                                                 \
+      stmt;                                                                                               \
+      ADD_FAILURE() << "expected duet::Error from " #stmt;                                                \
+    } catch (const ::duet::Error& e) {                                                                    \
+      for (const std::string& part : std::vector<std::string>{__VA_ARGS__})                               \
+        EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what() << "\n  lacks: " << part; \
+    }                                                                                                     \
+  } while (0)
+
 #define DUET_REQUIRE_DATA_DIR()                                                                  \
   do {                                                                                           \
     if (::duet::testing::data_dir().empty()) {                                                   \
