@@ -82,7 +82,7 @@ std::string format_memory(const nlohmann::json& r) {
                        op.value("name", std::string("?")), op.value("phase", std::string("?")),
                        op.value("scope", std::string()).empty() ? "" : ", ",
                        op.value("scope", std::string()), op.value("shapes", std::string()));
-      if (member(op, "step").is_number()) s += fmt::format(" in step {}", member(op, "step").get<int64_t>());
+      if (is_int64(member(op, "step"))) s += fmt::format(" in step {}", member(op, "step").get<int64_t>());
       s += fmt::format(": {} live after it, {} allocated by it\n", fmt_bytes(op.value("live_bytes_after", 0.0)),
                        fmt_bytes(op.value("bytes_allocated", 0.0)));
     }

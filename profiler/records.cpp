@@ -57,6 +57,8 @@ T field(const nlohmann::json& j, const char* key, const char* type) {
   DUET_CHECK(j.is_object(), "op_records entry is {}: expected an object", j.type_name());
   auto it = j.find(key);
   DUET_CHECK(it != j.end(), "op_records entry lacks field '{}' ({} expected)", key, type);
+  if constexpr (std::is_integral_v<T>)
+    DUET_CHECK(is_int64(*it), "op_records field '{}' is {}: expected {} that fits in 64 bits", key, it->dump(), type);
   try {
     return it->get<T>();
   } catch (const nlohmann::json::exception&) {
@@ -85,6 +87,11 @@ OpRecord op_record_from_json(const nlohmann::json& j) {
   r.bytes_allocated = field<int64_t>(j, "bytes_allocated", "an integer");
   r.first_start_ns = field<int64_t>(j, "first_start_ns", "an integer");
   return r;
+}
+
+bool is_int64(const nlohmann::json& v) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX);
+  return v.is_number_integer();
 }
 
 const nlohmann::json& member(const nlohmann::json& j, const std::string& key) {

@@ -33,5 +33,8 @@ OpRecord op_record_from_json(const nlohmann::json& j);
 // from a file may lack any key.)
 const nlohmann::json& member(const nlohmann::json& j, const char* key);
 const nlohmann::json& member(const nlohmann::json& j, const std::string& key);
+// Whether v is an integer that fits int64_t. nlohmann's get<int64_t>() converts a float (7e111) or an
+// unsigned beyond 2^63 with a plain cast, which is undefined: report readers check this first.
+bool is_int64(const nlohmann::json& v);
 
 }  // namespace duet::profiler

@@ -67,13 +67,13 @@ std::vector<SweepPoint> sweep_points_from_json(const nlohmann::json& j) {
   for (const auto& q : j["points"]) {
     DUET_CHECK(q.is_object(), "sweep document: point {} is a JSON {}, expected an object", out.size(), q.type_name());
     SweepPoint p;
-    DUET_CHECK(member(q, "batch").is_number_integer() && member(q, "steps").is_number_integer(),
+    DUET_CHECK(is_int64(member(q, "batch")) && is_int64(member(q, "steps")),
                "sweep document: point {} lacks an integer \"batch\" or \"steps\"", out.size());
     p.batch = q["batch"].get<int64_t>();
     p.steps = q["steps"].get<int64_t>();
     if (member(q, "images_per_s").is_number()) p.images_per_s = member(q, "images_per_s").get<double>();
     if (member(q, "median_step_ms").is_number()) p.median_step_ms = member(q, "median_step_ms").get<double>();
-    if (member(q, "peak_bytes").is_number()) p.peak_bytes = member(q, "peak_bytes").get<int64_t>();
+    if (is_int64(member(q, "peak_bytes"))) p.peak_bytes = member(q, "peak_bytes").get<int64_t>();
     if (member(q, "timing_mode").is_string()) p.timing_mode = q["timing_mode"].get<std::string>();
     if (member(q, "error").is_string()) p.error = member(q, "error").get<std::string>();
     if (member(q, "report").is_string()) p.report_path = member(q, "report").get<std::string>();

@@ -22,6 +22,7 @@
 #include "datasets/image_file.h"
 #include "engine/optim/optimizer.h"
 #include "profiler/compare.h"
+#include "profiler/records.h"
 #include "profiler/report.h"
 #include "engine/rng.h"
 #include "engine/serialize.h"
@@ -491,6 +492,17 @@ TEST(FuzzFinding, ReportWithANumberBeyondADoubleIsAClearError) {
   std::ofstream(dir / "r.json") << R"({"schema": "duet.profile/1", "x": 1e999})";
   EXPECT_ERROR_HAS(profiler::load_report((dir / "r.json").string()), "is not valid JSON");
   fs::remove_all(dir);
+}
+
+// Found by fuzz_report (UBSan) in the 25-minute campaign of 2026-11-25: an op record's "max_ns"
+// of 719e109 went through nlohmann's get<int64_t>(), a plain cast of a float far beyond int64 and
+// undefined behaviour. Integer fields of reports must be integers that fit.
+TEST(FuzzFinding, ReportIntegerFieldHoldingAHugeFloatIsAClearError) {
+  const std::string path = std::string(DUET_SOURCE_DIR) + "/fuzz/regressions/report_float_for_integer_field.json";
+  EXPECT_ERROR_HAS(profiler::load_report(path), "'max_ns' is 7.19e+111", "fits in 64 bits");
+  EXPECT_FALSE(profiler::is_int64(nlohmann::json(7.19e111)));
+  EXPECT_FALSE(profiler::is_int64(nlohmann::json(uint64_t{1} << 63)));
+  EXPECT_TRUE(profiler::is_int64(nlohmann::json(int64_t{-5})));
 }
 
 // Found by fuzz_report (ASan: heap-use-after-free): `compare` read phases["images_per_s"] through
