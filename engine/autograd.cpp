@@ -7,6 +7,7 @@ namespace duet {
 
 namespace {
 thread_local bool t_grad_mode = true;
+thread_local LeafGradReadyFn t_leaf_hook;
 
 Edge edge_of(const Tensor& t) {
   Edge e;
@@ -87,6 +88,8 @@ void accumulate_into_leaf(TensorImpl* leaf, const Tensor& g) {
 }  // namespace
 
 bool grad_mode_enabled() { return t_grad_mode; }
+LeafGradHookGuard::LeafGradHookGuard(LeafGradReadyFn fn) : prev_(std::move(t_leaf_hook)) { t_leaf_hook = std::move(fn); }
+LeafGradHookGuard::~LeafGradHookGuard() { t_leaf_hook = std::move(prev_); }
 NoGradGuard::NoGradGuard() : prev_(t_grad_mode) { t_grad_mode = false; }
 NoGradGuard::~NoGradGuard() { t_grad_mode = prev_; }
 
@@ -133,19 +136,28 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
                dtype_name(root.dtype()));
   }
 
+  // Copied: a hook may install or drop guards of its own.
+  const LeafGradReadyFn hook = t_leaf_hook;
   if (!root.grad_fn()) {  // the root is a leaf
     accumulate_into_leaf(root.impl(), g);
+    if (hook) hook(root.impl());
     return;
   }
 
-  // Count, for every node reachable from the root, how many edges point at it.
+  // Count, for every node reachable from the root, how many edges point at it (and, when a hook
+  // listens, at every leaf: its gradient is final when the last of them has delivered).
   std::unordered_map<Node*, int> deps;
+  std::unordered_map<TensorImpl*, int> leaf_edges;
+  std::vector<TensorImpl*> leaf_order;  // first-seen order, for the end-of-pass reports
   std::vector<Node*> stack{root.grad_fn().get()};
   deps[root.grad_fn().get()] = 0;
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
     for (const Edge& e : n->next) {
+      if (hook && e.leaf) {
+        if (leaf_edges[e.leaf.get()]++ == 0) leaf_order.push_back(e.leaf.get());
+      }
       if (!e.fn) continue;
       auto [it, inserted] = deps.try_emplace(e.fn.get(), 0);
       it->second++;
@@ -188,6 +200,11 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
                node->name, in_grads.size(), node->next.size());
     for (size_t i = 0; i < in_grads.size(); ++i) {
       const Edge& e = node->next[i];
+      if (hook && e.leaf) {  // counted whether or not a gradient comes along this edge
+        if (in_grads[i].defined()) accumulate_into_leaf(e.leaf.get(), in_grads[i]);
+        if (--leaf_edges[e.leaf.get()] == 0) hook(e.leaf.get());
+        continue;
+      }
       if (!e.valid() || !in_grads[i].defined()) continue;
       if (e.leaf) {
         accumulate_into_leaf(e.leaf.get(), in_grads[i]);
@@ -200,6 +217,9 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
       if (--deps[e.fn.get()] == 0) ready.push_back(e.fn);
     }
   }
+  // Leaves behind a node that never ran (every gradient into it was undefined) are final now.
+  for (TensorImpl* leaf : leaf_order)
+    if (leaf_edges[leaf] > 0) hook(leaf);
 }
 
 }  // namespace duet

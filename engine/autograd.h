@@ -62,4 +62,23 @@ void record(const char* name, const std::vector<Tensor>& inputs, std::vector<Ten
 // Runs backward from root with the given gradient (ones for a one-element root if undefined).
 void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph);
 
+// Post-accumulate-grad hook (PyTorch's register_post_accumulate_grad_hook, for every leaf at
+// once): while a guard lives, backward passes on this thread call `fn(leaf)` once for every leaf
+// they reach, as soon as no more gradient can flow into it in this pass, so its .grad is final
+// while the rest of backward still runs. A leaf whose remaining paths carry no gradient is
+// reported at the end of the pass at the latest. Data-parallel training starts averaging a bucket
+// of gradients here, overlapping communication with the rest of backward; the engine itself knows
+// nothing about who listens. Guards nest: the innermost one's hook is called.
+using LeafGradReadyFn = std::function<void(TensorImpl* leaf)>;
+class LeafGradHookGuard {
+public:
+  explicit LeafGradHookGuard(LeafGradReadyFn fn);
+  ~LeafGradHookGuard();
+  LeafGradHookGuard(const LeafGradHookGuard&) = delete;
+  LeafGradHookGuard& operator=(const LeafGradHookGuard&) = delete;
+
+private:
+  LeafGradReadyFn prev_;
+};
+
 }  // namespace duet

@@ -203,3 +203,55 @@ TEST(Autograd, UnbindWritesEveryPartsGradientIntoOneBuffer) {
   add(sum(halves[0]), sum(mul(halves[1], -1.0))).backward();
   EXPECT_EQ(y.grad().to_vector<double>(), (std::vector<double>{1, 1, -1, -1, -1, -1}));
 }
+
+// The post-accumulate-grad hook data-parallel training overlaps communication with: each leaf is
+// reported once, when its gradient is final, while earlier layers' gradients are still to come.
+TEST(Autograd, LeafGradHookReportsEachLeafOnceWhenItsGradientIsFinal) {
+  const TensorOptions o = TensorOptions(DType::f64).with_grad(true);
+  Tensor x = Tensor::from_vector<double>({1, 2, 3}, {3}, TensorOptions(DType::f64));
+  Tensor w1 = Tensor::from_vector<double>({0.5, -1, 2}, {3}, o);
+  Tensor w2 = Tensor::from_vector<double>({1.5, 0.25, -3}, {3}, o);
+  Tensor w3 = Tensor::from_vector<double>({2, 2, -0.5}, {3}, o);
+  // A chain of layers, and w2 used a second time: its gradient is the sum of two paths.
+  Tensor y = add(sum(mul(mul(mul(x, w1), w2), w3)), sum(mul(w2, w2)));
+  std::vector<TensorImpl*> order;
+  std::vector<std::vector<double>> at_report;
+  std::vector<bool> w1_done_then;
+  {
+    const LeafGradHookGuard hook([&](TensorImpl* leaf) {
+      order.push_back(leaf);
+      at_report.push_back(leaf->grad.to_vector<double>());
+      w1_done_then.push_back(w1.grad().defined());
+    });
+    y.backward();
+  }
+  ASSERT_EQ(order.size(), 3u);
+  // The chain finishes from the last layer back: w3 first, w1 last.
+  EXPECT_EQ(order.front(), w3.impl());
+  EXPECT_EQ(order.back(), w1.impl());
+  EXPECT_FALSE(w1_done_then.front()) << "w3 must be reported before backward reaches w1";
+  const std::vector<Tensor> leaves{w1, w2, w3};
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Tensor* leaf = nullptr;
+    for (const Tensor& w : leaves)
+      if (w.impl() == order[i]) leaf = &w;
+    ASSERT_NE(leaf, nullptr);
+    EXPECT_EQ(at_report[i], leaf->grad().to_vector<double>()) << "reported before its gradient was final";
+  }
+  // d/dw2 = x*w1*w3 + 2*w2
+  EXPECT_EQ(w2.grad().to_vector<double>(), (std::vector<double>{1 * 0.5 * 2 + 3, 2 * -1 * 2 + 0.5, 3 * 2 * -0.5 - 6}));
+
+  // Without a guard nothing listens; guards nest and restore the outer hook.
+  int outer = 0, inner = 0;
+  {
+    const LeafGradHookGuard a([&](TensorImpl*) { ++outer; });
+    {
+      const LeafGradHookGuard b([&](TensorImpl*) { ++inner; });
+      sum(mul(w1, w1)).backward();
+    }
+    sum(mul(w1, w3)).backward();
+  }
+  sum(w1).backward();
+  EXPECT_EQ(inner, 1);
+  EXPECT_EQ(outer, 2);
+}

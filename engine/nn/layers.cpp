@@ -118,7 +118,38 @@ Tensor BatchNorm2d::run(const Tensor& x, bool relu) {
       num_batches_tracked.copy_(add(num_batches_tracked.to(DType::f64), 1.0));
     }
   }
+  if (training && sum_over_replicas) return run_synced(x, relu);
   return batch_norm(x, weight, bias, running_mean, running_var, BatchNormParams{training, momentum, eps, relu});
+}
+
+// Training-mode batch norm whose statistics are those of every replica's batch together: the
+// same formulas as the batch_norm kernels (two passes: the mean, then the mean squared
+// deviation), written as ops so that autograd differentiates through the replicas' sums.
+Tensor BatchNorm2d::run_synced(const Tensor& x, bool relu) {
+  const int64_t C = x.size(1);
+  const Shape per_channel = x.dim() == 4 ? Shape{1, C, 1, 1} : Shape{1, C};
+  const std::vector<int64_t> dims = x.dim() == 4 ? std::vector<int64_t>{0, 2, 3} : std::vector<int64_t>{0};
+  const double local_count = static_cast<double>(x.numel() / C);
+  const Tensor first = sum_over_replicas(
+      cat({sum(x, dims), Tensor::full({1}, local_count, TensorOptions(x.dtype()).with_device(x.device()))}, 0));
+  DUET_CHECK(first.defined() && first.shape() == Shape{C + 1},
+             "BatchNorm2d({}): sum_over_replicas returned shape {}, expected [{}]", C,
+             first.defined() ? shape_str(first.shape()) : std::string("undefined"), C + 1);
+  const double count = first.slice(0, C, C + 1).item();
+  const Tensor mean = mul(first.slice(0, 0, C), 1.0 / count);
+  const Tensor centred = sub(x, mean.reshape(per_channel));
+  const Tensor var = mul(sum_over_replicas(sum(mul(centred, centred), dims)), 1.0 / count);  // biased, as the kernels
+  const Tensor scale = mul(rsqrt(add(var, eps)), weight);
+  Tensor y = add(mul(centred, scale.reshape(per_channel)), bias.reshape(per_channel));
+  if (relu) y = duet::relu(y);
+  {
+    // The running variance is the unbiased estimate over all replicas' samples, as in PyTorch.
+    NoGradGuard no_grad;
+    const double unbiased = count > 1 ? count / (count - 1) : 1.0;
+    running_mean.copy_(add(mul(running_mean, 1.0 - momentum), mul(mean.detach(), momentum)));
+    running_var.copy_(add(mul(running_var, 1.0 - momentum), mul(var.detach(), momentum * unbiased)));
+  }
+  return y;
 }
 
 std::string BatchNorm2d::extra_repr() const {

@@ -48,9 +48,18 @@ public:
   std::string extra_repr() const override;
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;  // names as torch.nn
   double eps, momentum;
+  // Batch statistics over several replicas (SyncBatchNorm, for data-parallel training): when
+  // set, training-mode forward computes per-channel sums with ordinary ops and hands them to this
+  // function, which must return their element-wise sum over all replicas, differentiably (its
+  // backward sums the incoming gradient the same way). The first call gets [C + 1] values, the
+  // channel sums and the element count; the second the [C] sums of squared deviations from the
+  // global mean. Whoever sets it (dist::sync_batch_norm) supplies the communication; the engine
+  // only calls it. Unset: the fused batch_norm op, as always.
+  std::function<Tensor(const Tensor&)> sum_over_replicas;
 
 private:
   Tensor run(const Tensor& x, bool relu);
+  Tensor run_synced(const Tensor& x, bool relu);
 };
 
 class LayerNorm : public Module {
