@@ -52,6 +52,22 @@ if(DUET_ONEDNN)
   set(DUET_HAVE_DNNL ON)
 endif()
 
+# MPI (Open MPI from Debian: openmpi-bin, libopenmpi-dev) for data-parallel training across
+# processes. Optional: without it duet runs as one process, exactly as before. Only MPI's C API is
+# used (MPI_CXX_SKIP_MPICXX leaves out the deprecated C++ bindings).
+set(DUET_HAVE_MPI OFF)
+if(DUET_MPI)
+  set(MPI_CXX_SKIP_MPICXX ON)
+  find_package(MPI COMPONENTS CXX QUIET)
+  if(MPI_CXX_FOUND)
+    set(DUET_HAVE_MPI ON)
+  else()
+    message(STATUS "duet: MPI not found: building without data-parallel training across processes "
+                   "(apt-get install openmpi-bin libopenmpi-dev, or ./scripts/setup.sh, then reconfigure)")
+  endif()
+endif()
+find_program(DUET_MPIEXEC NAMES mpirun mpiexec)  # for the tests; empty: they skip visibly
+
 if(DUET_BUILD_TESTS)
   find_package(GTest QUIET)
   if(NOT TARGET GTest::gtest OR NOT TARGET GTest::gtest_main)

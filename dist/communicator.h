@@ -1,0 +1,78 @@
+// The collectives data-parallel training needs, behind a small interface: the engine and the
+// trainer talk to a Communicator, never to MPI. Two implementations: one process (every
+// collective is the identity) and MPI (dist/mpi_communicator.cpp, built when MPI is found).
+//
+// All ranks must call the collectives in the same order with the same sizes (MPI's rule). An
+// implementation serialises its own calls, so two threads of one rank may use it (the gradient
+// reducer's communication thread and the training thread), one call at a time.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace duet::dist {
+
+class Communicator {
+public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;        // 0 .. size-1
+  virtual int size() const = 0;        // the world size
+  virtual int local_rank() const = 0;  // among the ranks sharing this machine's memory
+  virtual int local_size() const = 0;
+  // Whether a second thread may call in while the first is inside a call (MPI_THREAD_SERIALIZED
+  // or better was granted); the gradient reducer overlaps communication only then.
+  virtual bool thread_safe() const = 0;
+  virtual std::string describe() const = 0;  // "MPI (Open MPI v4.1.4), 2 ranks" for the run header
+
+  // In place: every rank ends with the element-wise sum over ranks.
+  virtual void all_reduce_sum(float* data, size_t count) = 0;
+  virtual void all_reduce_sum(double* data, size_t count) = 0;
+  // Rank `root`'s bytes to everyone.
+  virtual void broadcast(void* data, size_t bytes, int root) = 0;
+  // One value per rank, in rank order, on every rank.
+  virtual std::vector<uint64_t> all_gather(uint64_t value) = 0;
+  virtual void barrier() = 0;
+  // Ends every rank of the job (MPI_Abort) after printing `message` naming this rank; a single
+  // process just exits. For an error one rank hit alone: the others would wait forever.
+  [[noreturn]] virtual void abort(const std::string& message, int exit_code) = 0;
+  // A collective that has not completed after this many seconds ends the job (abort()), naming
+  // this rank and the collective: a rank that hangs or is stopped never makes the others wait
+  // forever. A dead rank is noticed sooner, by the launcher.
+  void set_timeout(double seconds) { timeout_s_ = seconds; }
+  double timeout() const { return timeout_s_; }
+
+protected:
+  double timeout_s_ = 600;  // PyTorch's default for its NCCL and Gloo process groups: 10 minutes
+};
+
+class SingleProcess final : public Communicator {
+public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  int local_rank() const override { return 0; }
+  int local_size() const override { return 1; }
+  bool thread_safe() const override { return true; }
+  std::string describe() const override { return "single process"; }
+  void all_reduce_sum(float*, size_t) override {}
+  void all_reduce_sum(double*, size_t) override {}
+  void broadcast(void*, size_t, int) override {}
+  std::vector<uint64_t> all_gather(uint64_t value) override { return {value}; }
+  void barrier() override {}
+  [[noreturn]] void abort(const std::string& message, int exit_code) override;
+};
+
+// Whether this process was started by an MPI launcher (mpirun, mpiexec, srun with PMI/PMIx),
+// read from the launchers' environment variables; MPI is not initialised to find out.
+bool launched_by_mpi();
+// Whether this build has MPI support.
+bool mpi_built_in();
+
+// The process's communicator, made on first use: MPI when this build has it and a launcher
+// started the process, else SingleProcess. A duet binary started without mpirun never touches
+// MPI. Throws duet::Error when a launcher started it but the build lacks MPI and the launcher
+// asked for several ranks (each would silently train alone).
+Communicator& world();
+
+}  // namespace duet::dist
