@@ -4,6 +4,7 @@
 #include <ostream>
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include "apps/distributed.h"
 #include "apps/evaluate.h"
 #include "apps/model_file.h"
 #include "apps/train_data.h"
@@ -18,7 +19,17 @@ struct EvalCmd {
   int workers = 2;
 };
 
-int run_eval(const EvalCmd& e, const GlobalOptions& g, std::ostream& out) {
+// Under mpirun each rank evaluates its share of the batches (rank r: r, r + N, ...; --batch is
+// the batch one process would use) and rank 0 prints the all-reduced result, which equals one
+// process's.
+int run_eval(const EvalCmd& e, const GlobalOptions& g0, std::ostream& out, dist::Communicator& comm) {
+  const bool distributed = comm.size() > 1;
+  if (distributed)
+    dist::check_same_on_all_ranks(
+        comm, {{"checkpoint", e.checkpoint}, {"--dataset", e.dataset}, {"--data", e.data}, {"--split", e.split},
+               {"--batch", std::to_string(e.batch)}, {"--memory-format", e.memory_format}, {"--device", g0.device},
+               {"--backend", g0.backend}, {"--seed", std::to_string(g0.seed)}});
+  const GlobalOptions g = share_cores_between_ranks(comm, g0);
   const RunEnv env = apply_global_options(g);
   TrainedModel t = load_trained_model(e.checkpoint);
   DataOptions d = t.config.data;
@@ -36,9 +47,11 @@ int run_eval(const EvalCmd& e, const GlobalOptions& g, std::ostream& out) {
   const EvalSetup setup{.batch_size = e.batch,
                         .workers = e.workers,
                         .device = env.device,
-                        .memory_format = input_memory_format(d.memory_format, env)};
-  out << fmt::format("model {} from '{}' (epoch {}) | {} split: {} | backend {}\n", t.config.model.name, e.checkpoint,
-                     t.epoch, e.split, data.summary, backend_name(env.backend));
+                        .memory_format = input_memory_format(d.memory_format, env),
+                        .comm = distributed ? &comm : nullptr};
+  out << fmt::format("model {} from '{}' (epoch {}) | {} split: {} | backend {}{}\n", t.config.model.name, e.checkpoint,
+                     t.epoch, e.split, data.summary, backend_name(env.backend),
+                     distributed ? fmt::format(" | sharded over {} ranks", comm.size()) : "");
   const EvalResult r = evaluate(*t.model, *data.test, data.eval_pipeline, setup);
   out << fmt::format("accuracy {:.2f}% ({}/{})  loss {:.4f}  ({:.1f} s, {:.0f} img/s)\n", 100.0 * r.accuracy,
                      static_cast<int64_t>(r.accuracy * static_cast<double>(r.images) + 0.5), r.images, r.loss, r.seconds,
@@ -61,8 +74,12 @@ Command add_eval_command(CLI::App& app, GlobalOptions& g) {
   cmd->add_option("--memory-format", e->memory_format, "auto, nhwc or nchw (default: the checkpoint's run)")
       ->check(CLI::IsMember({"auto", "nhwc", "nchw"}));
   add_global_options(*cmd, g);
-  cmd->footer("Example:\n  duet eval cifar.safetensors --data ../shared/data/cifar10");
-  return {cmd, [e, &g](std::ostream& out) { return run_eval(*e, g, out); }};
+  cmd->footer("Examples:\n  duet eval cifar.safetensors --data ../shared/data/cifar10\n"
+              "  mpirun -np 2 duet eval cifar.safetensors      sharded over 2 processes (same result)");
+  return {cmd, [e, &g](std::ostream& out) {
+            dist::Communicator& comm = dist::world();
+            return run_on_every_rank(comm, out, [&](std::ostream& o) { return run_eval(*e, g, o, comm); });
+          }};
 }
 
 }  // namespace duet::app

@@ -56,6 +56,11 @@ EvalResult evaluate(nn::Module& model, const datasets::Dataset& data, const std:
   lo.shuffle = false;
   lo.num_workers = setup.workers;
   lo.memory_format = setup.memory_format;
+  const bool sharded = setup.comm != nullptr && setup.comm->size() > 1;
+  if (sharded) {
+    lo.rank = setup.comm->rank();
+    lo.world_size = setup.comm->size();  // no drop_last: every sample is evaluated exactly once
+  }
   datasets::DataLoader loader(data, lo, pipeline);
   loader.start_epoch(0);
   EvalResult r;
@@ -64,13 +69,16 @@ EvalResult evaluate(nn::Module& model, const datasets::Dataset& data, const std:
   r.total_per_class.assign(classes, 0);
   double loss_sum = 0;
   int64_t correct = 0;
+  std::vector<double> batch_loss;  // sharded: this rank's batches' loss sums, in its order
   datasets::Batch b;
   try {
     while (loader.next(b)) {
       const Tensor logits = model(prepare_input(b.images, setup.device, setup.memory_format));
       const Tensor labels = b.labels.to(setup.device);
       const auto n = b.labels.numel();
-      loss_sum += cross_entropy(logits, labels).item() * static_cast<double>(n);
+      const double batch_sum = cross_entropy(logits, labels).item() * static_cast<double>(n);
+      loss_sum += batch_sum;
+      if (sharded) batch_loss.push_back(batch_sum);
       correct += count_correct(logits, labels, &r.correct_per_class, &r.total_per_class);
       r.images += n;
     }
@@ -79,6 +87,31 @@ EvalResult evaluate(nn::Module& model, const datasets::Dataset& data, const std:
     throw;
   }
   model.train(was_training);
+  if (sharded) {
+    // One all-reduce of every batch's loss sum (in global batch order, zeros where another rank
+    // has it) and of the counts; the loss is then summed in one process's order, so it is equal
+    // to one process's to the last bit, not just close.
+    const int64_t ws = setup.comm->size(), rank = setup.comm->rank();
+    const int64_t batches = (data.size() + setup.batch_size - 1) / setup.batch_size;
+    std::vector<double> v(static_cast<size_t>(batches) + 2 + 2 * classes, 0.0);
+    for (size_t k = 0; k < batch_loss.size(); ++k) v[static_cast<size_t>(rank + static_cast<int64_t>(k) * ws)] = batch_loss[k];
+    double* counts = v.data() + batches;
+    counts[0] = static_cast<double>(correct);
+    counts[1] = static_cast<double>(r.images);
+    for (size_t c = 0; c < classes; ++c) {
+      counts[2 + c] = static_cast<double>(r.correct_per_class[c]);
+      counts[2 + classes + c] = static_cast<double>(r.total_per_class[c]);
+    }
+    setup.comm->all_reduce_sum(v.data(), v.size());
+    loss_sum = 0;
+    for (int64_t k = 0; k < batches; ++k) loss_sum += v[static_cast<size_t>(k)];
+    correct = static_cast<int64_t>(counts[0]);  // exact: counts are far below 2^53
+    r.images = static_cast<int64_t>(counts[1]);
+    for (size_t c = 0; c < classes; ++c) {
+      r.correct_per_class[c] = static_cast<int64_t>(counts[2 + c]);
+      r.total_per_class[c] = static_cast<int64_t>(counts[2 + classes + c]);
+    }
+  }
   const double n = static_cast<double>(std::max<int64_t>(r.images, 1));
   r.loss = loss_sum / n;
   r.accuracy = static_cast<double>(correct) / n;

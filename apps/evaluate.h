@@ -7,6 +7,7 @@
 #include <vector>
 #include "datasets/dataset.h"
 #include "datasets/transforms.h"
+#include "dist/communicator.h"
 #include "engine/nn/module.h"
 
 namespace duet::app {
@@ -23,6 +24,10 @@ struct EvalSetup {
   int workers = 2;
   Device device = Device::cpu();
   MemoryFormat memory_format = MemoryFormat::contiguous;
+  // Data-parallel: each rank evaluates its share of the batches (b = rank, rank + W, ...) and the
+  // sums are all-reduced; loss, accuracy and counts come out as one process's, bit for bit, when
+  // the ranks compute each batch as one process would.
+  dist::Communicator* comm = nullptr;
 };
 
 // Batch images moved to the device in the layout the run uses (a no-op when they already are).

@@ -16,7 +16,7 @@ void add_optim_options(CLI::App& cmd, TrainConfig& c) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1000000}))
       ->group(g);
-  cmd.add_option("--batch", c.batch, "Batch size")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1 << 20}))->group(g);
+  cmd.add_option("--batch", c.batch, "Batch size (per rank under mpirun: the global batch is this times the ranks)")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1 << 20}))->group(g);
   cmd.add_option("--optimizer", o.optimizer, "sgd, adam or adamw")
       ->capture_default_str()
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
@@ -120,6 +120,23 @@ void add_run_options(CLI::App& cmd, TrainConfig& c) {
                  "Stop after this many epochs of this run, schedule unchanged (continue later with --resume)")
       ->check(CLI::Range(int64_t{0}, int64_t{1000000}))
       ->group(o);
+
+  const std::string d = "Data-parallel (started by mpirun; see docs/distributed.md)";
+  cmd.add_option("--bucket-mb", c.bucket_mb,
+                 "MB of gradients per all-reduce; a bucket is averaged across ranks as soon as backward has finished "
+                 "its gradients, overlapping the rest of backward")
+      ->capture_default_str()
+      ->check(finite_range(0.001, 1e6))
+      ->group(d);
+  cmd.add_flag("--sync-bn", c.sync_bn,
+               "Batch norm with the statistics of all ranks' batches together (as one process with the global batch); "
+               "buckets are then averaged after backward, without overlap")
+      ->group(d);
+  cmd.add_option("--comm-timeout", c.comm_timeout_s,
+                 "Seconds a collective may wait for the other ranks before the job is ended (a hung or stopped rank)")
+      ->capture_default_str()
+      ->check(finite_range(1, 1e7))
+      ->group(d);
 }
 
 const char* kTrainFooter = R"(Examples:
@@ -133,6 +150,7 @@ const char* kTrainFooter = R"(Examples:
       mixed precision (fp16: --amp fp16, with dynamic loss scaling)
   duet train --model resnet18 --dataset folder --data ../shared/data/cats_dogs --image-size 64 \
       --init-from resnet18.safetensors --freeze-backbone --epochs 3
+  mpirun -np 2 duet train --model mlp --batch 64      data-parallel on 2 processes (global batch 128)
 Global options (--device, --backend, --threads, --seed) may also come before `train`.
 See docs/training.md for the recipes.)";
 }  // namespace

@@ -62,6 +62,15 @@ struct TrainConfig {
   double stop_after_minutes = 0;        // > 0: stop once this much training time has passed
   int64_t stop_after_epochs = 0;        // > 0: stop after this many epochs of this run (resume later)
   int64_t log_every = 0;                // plain progress line every N steps when stdout is not a terminal
+  // Data-parallel runs (under mpirun): MB of gradients per all-reduce bucket. Not stored in
+  // checkpoints: it changes timing, not results.
+  double bucket_mb = 25.0;
+  // Data-parallel runs: batch norm statistics over all ranks' batches (SyncBatchNorm). Changes
+  // results, so it is stored in checkpoints (as "sync_bn" when set).
+  bool sync_bn = false;
+  // Data-parallel runs: a collective still waiting after this many seconds ends the job (a hung
+  // or stopped rank). Not stored in checkpoints.
+  double comm_timeout_s = 600;
 };
 
 nlohmann::json to_json(const TrainConfig& c);

@@ -2,6 +2,8 @@
 #include "apps/trainer.h"
 #include <chrono>
 #include <cmath>
+#include <csignal>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <ostream>
@@ -9,12 +11,15 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include "apps/checkpoint.h"
+#include "apps/distributed.h"
 #include "apps/evaluate.h"
 #include "apps/interrupt.h"
 #include "apps/output_check.h"
 #include "apps/progress.h"
 #include "apps/profile_cmds.h"
 #include "datasets/loader.h"
+#include "dist/sync.h"
+#include "dist/sync_batch_norm.h"
 #include "engine/autocast.h"
 #include "engine/autograd.h"
 #include "engine/backend.h"
@@ -76,12 +81,14 @@ nlohmann::json EpochMetrics::to_json() const {
           {"loss_scale", loss_scale}};
 }
 
-Trainer::Trainer(TrainConfig config, RunEnv env, TrainData data, std::shared_ptr<nn::Module> model, std::ostream& out)
+Trainer::Trainer(TrainConfig config, RunEnv env, TrainData data, std::shared_ptr<nn::Module> model, std::ostream& out,
+                 dist::Communicator& comm)
     : c_(std::move(config)),
       env_(env),
       data_(std::move(data)),
       model_(std::move(model)),
       out_(out),
+      comm_(comm),
       amp_(amp_dtype(c_.amp)),
       scaler_(optim::GradScaler::Options{.enabled = c_.amp == "fp16"}) {
   DUET_CHECK(c_.epochs >= 1 && c_.batch >= 1, "--epochs {} and --batch {}: expected positive numbers", c_.epochs, c_.batch);
@@ -96,10 +103,39 @@ Trainer::Trainer(TrainConfig config, RunEnv env, TrainData data, std::shared_ptr
   lo.seed = c_.seed;
   lo.num_workers = c_.data.workers;
   lo.memory_format = format_;
+  // Data-parallel: rank r takes batches r, r + W, ... of the one permutation every rank computes
+  // from the seed, so step s covers exactly the samples of one process's step s with batch W * b.
+  // drop_last: every rank takes the same number of steps (the collectives need it); the samples
+  // left over after the last full global batch (fewer than W * b) are not trained on that epoch.
+  lo.rank = comm_.rank();
+  lo.world_size = comm_.size();
+  lo.drop_last = distributed();
   loader_ = std::make_unique<datasets::DataLoader>(*data_.train, lo, data_.train_pipeline);
   steps_per_epoch_ = loader_->batches_per_epoch();
+  DUET_CHECK(steps_per_epoch_ >= 1,
+             "--batch {} on {} ranks: a global batch of {} images, more than the training set's {}; expected a smaller "
+             "--batch or fewer ranks",
+             c_.batch, comm_.size(), c_.batch * comm_.size(), data_.train->size());
   schedule_ = std::make_unique<LrSchedule>(make_schedule_config(c_.optim, c_.epochs, steps_per_epoch_));
   if (!c_.resume.empty()) resume_from(c_.resume);
+  if (distributed()) {
+    DUET_CHECK(env_.device.type == DeviceType::cpu,
+               "--device {} under mpirun: data-parallel training runs on CPU processes (--device cpu); GPU collectives "
+               "(NCCL) are not built yet",
+               env_.device.str());
+    // Every rank starts from rank 0's weights and buffers (a resumed run: the checkpoint's, which
+    // every rank read; broadcasting anyway costs one copy and rules out any drift).
+    std::vector<Tensor> state = model_->parameters();
+    for (const auto& [name, b] : model_->named_buffers()) state.push_back(b);
+    dist::broadcast_tensors(comm_, state, 0);
+    // --sync-bn all-reduces statistics on the training thread during backward; a communication
+    // thread all-reducing buckets at the same time could interleave the two kinds of collective
+    // in a different order on different ranks, so the buckets are then reduced on the training
+    // thread too, in backward's order (no overlap).
+    if (c_.sync_bn) sync_bn_layers_ = dist::sync_batch_norm(*model_, comm_);
+    reducer_ = std::make_unique<dist::GradReducer>(
+        comm_, model_->parameters(), dist::GradReducerOptions{.bucket_mb = c_.bucket_mb, .overlap = !c_.sync_bn});
+  }
 }
 
 Trainer::~Trainer() = default;
@@ -111,6 +147,8 @@ nlohmann::json Trainer::checkpoint_config() const {
   j["class_names"] = data_.class_names;
   j["eval_transform"] = data_.eval_transform;
   j["memory_format"] = memory_format_label(format_);
+  if (distributed()) j["world_size"] = comm_.size();  // --batch is per rank: resuming needs as many ranks
+  if (c_.sync_bn && distributed()) j["sync_bn"] = true;
   return j;
 }
 
@@ -130,6 +168,14 @@ void Trainer::resume_from(const std::string& path) {
     same(was.value("image_size", nlohmann::json()), now["image_size"], "image size");
     same(was.value("batch", nlohmann::json()), now["batch"], "batch size");
     same(was.value("seed", nlohmann::json()), now["seed"], "seed");
+    same(was.value("sync_bn", false), now.value("sync_bn", false), "--sync-bn");
+    const int64_t was_world = was.value("world_size", int64_t{1});
+    DUET_CHECK(was_world == comm_.size(),
+               "--resume '{}': the checkpoint was written by a run on {} rank{} and this run has {}; resuming needs "
+               "the same number of ranks (--batch is per rank, so the global batch, the steps per epoch and the data "
+               "order depend on it); start it with mpirun -np {}{}",
+               path, was_world, was_world == 1 ? "" : "s", comm_.size(), was_world,
+               was_world == 1 ? " or without mpirun" : "");
     const nlohmann::json none = nlohmann::json::object();
     const nlohmann::json data = was.value("data", none), optim = was.value("optim", none);
     DUET_CHECK(data.is_object() && optim.is_object(), "--resume '{}': the checkpoint's config has data {} and optim {}; "
@@ -247,6 +293,9 @@ void Trainer::check_weights_finite(int64_t epoch, int64_t batch) const {
 
 void Trainer::write_checkpoint(int64_t epochs_done, const EpochMetrics& m, const nlohmann::json& partial_epoch) {
   if (c_.checkpoint.empty()) return;
+  last_checkpoint_ = c_.checkpoint;  // on every rank, for the messages; rank 0 writes the file
+  last_checkpoint_epoch_ = epochs_done;
+  if (comm_.rank() != 0) return;
   CheckpointState s;
   s.partial_epoch = partial_epoch;
   s.epoch = epochs_done;
@@ -265,7 +314,7 @@ void Trainer::write_checkpoint(int64_t epochs_done, const EpochMetrics& m, const
 }
 
 void Trainer::log_epoch(const EpochMetrics& m) {
-  if (c_.log.empty()) return;
+  if (c_.log.empty() || comm_.rank() != 0) return;
   std::ofstream f(c_.log, std::ios::app);
   DUET_CHECK(f.good(), "--log '{}': cannot open the file for appending", c_.log);
   // One write per line, so a reader never sees half an object.
@@ -289,6 +338,13 @@ void Trainer::stop_on_bad_loss(double loss, int64_t epoch, int64_t batch) const 
                           std::isnan(loss) ? "nan" : "infinite", where, last_good_checkpoint()));
 }
 
+bool Trainer::on_any_rank(bool local) {
+  if (!distributed()) return local;
+  double v = local ? 1.0 : 0.0;
+  comm_.all_reduce_sum(&v, 1);
+  return v > 0;
+}
+
 TrainResult Trainer::fit() {
   TrainResult result;
   result.steps = step_;
@@ -296,17 +352,19 @@ TrainResult Trainer::fit() {
     out_ << fmt::format("the checkpoint has already trained {} of {} epochs: nothing to do\n", start_epoch_, c_.epochs);
     return result;
   }
-  if (!c_.log.empty() && c_.resume.empty()) {
+  if (!c_.log.empty() && c_.resume.empty() && comm_.rank() == 0) {
     // A new run starts a new log; a resumed one appends to its own.
     std::ofstream f(c_.log, std::ios::trunc);
     DUET_CHECK(f.good(), "--log '{}': cannot create the file", c_.log);
   }
   Allocator& alloc = device_allocator(env_.device);
   Progress progress(out_, progress_bar, c_.log_every);
-  const EvalSetup eval_setup{.batch_size = std::max<int64_t>(c_.batch, 256),
+  // Data-parallel: the batches one process with the global batch would evaluate, sharded.
+  const EvalSetup eval_setup{.batch_size = std::max<int64_t>(c_.batch * comm_.size(), 256),
                              .workers = c_.data.workers,
                              .device = env_.device,
-                             .memory_format = format_};
+                             .memory_format = format_,
+                             .comm = distributed() ? &comm_ : nullptr};
   const double budget_s = c_.stop_after_minutes * 60.0;
   double train_seconds = train_seconds_before_;
 
@@ -353,7 +411,27 @@ TrainResult Trainer::fit() {
         logits = (*model_)(x);
         loss = cross_entropy(logits, y, c_.optim.label_smoothing);
       }
-      const double loss_v = loss.item();
+      double loss_v = loss.item();
+      int64_t step_correct = -1, step_n = n;  // this step's, over all ranks when data-parallel
+      bool stop_signal = false, over_budget = false;
+      if (distributed()) {
+        // The global batch's mean loss and accuracy, and the stop decisions, agreed before any
+        // rank updates its weights: every rank stops (or goes on) at the same step.
+        step_correct = count_correct(logits, y);
+        double v[5] = {loss_v * static_cast<double>(n), static_cast<double>(n), static_cast<double>(step_correct),
+                       interrupt_signal() != 0 ? 1.0 : 0.0,
+                       budget_s > 0 && train_seconds + seconds_since(t0) - seconds_before >= budget_s ? 1.0 : 0.0};
+        {
+          profiler::PhaseGuard phase(Phase::comm);
+          profiler::OpScope op("comm.step_metrics", Backend::reference, {}, [] { return OpCost{}; });
+          comm_.all_reduce_sum(v, 5);
+        }
+        loss_v = v[0] / v[1];
+        step_n = static_cast<int64_t>(v[1]);
+        step_correct = static_cast<int64_t>(v[2]);
+        stop_signal = v[3] > 0;
+        over_budget = v[4] > 0;
+      }
       if (!std::isfinite(loss_v)) {
         profiler::step_end();
         progress.end_epoch();
@@ -362,19 +440,30 @@ TrainResult Trainer::fit() {
       opt_->zero_grad();
       // fp16: backward from the scaled loss; the scaler unscales the f32 master gradients and
       // skips the optimizer step when one overflowed. Otherwise these are backward() and step().
-      scaler_.scale_loss(loss).backward();
+      if (reducer_) {
+        // Buckets of gradients are averaged across ranks while backward runs; the step waits for
+        // the last. The scaler then sees the same averaged (scaled) gradients on every rank, so
+        // all skip or take the same steps.
+        {
+          const LeafGradHookGuard hook = reducer_->watch_backward();
+          scaler_.scale_loss(loss).backward();
+        }
+        reducer_->finish();
+      } else {
+        scaler_.scale_loss(loss).backward();
+      }
       scaler_.step(*opt_);
       profiler::step_end();
 
-      loss_sum += loss_v * static_cast<double>(n);
-      correct += count_correct(logits, y);
-      seen += n;
+      loss_sum += loss_v * static_cast<double>(step_n);
+      correct += step_correct >= 0 ? step_correct : count_correct(logits, y);
+      seen += step_n;
       if (on_step) on_step({step_, epoch, static_cast<int64_t>(k), loss_v, lr});
       ++step_;
       const double elapsed = seconds_since(t0);
       progress.update(static_cast<int64_t>(k) + 1, loss_sum / static_cast<double>(seen),
                       static_cast<double>(correct) / static_cast<double>(seen), static_cast<double>(seen) / elapsed, lr);
-      if (interrupt_signal() != 0 && k + 1 < batches.size()) {
+      if ((distributed() ? stop_signal : interrupt_signal() != 0) && k + 1 < batches.size()) {
         interrupted_mid_epoch = true;
         progress.end_epoch();
         check_weights_finite(epoch, static_cast<int64_t>(k));
@@ -392,13 +481,14 @@ TrainResult Trainer::fit() {
         train_seconds += elapsed - seconds_before;
         break;
       }
-      if (budget_s > 0 && train_seconds + elapsed - seconds_before >= budget_s && k + 1 < batches.size()) {
+      if ((distributed() ? over_budget : budget_s > 0 && train_seconds + elapsed - seconds_before >= budget_s) &&
+          k + 1 < batches.size()) {
         result.stopped_early = true;
         break;
       }
     }
     if (interrupted_mid_epoch) {
-      result.interrupted_by = interrupt_signal();
+      result.interrupted_by = interrupt_signal() != 0 ? interrupt_signal() : SIGTERM;  // or another rank's
       out_ << fmt::format("{}: stopped after step {} (epoch {}, batch {} of {}); {}\n",
                           signal_label(result.interrupted_by), step_, epoch + 1, step_ - epoch * steps_per_epoch_,
                           steps_per_epoch_,
@@ -451,14 +541,14 @@ TrainResult Trainer::fit() {
     if (!result.stopped_early) write_checkpoint(epoch + 1, m);
     log_epoch(m);
     result.epochs.push_back(m);
-    if (budget_s > 0 && train_seconds >= budget_s && epoch + 1 < c_.epochs) result.stopped_early = true;
+    if (on_any_rank(budget_s > 0 && train_seconds >= budget_s) && epoch + 1 < c_.epochs) result.stopped_early = true;
     if (result.stopped_early) {
       out_ << fmt::format("stopped after {:.1f} minutes of training (--stop-after-minutes {:g})\n", train_seconds / 60.0,
                           c_.stop_after_minutes);
       break;
     }
-    if (interrupt_signal() != 0 && epoch + 1 < c_.epochs) {
-      result.interrupted_by = interrupt_signal();
+    if (on_any_rank(interrupt_signal() != 0) && epoch + 1 < c_.epochs) {
+      result.interrupted_by = interrupt_signal() != 0 ? interrupt_signal() : SIGTERM;  // or another rank's
       out_ << fmt::format("{}: stopped after epoch {} of {}; {}\n", signal_label(result.interrupted_by), epoch + 1,
                           c_.epochs,
                           c_.checkpoint.empty()
@@ -479,14 +569,23 @@ TrainResult Trainer::fit() {
   return result;
 }
 
-TrainResult run_training(const TrainConfig& c0, const GlobalOptions& g, std::ostream& out) {
+namespace {
+TrainResult run_training_on(dist::Communicator& comm, const TrainConfig& c0, const GlobalOptions& g0, std::ostream& out) {
   TrainConfig c = c0;
-  c.seed = g.seed;
-  // Every file the run will write is probed before any data is read or any step is taken.
-  check_output_file("--checkpoint", c.checkpoint);
-  check_output_file("--log", c.log, c.resume.empty() ? OutputKind::replaces : OutputKind::appends);
-  check_output_file("--profile", c.profile_path, OutputKind::creates_folders);
-  check_output_file("--trace", c.trace_path, OutputKind::creates_folders);
+  c.seed = g0.seed;
+  const bool distributed = comm.size() > 1;
+  // Before anything is read: a rank started with other options would train something else.
+  comm.set_timeout(c.comm_timeout_s);
+  if (distributed) dist::check_same_on_all_ranks(comm, run_settings(c, g0));
+  const GlobalOptions g = share_cores_between_ranks(comm, g0);
+  // Every file the run will write is probed before any data is read or any step is taken (by
+  // rank 0, the one that writes them).
+  if (comm.rank() == 0) {
+    check_output_file("--checkpoint", c.checkpoint);
+    check_output_file("--log", c.log, c.resume.empty() ? OutputKind::replaces : OutputKind::appends);
+    check_output_file("--profile", c.profile_path, OutputKind::creates_folders);
+    check_output_file("--trace", c.trace_path, OutputKind::creates_folders);
+  }
   const RunEnv env = apply_global_options(g);
   models::model_info(c.model.name);  // an unknown name fails before any data is read
   manual_seed(c.seed);
@@ -506,12 +605,14 @@ TrainResult run_training(const TrainConfig& c0, const GlobalOptions& g, std::ost
   out << fmt::format("model {} ({} parameters{}) | {}\n", c.model.name, with_commas(model->num_parameters()),
                      trainable == model->num_parameters() ? "" : fmt::format(", {} trainable", with_commas(trainable)),
                      data.summary);
-  Trainer trainer(c, env, std::move(data), model, out);
+  Trainer trainer(c, env, std::move(data), model, out, comm);
   if (const std::string bad = first_invalid_utf8(trainer.checkpoint_config()); !bad.empty())
     out << fmt::format("note: the configuration's '{}' is not valid UTF-8; checkpoints store it with U+FFFD in place of "
                        "the bad bytes\n",
                        bad);
-  trainer.progress_bar = &out == &std::cout && stdout_is_terminal();
+  // Under mpirun a rank's stdout is a pseudo-terminal of mpirun's even when mpirun's own output
+  // goes to a file: data-parallel runs print plain lines (--log-every) instead of a bar.
+  trainer.progress_bar = !distributed && &out == &std::cout && stdout_is_terminal();
   out << fmt::format("device {} | backend {} | threads {} | input {} | optimizer {}{} wd {:g}{} | batch {} | epochs {} | "
                      "seed {}{}\n",
                      env.device.str(), backend_name(env.backend), env.threads,
@@ -522,8 +623,25 @@ TrainResult run_training(const TrainConfig& c0, const GlobalOptions& g, std::ost
                      c.optim.resolved_weight_decay(),
                      c.optim.label_smoothing > 0 ? fmt::format(" label smoothing {:g}", c.optim.label_smoothing) : "",
                      c.batch, c.epochs, c.seed, c.amp == "off" ? "" : fmt::format(" | amp {}", c.amp));
-  out << fmt::format("lr schedule {} | {} steps per epoch\n", trainer.schedule().describe(), trainer.steps_per_epoch())
-      << busy_machine_note(env.threads) << std::flush;
+  out << fmt::format("lr schedule {} | {} steps per epoch\n", trainer.schedule().describe(), trainer.steps_per_epoch());
+  if (c.sync_bn && !distributed)
+    out << "note: --sync-bn has no effect in one process (its batch norm already sees the whole batch)\n";
+  if (distributed) {
+    const std::vector<dist::GradReducer::BucketInfo> buckets = trainer.reducer()->buckets();
+    int64_t bytes = 0;
+    for (const auto& b : buckets) bytes += b.bytes;
+    out << fmt::format("data-parallel: {} | global batch {} ({} per rank) | gradients {} in {} bucket{} of up to {:g} MB, "
+                       "{} backward\n",
+                       comm.describe(), c.batch * comm.size(), c.batch, mib(bytes), buckets.size(),
+                       buckets.size() == 1 ? "" : "s", c.bucket_mb,
+                       trainer.reducer()->overlapping() ? "averaged during"
+                       : c.sync_bn                       ? "averaged after (--sync-bn)"
+                                                         : "averaged after (no MPI thread support)");
+    if (c.sync_bn)
+      out << fmt::format("sync-bn: {} batch norm layer{} normalised over all ranks' batches\n",
+                         trainer.sync_bn_layers(), trainer.sync_bn_layers() == 1 ? "" : "s");
+  }
+  out << busy_machine_note(env.threads) << std::flush;
 
   // The profile report's "run" line: what identifies the run, flat.
   const nlohmann::json run_config{{"command", "train"},
@@ -565,6 +683,12 @@ TrainResult run_training(const TrainConfig& c0, const GlobalOptions& g, std::ost
                            : fmt::format("; checkpoint '{}'", trainer.last_checkpoint()));
   if (c.profile) finish_profile(run_config, c.profile_path, c.trace_path, out);
   return r;
+}
+}  // namespace
+
+TrainResult run_training(const TrainConfig& c, const GlobalOptions& g, std::ostream& out) {
+  dist::Communicator& comm = dist::world();
+  return run_on_every_rank(comm, out, [&](std::ostream& o) { return run_training_on(comm, c, g, o); });
 }
 
 }  // namespace duet::app

@@ -16,6 +16,8 @@
 #include "apps/run_env.h"
 #include "apps/train_config.h"
 #include "apps/train_data.h"
+#include "dist/communicator.h"
+#include "dist/grad_reducer.h"
 #include "engine/nn/module.h"
 #include "engine/optim/grad_scaler.h"
 
@@ -60,7 +62,15 @@ class Trainer {
 public:
   // `model` is built for `data` (classes, image size) and initialised (init_from done); it moves
   // to env.device here. The checkpoint stores `config` (with data's classes and transform).
-  Trainer(TrainConfig config, RunEnv env, TrainData data, std::shared_ptr<nn::Module> model, std::ostream& out);
+  //
+  // Data-parallel (comm.size() > 1): every rank builds the Trainer with the same config; rank 0's
+  // weights and buffers are broadcast, each rank trains on its shard of every global batch
+  // (config.batch per rank; the epoch's remainder that does not fill a global batch is dropped),
+  // gradients are averaged in buckets during backward, evaluation is sharded and its sums
+  // all-reduced, and only rank 0 writes checkpoints and the log (out should be a null stream on
+  // the others).
+  Trainer(TrainConfig config, RunEnv env, TrainData data, std::shared_ptr<nn::Module> model, std::ostream& out,
+          dist::Communicator& comm = dist::world());
   ~Trainer();
 
   // Runs epochs [start, config.epochs), where start is 0 or the resumed checkpoint's epoch (from
@@ -79,6 +89,9 @@ public:
   const optim::GradScaler& grad_scaler() const { return scaler_; }
   const LrSchedule& schedule() const { return *schedule_; }
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
+  bool distributed() const { return comm_.size() > 1; }
+  const dist::GradReducer* reducer() const { return reducer_.get(); }
+  int sync_bn_layers() const { return sync_bn_layers_; }  // --sync-bn: the batch norms synchronised
   // The newest checkpoint known good ("" when none): written by this run or resumed from.
   const std::string& last_checkpoint() const { return last_checkpoint_; }
   // The config as stored in checkpoints: TrainConfig plus image size, class names, eval transform.
@@ -92,6 +105,9 @@ private:
   void check_weights_finite(int64_t epoch, int64_t batch) const;
   void log_epoch(const EpochMetrics& m);
   [[noreturn]] void stop_on_bad_loss(double loss, int64_t epoch, int64_t batch) const;
+  // True on every rank when `local` is true on any (just `local` in one process): ranks must take
+  // the same decisions (stop on a signal, on the time budget) at the same step.
+  bool on_any_rank(bool local);
   std::string last_good_checkpoint() const;
 
   TrainConfig c_;
@@ -99,6 +115,9 @@ private:
   TrainData data_;
   std::shared_ptr<nn::Module> model_;
   std::ostream& out_;
+  dist::Communicator& comm_;
+  std::unique_ptr<dist::GradReducer> reducer_;  // data-parallel runs only
+  int sync_bn_layers_ = 0;
   MemoryFormat format_;
   std::unique_ptr<optim::Optimizer> opt_;
   std::optional<DType> amp_;  // --amp: the dtype conv/linear/matmul autocast to

@@ -17,15 +17,15 @@ bool has_image_extension(const fs::path& p) {
   return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
 }
 bool hidden(const fs::path& p) { return !p.filename().empty() && p.filename().string()[0] == '.'; }
+}  // namespace
 
-// Image files under dir, recursively (following links, as torchvision does), sorted.
-std::vector<std::string> list_images(const fs::path& dir) {
+std::vector<std::string> list_image_files(const std::string& dir) {
   std::vector<std::string> out;
   std::error_code ec;
   fs::recursive_directory_iterator it(dir, fs::directory_options::follow_directory_symlink, ec), end;
-  DUET_CHECK(!ec, "image folder: cannot list '{}': {}", dir.string(), ec.message());
+  DUET_CHECK(!ec, "image folder: cannot list '{}': {}", dir, ec.message());
   for (; it != end; it.increment(ec)) {
-    DUET_CHECK(!ec, "image folder: cannot list '{}': {}", dir.string(), ec.message());
+    DUET_CHECK(!ec, "image folder: cannot list '{}': {}", dir, ec.message());
     if (hidden(it->path())) {
       if (it->is_directory(ec)) it.disable_recursion_pending();
       continue;
@@ -35,7 +35,6 @@ std::vector<std::string> list_images(const fs::path& dir) {
   std::sort(out.begin(), out.end());
   return out;
 }
-}  // namespace
 
 ImageFolder::ImageFolder(const std::string& root, ImageFolderOptions opt) : root_(root), opt_(opt) {
   DUET_CHECK(opt.image_size >= 1 && opt.resize_short_side >= 0,
@@ -58,7 +57,7 @@ ImageFolder::ImageFolder(const std::string& root, ImageFolderOptions opt) : root
   std::vector<int64_t> per_class(classes_.size(), 0);
   for (size_t k = 0; k < classes_.size(); ++k) {
     const fs::path dir = fs::path(root) / classes_[k];
-    const std::vector<std::string> files = list_images(dir);
+    const std::vector<std::string> files = list_image_files(dir.string());
     DUET_CHECK(!files.empty(), "image folder '{}': class folder '{}' holds no .jpg, .jpeg or .png files", root,
                dir.string());
     for (const std::string& f : files) {

@@ -12,6 +12,10 @@
 
 namespace duet::datasets {
 
+// The .jpg, .jpeg and .png files under `dir`, recursively (following links, as torchvision does;
+// hidden files and folders left out), sorted by path.
+std::vector<std::string> list_image_files(const std::string& dir);
+
 struct ImageFolderOptions {
   // Leave out files that fail the construction check (warning on stderr, listed by
   // skipped_files()) instead of throwing at the first one. A file that passes the check but whose

@@ -144,6 +144,7 @@ if [ "$use_ccache" -eq 1 ]; then
 fi
 envs+=(PATH="$path")
 [ -n "${DUET_REQUIRE_DATA:-}" ] && envs+=(DUET_REQUIRE_DATA="$DUET_REQUIRE_DATA")
+[ -n "${DUET_REQUIRE_MPI:-}" ] && envs+=(DUET_REQUIRE_MPI="$DUET_REQUIRE_MPI")  # setup.sh installs Open MPI inside too
 
 status=0
 for i in "${!commands[@]}"; do
