@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <functional>
 #include <memory>
 #include <ostream>
 #include <sstream>
@@ -19,6 +18,7 @@
 #include "apps/train_data.h"
 #include "datasets/image_folder.h"
 #include "engine/autograd.h"
+#include "engine/hash.h"
 #include "profiler/files.h"
 
 namespace duet::app {
@@ -109,7 +109,7 @@ int run_predict(const PredictCmd& p, const GlobalOptions& g0, std::ostream& out,
                                          {"--batch", std::to_string(p.batch)}, {"--out", p.out}, {"--device", g0.device},
                                          {"--backend", g0.backend},
                                          {"images", fmt::format("{} files (list hash {:016x})", files.size(),
-                                                                std::hash<std::string>{}(listed))}});
+                                                                fnv1a(listed))}});
   }
   const RunEnv env = apply_global_options(share_cores_between_ranks(comm, g0));
   TrainedModel t = load_trained_model(p.checkpoint);

@@ -412,12 +412,11 @@ TrainResult Trainer::fit() {
         loss = cross_entropy(logits, y, c_.optim.label_smoothing);
       }
       double loss_v = loss.item();
-      int64_t step_correct = -1, step_n = n;  // this step's, over all ranks when data-parallel
+      int64_t step_correct = count_correct(logits, y), step_n = n;  // this step's, over all ranks when data-parallel
       bool stop_signal = false, over_budget = false;
       if (distributed()) {
         // The global batch's mean loss and accuracy, and the stop decisions, agreed before any
         // rank updates its weights: every rank stops (or goes on) at the same step.
-        step_correct = count_correct(logits, y);
         double v[5] = {loss_v * static_cast<double>(n), static_cast<double>(n), static_cast<double>(step_correct),
                        interrupt_signal() != 0 ? 1.0 : 0.0,
                        budget_s > 0 && train_seconds + seconds_since(t0) - seconds_before >= budget_s ? 1.0 : 0.0};
@@ -456,7 +455,7 @@ TrainResult Trainer::fit() {
       profiler::step_end();
 
       loss_sum += loss_v * static_cast<double>(step_n);
-      correct += step_correct >= 0 ? step_correct : count_correct(logits, y);
+      correct += step_correct;
       seen += step_n;
       if (on_step) on_step({step_, epoch, static_cast<int64_t>(k), loss_v, lr});
       ++step_;

@@ -1,9 +1,8 @@
-// The bucketed gradient all-reduce (see grad_reducer.h). Buckets are host buffers: a bucket's
-// gradients are copied in when they are final (during backward, on the training thread), summed
-// across ranks in place by the communication thread, and copied back divided by the world size
-// in finish().
+// The bucketed gradient all-reduce (see grad_reducer.h). Buckets are host tensors: a bucket's
+// gradients are copied into views of it when they are final (during backward, on the training
+// thread; copy_ handles any layout and device), summed across ranks in place by the communication
+// thread, divided by the world size and copied back in finish().
 #include "dist/grad_reducer.h"
-#include <cstring>
 #include <fmt/format.h>
 #include "engine/allocator.h"
 #include "engine/error.h"
@@ -12,30 +11,22 @@
 namespace duet::dist {
 
 namespace {
-template <class T>
-void copy_in(const Tensor& g, T* dst) {
-  Tensor h = g.device().type == DeviceType::cpu ? g : g.to(Device::cpu());
-  h = h.contiguous();
-  std::memcpy(dst, h.data<T>(), static_cast<size_t>(h.numel()) * sizeof(T));
+// Element i of a bucket's buffer (a flag or a gradient value), whatever its dtype.
+double get(const Tensor& buffer, size_t i) {
+  return buffer.dtype() == DType::f32 ? static_cast<double>(buffer.data<float>()[i]) : buffer.data<double>()[i];
 }
-
-// Writes n = param.numel() averaged values into the parameter's gradient (made when the rank had
-// none), in the gradient's own layout and device.
+void set(const Tensor& buffer, size_t i, double v) {
+  if (buffer.dtype() == DType::f32) buffer.data<float>()[i] = static_cast<float>(v);
+  else buffer.data<double>()[i] = v;
+}
+// A parameter's place in its bucket, as a view shaped like the parameter.
+Tensor view_in(const Tensor& buffer, int64_t offset, const Tensor& param) {
+  return buffer.slice(0, offset, offset + param.numel()).view(param.shape());
+}
+// The sums become averages (in double, as one process's mean would be formed).
 template <class T>
-void copy_out(const Tensor& param, const T* src) {
-  Tensor g = param.grad();
-  if (!g.defined()) {
-    MemTagGuard tag(MemTag::gradient);
-    g = Tensor::empty_like(param);
-    param.set_grad(g);
-  }
-  if (g.device().type == DeviceType::cpu && g.is_contiguous()) {
-    std::memcpy(g.data<T>(), src, static_cast<size_t>(g.numel()) * sizeof(T));
-    return;
-  }
-  Tensor tmp = Tensor::empty(g.shape(), TensorOptions(g.dtype()));
-  std::memcpy(tmp.data<T>(), src, static_cast<size_t>(g.numel()) * sizeof(T));
-  g.copy_(tmp);
+void divide(T* v, size_t n, double by) {
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<T>(v[i] / by);
 }
 }  // namespace
 
@@ -67,10 +58,9 @@ GradReducer::GradReducer(Communicator& comm, const std::vector<Tensor>& params, 
     slots_.push_back({p, buckets_.size() - 1, b.elements, false});
     b.elements += p.numel();
   }
+  MemTagGuard tag(MemTag::gradient);
   for (Bucket& b : buckets_) {
-    const auto n = static_cast<size_t>(b.elements) + b.slots.size();
-    if (b.dtype == DType::f32) b.f32.assign(n, 0.0f);
-    else b.f64.assign(n, 0.0);
+    b.buffer = Tensor::zeros({b.elements + static_cast<int64_t>(b.slots.size())}, TensorOptions(b.dtype));
     b.pending = b.slots.size();
   }
   if (opt_.overlap && comm_.thread_safe() && comm_.size() > 1) thread_ = std::thread(&GradReducer::comm_loop, this);
@@ -112,22 +102,14 @@ void GradReducer::mark_ready(size_t s) {
   Bucket& b = buckets_[slot.bucket];
   const Tensor g = slot.param.grad();
   const size_t flag = static_cast<size_t>(b.elements) + (s - b.slots.front());  // a bucket's slots are consecutive
-  const auto n = static_cast<size_t>(slot.param.numel());
   if (g.defined())
     DUET_CHECK(g.dtype() == b.dtype && g.shape() == slot.param.shape(),
                "data-parallel training: gradient of dtype {} shape {} for a parameter of dtype {} shape {}",
                dtype_name(g.dtype()), shape_str(g.shape()), dtype_name(b.dtype), shape_str(slot.param.shape()));
-  if (b.dtype == DType::f32) {
-    float* dst = b.f32.data() + slot.offset;
-    if (g.defined()) copy_in(g, dst);
-    else std::fill(dst, dst + n, 0.0f);
-    b.f32[flag] = g.defined() ? 1.0f : 0.0f;
-  } else {
-    double* dst = b.f64.data() + slot.offset;
-    if (g.defined()) copy_in(g, dst);
-    else std::fill(dst, dst + n, 0.0);
-    b.f64[flag] = g.defined() ? 1.0 : 0.0;
-  }
+  const Tensor dst = view_in(b.buffer, slot.offset, slot.param);
+  if (g.defined()) dst.copy_(g);
+  else dst.zero_();
+  set(b.buffer, flag, g.defined() ? 1.0 : 0.0);
   slot.ready = true;
   --b.pending;
 }
@@ -155,12 +137,13 @@ void GradReducer::launch_ready_buckets() {
 // nccl-tests, 2 (N - 1) / N times the buffer (what each rank sends and receives in a ring), so
 // the op table's GB/s column is the bus bandwidth, comparable across rank counts.
 void GradReducer::all_reduce(Bucket& b) {
-  const double bytes = static_cast<double>(b.dtype == DType::f32 ? b.f32.size() * sizeof(float) : b.f64.size() * sizeof(double));
+  const double bytes = static_cast<double>(b.buffer.nbytes());
   const double n = comm_.size();
   profiler::PhaseGuard phase(Phase::comm);
   profiler::OpScope op("comm.all_reduce", Backend::reference, {}, [bytes, n] { return OpCost{0.0, 2.0 * (n - 1) / n * bytes}; });
-  if (b.dtype == DType::f32) comm_.all_reduce_sum(b.f32.data(), b.f32.size());
-  else comm_.all_reduce_sum(b.f64.data(), b.f64.size());
+  const auto count = static_cast<size_t>(b.buffer.numel());
+  if (b.dtype == DType::f32) comm_.all_reduce_sum(b.buffer.data<float>(), count);
+  else comm_.all_reduce_sum(b.buffer.data<double>(), count);
 }
 
 void GradReducer::comm_loop() {
@@ -211,22 +194,19 @@ void GradReducer::finish() {
   next_launch_ = 0;
   const double world = comm_.size();
   for (Bucket& b : buckets_) {
+    if (b.dtype == DType::f32) divide(b.buffer.data<float>(), static_cast<size_t>(b.elements), world);
+    else divide(b.buffer.data<double>(), static_cast<size_t>(b.elements), world);
     for (size_t k = 0; k < b.slots.size(); ++k) {
       Slot& slot = slots_[b.slots[k]];
       slot.ready = false;
-      const size_t flag = static_cast<size_t>(b.elements) + k;
-      const bool any = b.dtype == DType::f32 ? b.f32[flag] > 0 : b.f64[flag] > 0;
-      if (!any) continue;  // no rank had a gradient: the optimizer skips it, as in one process
-      const auto n = static_cast<size_t>(slot.param.numel());
-      if (b.dtype == DType::f32) {
-        float* v = b.f32.data() + slot.offset;
-        for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(v[i] / world);
-        copy_out(slot.param, v);
-      } else {
-        double* v = b.f64.data() + slot.offset;
-        for (size_t i = 0; i < n; ++i) v[i] /= world;
-        copy_out(slot.param, v);
+      if (get(b.buffer, static_cast<size_t>(b.elements) + k) <= 0) continue;  // no rank had a gradient: the optimizer skips it, as in one process
+      Tensor g = slot.param.grad();
+      if (!g.defined()) {
+        MemTagGuard tag(MemTag::gradient);
+        g = Tensor::empty_like(slot.param);
+        slot.param.set_grad(g);
       }
+      g.copy_(view_in(b.buffer, slot.offset, slot.param));
     }
     b.pending = b.slots.size();
   }

@@ -70,9 +70,8 @@ private:
     DType dtype = DType::f32;
     std::vector<size_t> slots;
     int64_t elements = 0;  // gradients; one "had a gradient" flag per slot follows them
-    std::vector<float> f32;
-    std::vector<double> f64;
-    size_t pending = 0;  // slots not yet ready this step
+    Tensor buffer;         // host, 1-D, `dtype`: the gradients, then the flags
+    size_t pending = 0;    // slots not yet ready this step
   };
 
   void on_leaf_ready(TensorImpl* leaf);

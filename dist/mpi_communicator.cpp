@@ -64,31 +64,22 @@ public:
 
   void broadcast(void* data, size_t bytes, int root) override {
     DUET_CHECK(root >= 0 && root < size_, "broadcast: root rank {} is not in [0, {})", root, size_);
-    std::lock_guard lock(mu_);
     auto* p = static_cast<char*>(data);
-    for (size_t done = 0; done < bytes;) {  // MPI counts are ints
-      const size_t n = std::min<size_t>(bytes - done, INT_MAX);
-      MPI_Request req;
-      MPI_Ibcast(p + done, static_cast<int>(n), MPI_BYTE, root, MPI_COMM_WORLD, &req);
-      wait(req, "a broadcast");
-      done += n;
-    }
+    in_pieces(bytes, "a broadcast", [&](size_t first, int n, MPI_Request* req) {
+      MPI_Ibcast(p + first, n, MPI_BYTE, root, MPI_COMM_WORLD, req);
+    });
   }
 
   std::vector<uint64_t> all_gather(uint64_t value) override {
     std::vector<uint64_t> all(static_cast<size_t>(size_));
-    std::lock_guard lock(mu_);
-    MPI_Request req;
-    MPI_Iallgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD, &req);
-    wait(req, "an all-gather");
+    in_pieces(1, "an all-gather", [&](size_t, int, MPI_Request* req) {
+      MPI_Iallgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD, req);
+    });
     return all;
   }
 
   void barrier() override {
-    std::lock_guard lock(mu_);
-    MPI_Request req;
-    MPI_Ibarrier(MPI_COMM_WORLD, &req);
-    wait(req, "a barrier");
+    in_pieces(1, "a barrier", [&](size_t, int, MPI_Request* req) { MPI_Ibarrier(MPI_COMM_WORLD, req); });
   }
 
   [[noreturn]] void abort(const std::string& message, int exit_code) override {
@@ -116,16 +107,26 @@ private:
     }
   }
 
-  template <class T>
-  void all_reduce(T* data, size_t count, MPI_Datatype type) {
+  // One collective over `count` elements, in pieces MPI's int counts can hold: start(first, n,
+  // &request) starts a piece, which is waited for before the next. Serialised with the other
+  // calls (MPI_THREAD_SERIALIZED).
+  template <class Start>
+  void in_pieces(size_t count, const char* what, Start start) {
     std::lock_guard lock(mu_);
     for (size_t done = 0; done < count;) {
       const size_t n = std::min<size_t>(count - done, INT_MAX);
       MPI_Request req;
-      MPI_Iallreduce(MPI_IN_PLACE, data + done, static_cast<int>(n), type, MPI_SUM, MPI_COMM_WORLD, &req);
-      wait(req, "an all-reduce");
+      start(done, static_cast<int>(n), &req);
+      wait(req, what);
       done += n;
     }
+  }
+
+  template <class T>
+  void all_reduce(T* data, size_t count, MPI_Datatype type) {
+    in_pieces(count, "an all-reduce", [&](size_t first, int n, MPI_Request* req) {
+      MPI_Iallreduce(MPI_IN_PLACE, data + first, n, type, MPI_SUM, MPI_COMM_WORLD, req);
+    });
   }
 
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;

@@ -3,18 +3,11 @@
 #include <cstring>
 #include <fmt/format.h>
 #include "engine/error.h"
+#include "engine/hash.h"
 
 namespace duet::dist {
 
 namespace {
-uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
-  for (const unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
 uint64_t hash_of(const std::pair<std::string, std::string>& kv) { return fnv1a(kv.second, fnv1a(kv.first + '\0')); }
 
 // Every rank's copy of `value`, in rank order (one broadcast per rank: only for short strings).

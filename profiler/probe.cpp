@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include "engine/backend.h"
 #include "engine/functional.h"
+#include "engine/hash.h"
 #include "engine/profiler.h"
 #include "profiler/files.h"
 #include "engine/profiler/machine.h"
@@ -20,15 +21,6 @@ namespace fs = std::filesystem;
 constexpr const char* kProbeSchema = "duet.probe/1";
 
 namespace {
-
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 // Best of `repeats` runs after one warm-up, in ns; sync() waits for queued device work.
 template <class F, class S>
