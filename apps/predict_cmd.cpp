@@ -20,6 +20,7 @@
 #include "engine/autograd.h"
 #include "engine/hash.h"
 #include "profiler/files.h"
+#include "profiler/text_table.h"
 
 namespace duet::app {
 
@@ -57,13 +58,6 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
   return files;
 }
 
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
-}
-
 // Every image's top-k as (class index, probability) pairs, k pairs per image, in input order.
 using TopTable = std::vector<double>;
 
@@ -85,8 +79,8 @@ std::string format_results(OutFormat f, const std::vector<std::string>& files, c
       s << files[r] << "\n";
       for (int64_t j = 0; j < k; ++j) s << fmt::format("  {:>6.2f}%  {}\n", 100.0 * row[2 * j + 1], name(row[2 * j]));
     } else if (f == OutFormat::csv) {
-      s << csv_field(files[r]);
-      for (int64_t j = 0; j < k; ++j) s << "," << csv_field(name(row[2 * j])) << fmt::format(",{:.6g}", row[2 * j + 1]);
+      s << profiler::csv_field(files[r]);
+      for (int64_t j = 0; j < k; ++j) s << "," << profiler::csv_field(name(row[2 * j])) << fmt::format(",{:.6g}", row[2 * j + 1]);
       s << "\n";
     } else {
       nlohmann::json top = nlohmann::json::array();

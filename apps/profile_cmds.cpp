@@ -5,12 +5,14 @@
 #include <ostream>
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include "engine/error.h"
 #include "engine/profiler/capture.h"
 #include "profiler/compare.h"
 #include "profiler/files.h"
 #include "engine/profiler/machine.h"
 #include "profiler/probe.h"
+#include "profiler/ranks.h"
 #include "profiler/report.h"
 #include "engine/profiler/session.h"
 #include "engine/profiler/telemetry.h"
@@ -32,7 +34,8 @@ struct ProbeCmd {
 };
 struct ReportCmd {
   CLI::App* cmd = nullptr;
-  std::string file, sort, csv, probe;
+  std::vector<std::string> files;
+  std::string sort, csv, probe;
   size_t top = 20;
   bool by_shape = false, layers = false, per_step = false;
 };
@@ -86,7 +89,14 @@ void run_probe_cmd(std::ostream& out) {
 void run_report_cmd(std::ostream& out) {
   ReportCmd& c = report_cmd();
   check_output_file("--csv", c.csv, OutputKind::creates_folders);
-  const nlohmann::json r = profiler::load_report(c.file);
+  if (c.files.size() > 1) {  // the rank reports of one data-parallel run
+    DUET_CHECK(c.csv.empty() && c.probe.empty(), "--csv and --probe are for one report; {} were given", c.files.size());
+    std::vector<nlohmann::json> reports;
+    for (const std::string& f : c.files) reports.push_back(profiler::load_report(f));
+    out << profiler::format_rank_summary(reports, c.files);
+    return;
+  }
+  const nlohmann::json r = profiler::load_report(c.files.front());
   profiler::PrintOptions p;
   p.table.by_shape = c.by_shape;
   p.table.sort = c.sort;
@@ -178,7 +188,10 @@ void add_probe_command(CLI::App& app, GlobalOptions& global) {
 void add_report_command(CLI::App& app) {
   ReportCmd& c = report_cmd();
   c.cmd = app.add_subcommand("report", "Print the tables of a saved profile report (duet.profile/1 JSON)");
-  c.cmd->add_option("report", c.file, "Report JSON file")->required();
+  c.cmd->add_option("reports", c.files,
+                    "Report JSON file; several: the rank reports of one data-parallel run (run.json run.rank1.json ...), "
+                    "summarised by rank with the slowest named")
+      ->required();
   c.cmd->add_option("--sort", c.sort,
                     "Sort column: order name phase calls self total pct mean flops gflops bytes gbs intensity alloc "
                     "(default: self for ops, order for layers)");
@@ -211,6 +224,49 @@ void finish_profile(const nlohmann::json& run_config, const std::string& json_pa
   profiler::stop_session();  // idempotent: recording must be off before the capture
   const profiler::Capture cap = profiler::capture();
   present_profile(profiler::build_report(cap, run_config), cap, json_path, trace_path, out);
+}
+
+std::string rank_report_path(const std::string& json_path, int rank) {
+  const std::string ext = ".json";
+  if (json_path.size() > ext.size() && json_path.compare(json_path.size() - ext.size(), ext.size(), ext) == 0)
+    return fmt::format("{}.rank{}.json", json_path.substr(0, json_path.size() - ext.size()), rank);
+  return fmt::format("{}.rank{}", json_path, rank);
+}
+
+void finish_profile_on_ranks(dist::Communicator& comm, nlohmann::json run_config, const std::string& json_path,
+                             const std::string& trace_path, int64_t t0_ns, std::ostream& out) {
+  profiler::stop_session();
+  const profiler::Capture cap = profiler::capture();
+  run_config["rank"] = comm.rank();
+  run_config["world_size"] = comm.size();
+  const nlohmann::json report = profiler::build_report(cap, run_config);
+  // Only what will be written travels: a rank's report when there is a report file, its trace
+  // when there is a trace file.
+  const std::vector<std::string> reports = comm.gather(json_path.empty() ? "" : dump_lenient(report), 0);
+  const std::string host = report["machine"].value("hostname", std::string());
+  const profiler::TraceProcess process{.pid = comm.rank() + 1,
+                                       .name = fmt::format("rank {}{}", comm.rank(), host.empty() ? "" : " (" + host + ")"),
+                                       .t0_ns = t0_ns};
+  const std::vector<std::string> traces =
+      comm.gather(trace_path.empty() ? "" : profiler::trace_text(profiler::chrome_trace(cap, report["run_config"], process)), 0);
+  if (comm.rank() != 0) return;
+  present_profile(report, cap, json_path, "", out);
+  if (!json_path.empty()) {
+    std::vector<std::string> written{json_path};
+    for (int r = 1; r < comm.size(); ++r) {
+      const std::string path = rank_report_path(json_path, r);
+      profiler::write_report(nlohmann::json::parse(reports[static_cast<size_t>(r)]), path, csv_path_for(path));
+      written.push_back(path);
+    }
+    out << fmt::format("rank reports: {}; `duet report` of them all names the slowest rank and why\n",
+                       fmt::join(written, " "));
+  }
+  if (!trace_path.empty()) {
+    std::vector<nlohmann::json> all;
+    for (const std::string& t : traces) all.push_back(nlohmann::json::parse(t));
+    profiler::write_file_atomic(trace_path, profiler::trace_text(profiler::merge_chrome_traces(all)));
+    out << fmt::format("trace: {}, one process track per rank (open in https://ui.perfetto.dev)\n", trace_path);
+  }
 }
 
 void present_profile(const nlohmann::json& report, const profiler::Capture& cap, const std::string& json_path,

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 #include <nlohmann/json.hpp>
+#include "dist/communicator.h"
 #include "engine/profiler/capture.h"
 #include "engine/profiler/session.h"
 #include "profiler/sweep.h"
@@ -38,6 +39,15 @@ void start_profile(const profiler::SessionOptions& o);
 // op table as CSV beside it, <name>.ops.csv) and the Chrome trace. An empty path skips that file.
 void finish_profile(const nlohmann::json& run_config, const std::string& json_path, const std::string& trace_path,
                     std::ostream& out);
+// The end of a profiled data-parallel run, on every rank at once: each rank builds its report
+// (run_config gains "rank" and "world_size") and its trace (a process track "rank r", time from
+// `t0_ns`, each rank's clock at the end of one barrier at the start), and rank 0 gathers them: it
+// prints and writes its own report as finish_profile does, the other ranks' beside it as
+// <name>.rank<r>.json (rank_report_path), and one trace holding every rank's track.
+void finish_profile_on_ranks(dist::Communicator& comm, nlohmann::json run_config, const std::string& json_path,
+                             const std::string& trace_path, int64_t t0_ns, std::ostream& out);
+// "run.json" -> "run.rank2.json": where rank r's report of a data-parallel run is written.
+std::string rank_report_path(const std::string& json_path, int rank);
 // The printing and writing half of finish_profile, for a report already built from `cap`.
 void present_profile(const nlohmann::json& report, const profiler::Capture& cap, const std::string& json_path,
                      const std::string& trace_path, std::ostream& out);

@@ -665,6 +665,12 @@ TrainResult run_training_on(dist::Communicator& comm, const TrainConfig& c0, con
                    .device = env.device,
                    .sync_per_op = c.profile_sync});
   }
+  // Data-parallel traces line the ranks up on the moment they all left this barrier.
+  int64_t trace_t0_ns = 0;
+  if (c.profile && distributed) {
+    comm.barrier();
+    trace_t0_ns = profiler::now_ns();
+  }
   const InterruptGuard interrupts;
   TrainResult r = trainer.fit();
   const int64_t images = [&] {
@@ -680,7 +686,8 @@ TrainResult run_training_on(dist::Communicator& comm, const TrainConfig& c0, con
                        trainer.last_checkpoint().empty()
                            ? ""
                            : fmt::format("; checkpoint '{}'", trainer.last_checkpoint()));
-  if (c.profile) finish_profile(run_config, c.profile_path, c.trace_path, out);
+  if (c.profile && distributed) finish_profile_on_ranks(comm, run_config, c.profile_path, c.trace_path, trace_t0_ns, out);
+  else if (c.profile) finish_profile(run_config, c.profile_path, c.trace_path, out);
   return r;
 }
 }  // namespace

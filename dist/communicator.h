@@ -34,6 +34,9 @@ public:
   // One value per rank, in rank order, on every rank.
   virtual std::vector<uint64_t> all_gather(uint64_t value) = 0;
   virtual void barrier() = 0;
+  // Every rank's bytes, in rank order, on rank `root` (the others get an empty list): reports
+  // and traces that rank 0 writes for all.
+  virtual std::vector<std::string> gather(const std::string& bytes, int root) = 0;
   // Ends every rank of the job (MPI_Abort) after printing `message` naming this rank; a single
   // process just exits. For an error one rank hit alone: the others would wait forever.
   [[noreturn]] virtual void abort(const std::string& message, int exit_code) = 0;
@@ -60,6 +63,7 @@ public:
   void broadcast(void*, size_t, int) override {}
   std::vector<uint64_t> all_gather(uint64_t value) override { return {value}; }
   void barrier() override {}
+  std::vector<std::string> gather(const std::string& bytes, int) override { return {bytes}; }
   [[noreturn]] void abort(const std::string& message, int exit_code) override;
 };
 

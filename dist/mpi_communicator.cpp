@@ -78,6 +78,34 @@ public:
     return all;
   }
 
+  std::vector<std::string> gather(const std::string& bytes, int root) override {
+    DUET_CHECK(root >= 0 && root < size_, "gather: root rank {} is not in [0, {})", root, size_);
+    DUET_CHECK(bytes.size() <= INT_MAX, "gather: {} bytes from rank {}; at most {} can be gathered", bytes.size(), rank_,
+               INT_MAX);
+    // The sizes first, then the bytes (MPI_Gatherv's counts and displacements are ints).
+    const int n = static_cast<int>(bytes.size());
+    std::vector<int> sizes(static_cast<size_t>(size_)), offsets(static_cast<size_t>(size_));
+    in_pieces(1, "a gather", [&](size_t, int, MPI_Request* req) {
+      MPI_Igather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, MPI_COMM_WORLD, req);
+    });
+    int64_t total = 0;
+    for (int r = 0; r < size_; ++r) {
+      offsets[static_cast<size_t>(r)] = static_cast<int>(std::min<int64_t>(total, INT_MAX));
+      total += sizes[static_cast<size_t>(r)];
+    }
+    DUET_CHECK(rank_ != root || total <= INT_MAX, "gather: {} bytes in all; at most {} can be gathered", total, INT_MAX);
+    std::string all(rank_ == root ? static_cast<size_t>(total) : 0, '\0');
+    in_pieces(1, "a gather", [&](size_t, int, MPI_Request* req) {
+      MPI_Igatherv(bytes.data(), n, MPI_BYTE, all.data(), sizes.data(), offsets.data(), MPI_BYTE, root, MPI_COMM_WORLD,
+                   req);
+    });
+    if (rank_ != root) return {};
+    std::vector<std::string> out;
+    for (int r = 0; r < size_; ++r)
+      out.push_back(all.substr(static_cast<size_t>(offsets[static_cast<size_t>(r)]), static_cast<size_t>(sizes[static_cast<size_t>(r)])));
+    return out;
+  }
+
   void barrier() override {
     in_pieces(1, "a barrier", [&](size_t, int, MPI_Request* req) { MPI_Ibarrier(MPI_COMM_WORLD, req); });
   }

@@ -67,7 +67,7 @@ std::string fmt_opt(const std::optional<double>& v, const char* unit) {
   return v ? fmt::format("{}{}", fmt_rate(*v), unit) : std::string("n/a");
 }
 std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
   std::string q = "\"";
   for (char c : s) {
     if (c == '"') q += '"';

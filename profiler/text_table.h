@@ -28,6 +28,6 @@ std::string fmt_rate(double v);            // 3 significant digits: "1.23", "45.
 std::string fmt_mib(double bytes);         // "12.3"
 std::string fmt_bytes(double bytes);       // "12.3 MiB", "1.20 GiB", "512 B"
 std::string fmt_opt(const std::optional<double>& v, const char* unit = "");  // "n/a" when absent
-std::string csv_field(const std::string& s);  // quoted when it holds a comma, quote or newline
+std::string csv_field(const std::string& s);  // quoted (RFC 4180) when it holds a comma, quote, CR or LF
 
 }  // namespace duet::profiler

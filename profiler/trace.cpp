@@ -9,25 +9,36 @@
 namespace duet::profiler {
 
 namespace {
-constexpr int kPid = 1;
 constexpr double kMiB = 1024.0 * 1024.0;
 
-nlohmann::json meta(const char* what, int tid, nlohmann::json args) {
-  return {{"name", what}, {"ph", "M"}, {"ts", 0}, {"pid", kPid}, {"tid", tid}, {"args", std::move(args)}};
+// Metadata first, then by time: Perfetto tolerates any order; chrome://tracing draws counters
+// best when they are in time order.
+void sort_events(nlohmann::json& ev) {
+  std::stable_sort(ev.begin(), ev.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
+    const bool ma = a["ph"] == "M", mb = b["ph"] == "M";
+    if (ma != mb) return ma;
+    return a["ts"].get<double>() < b["ts"].get<double>();
+  });
 }
 }  // namespace
 
-nlohmann::json chrome_trace(const Capture& c, const nlohmann::json& run_config) {
+nlohmann::json chrome_trace(const Capture& c, const nlohmann::json& run_config, const TraceProcess& process) {
+  const int pid = process.pid;
+  auto meta = [pid](const char* what, int tid, nlohmann::json args) -> nlohmann::json {
+    return {{"name", what}, {"ph", "M"}, {"ts", 0}, {"pid", pid}, {"tid", tid}, {"args", std::move(args)}};
+  };
   int64_t t0 = INT64_MAX;
   for (const OpEvent& e : c.ops) t0 = std::min(t0, e.start_ns);
   for (const StepEvent& s : c.steps) t0 = std::min(t0, s.start_ns);
   for (const PhaseMark& m : c.phases) t0 = std::min(t0, m.t_ns);
   for (const TelemetrySample& s : c.telemetry.samples) t0 = std::min(t0, s.t_ns);
   if (t0 == INT64_MAX) t0 = 0;
+  if (process.t0_ns) t0 = *process.t0_ns;
   auto us = [&](int64_t ns) { return static_cast<double>(ns - t0) * 1e-3; };
 
   nlohmann::json ev = nlohmann::json::array();
-  ev.push_back(meta("process_name", 0, {{"name", "duet"}}));
+  ev.push_back(meta("process_name", 0, {{"name", process.name}}));
+  ev.push_back(meta("process_sort_index", 0, {{"sort_index", process.pid}}));
   std::map<int, std::string> names;
   for (const auto& [t, n] : c.thread_names) names[t] = n;
   std::set<int> threads;
@@ -59,7 +70,7 @@ nlohmann::json chrome_trace(const Capture& c, const nlohmann::json& run_config) 
                   {"ph", "X"},
                   {"ts", us(s.start_ns)},
                   {"dur", static_cast<double>(s.end_ns - s.start_ns) * 1e-3},
-                  {"pid", kPid},
+                  {"pid", pid},
                   {"tid", kStepTrack},
                   {"args", {{"images", s.images}, {"thread", s.thread}}}});
 
@@ -78,7 +89,7 @@ nlohmann::json chrome_trace(const Capture& c, const nlohmann::json& run_config) 
                     {"ph", "X"},
                     {"ts", us(a)},
                     {"dur", static_cast<double>(b - a) * 1e-3},
-                    {"pid", kPid},
+                    {"pid", pid},
                     {"tid", kPhaseTrackBase + t}});
     }
   }
@@ -99,13 +110,13 @@ nlohmann::json chrome_trace(const Capture& c, const nlohmann::json& run_config) 
                   {"ph", "X"},
                   {"ts", us(e.start_ns)},
                   {"dur", dur_ns * 1e-3},
-                  {"pid", kPid},
+                  {"pid", pid},
                   {"tid", e.thread},
                   {"args", std::move(args)}});
     ev.push_back({{"name", fmt::format("live memory {}", e.device.str())},
                   {"ph", "C"},
                   {"ts", us(e.end_ns)},
-                  {"pid", kPid},
+                  {"pid", pid},
                   {"tid", 0},
                   {"args", {{"MiB", static_cast<double>(e.live_bytes) / kMiB}}}});
   }
@@ -114,7 +125,7 @@ nlohmann::json chrome_trace(const Capture& c, const nlohmann::json& run_config) 
       ev.push_back({{"name", fmt::format("live memory {}", m.device.str())},
                     {"ph", "C"},
                     {"ts", us(s.end_ns)},
-                    {"pid", kPid},
+                    {"pid", pid},
                     {"tid", 0},
                     {"args", {{"MiB", static_cast<double>(m.stats.current) / kMiB}}}});
 
@@ -128,17 +139,12 @@ nlohmann::json chrome_trace(const Capture& c, const nlohmann::json& run_config) 
       ev.push_back({{"name", bytes ? name + " (MiB)" : name},
                     {"ph", "C"},
                     {"ts", us(s.t_ns)},
-                    {"pid", kPid},
+                    {"pid", pid},
                     {"tid", 0},
                     {"args", {{bytes ? "MiB" : ch.unit, bytes ? *s.values[i] / kMiB : *s.values[i]}}}});
     }
   }
-  // Perfetto tolerates any order; chrome://tracing draws counters best when they are in time order.
-  std::stable_sort(ev.begin(), ev.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
-    const bool ma = a["ph"] == "M", mb = b["ph"] == "M";
-    if (ma != mb) return ma;
-    return a["ts"].get<double>() < b["ts"].get<double>();
-  });
+  sort_events(ev);
   return {{"traceEvents", ev},
           {"displayTimeUnit", "ms"},
           {"otherData",
@@ -148,8 +154,23 @@ nlohmann::json chrome_trace(const Capture& c, const nlohmann::json& run_config) 
             {"run_config", run_config.is_object() ? run_config : nlohmann::json::object()}}}};
 }
 
+std::string trace_text(const nlohmann::json& trace) {
+  return trace.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
 void write_chrome_trace(const Capture& c, const std::string& path, const nlohmann::json& run_config) {
-  write_file_atomic(path, chrome_trace(c, run_config).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  write_file_atomic(path, trace_text(chrome_trace(c, run_config)));
+}
+
+nlohmann::json merge_chrome_traces(const std::vector<nlohmann::json>& traces) {
+  if (traces.empty()) return chrome_trace(Capture{});
+  nlohmann::json merged = traces.front();
+  nlohmann::json& ev = merged["traceEvents"];
+  for (size_t i = 1; i < traces.size(); ++i)
+    for (const nlohmann::json& e : traces[i]["traceEvents"]) ev.push_back(e);
+  sort_events(ev);
+  merged["otherData"]["processes"] = traces.size();
+  return merged;
 }
 
 }  // namespace duet::profiler

@@ -32,6 +32,7 @@ public:
   void broadcast(void*, size_t, int) override { ++broadcasts; }
   std::vector<uint64_t> all_gather(uint64_t v) override { return std::vector<uint64_t>(static_cast<size_t>(world_), v); }
   void barrier() override {}
+  std::vector<std::string> gather(const std::string& b, int) override { return std::vector<std::string>(static_cast<size_t>(world_), b); }
   [[noreturn]] void abort(const std::string& m, int) override { throw Error(m); }
 
   std::vector<size_t> sizes;             // of each all-reduce, in call order

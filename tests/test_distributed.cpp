@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <fmt/format.h>
@@ -497,4 +498,50 @@ TEST(Distributed, ShardedPredictWritesWhatOneProcessWrites) {
       EXPECT_EQ(read_text(many), text) << np << " ranks, " << ext;
     }
   }
+}
+
+// A profiled 2-rank run: every rank's report (rank 0's at --profile, rank 1's beside it), one trace
+// with a process track per rank, and `duet report` of the two naming the slowest rank.
+TEST(Distributed, ProfiledRunWritesEveryRanksReportAndOneTraceWithATrackPerRank) {
+  DUET_REQUIRE_MPI();
+  const std::string dir = temp_dir("profile");
+  const Proc r = sh(mpi(2, fmt::format("{} train --model mlp --dataset synthetic --train-size 256 --test-size 16 --batch 16 "
+                                       "--epochs 1 --workers 0 --threads 1 --bucket-mb 0.1 --profile {}/run.json --trace "
+                                       "{}/run.trace.json",
+                                       kDuet, dir, dir)));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "rank reports: " + dir + "/run.json " + dir + "/run.rank1.json")) << r.out;
+  for (const int rank : {0, 1}) {
+    const nlohmann::json rep = nlohmann::json::parse(read_text(rank == 0 ? dir + "/run.json" : dir + "/run.rank1.json"));
+    EXPECT_EQ(rep["run_config"]["rank"], rank);
+    EXPECT_EQ(rep["run_config"]["world_size"], 2);
+    EXPECT_EQ(rep["phases"]["steps"], 8) << "256 images, global batch 32";
+    bool all_reduce = false;
+    for (const auto& rec : rep["op_records"]) all_reduce = all_reduce || rec["name"] == "comm.all_reduce";
+    EXPECT_TRUE(all_reduce) << "rank " << rank << " recorded its buckets' all-reduce";
+  }
+  EXPECT_TRUE(fs::exists(dir + "/run.rank1.ops.csv"));
+  const nlohmann::json trace = nlohmann::json::parse(read_text(dir + "/run.trace.json"));
+  EXPECT_EQ(trace["otherData"]["processes"], 2);
+  std::set<std::string> processes;
+  std::set<int> pids_with_ops;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "process_name") processes.insert(e["args"]["name"].get<std::string>().substr(0, 6));
+    if (e["ph"] == "X" && e.value("cat", "") == "backward") pids_with_ops.insert(e["pid"].get<int>());
+  }
+  EXPECT_EQ(processes, (std::set<std::string>{"rank 0", "rank 1"}));
+  EXPECT_EQ(pids_with_ops, (std::set<int>{1, 2}));
+  const Proc rep = sh(fmt::format("{} report {}/run.json {}/run.rank1.json", kDuet, dir, dir));
+  ASSERT_EQ(rep.rc, 0) << rep.out;
+  EXPECT_TRUE(contains(rep.out, "2 of 2 ranks")) << rep.out;
+  EXPECT_TRUE(contains(rep.out, "slowest: rank ")) << rep.out;
+  std::cout << rep.out;
+  // A report of a one-process run is not a rank report.
+  const Proc one = sh(fmt::format("{} train --model mlp --dataset synthetic --train-size 64 --test-size 16 --epochs 1 "
+                                  "--workers 0 --profile {}/one.json",
+                                  kDuet, dir));
+  ASSERT_EQ(one.rc, 0) << one.out;
+  const Proc bad = sh(fmt::format("{} report {}/run.json {}/one.json", kDuet, dir, dir));
+  EXPECT_EQ(bad.rc, 1) << bad.out;
+  EXPECT_TRUE(contains(bad.out, "one.json' is not a rank report")) << bad.out;
 }
