@@ -20,8 +20,10 @@ int threads_per_rank(const dist::Communicator& comm) {
   return std::max(1, std::min(share, omp_get_num_procs()));
 }
 
-GlobalOptions share_cores_between_ranks(const dist::Communicator& comm, GlobalOptions g) {
-  if (comm.size() > 1 && g.threads == 0 && std::getenv("OMP_NUM_THREADS") == nullptr) g.threads = threads_per_rank(comm);
+GlobalOptions options_for_rank(const dist::Communicator& comm, GlobalOptions g) {
+  if (comm.size() == 1) return g;
+  if (g.threads == 0 && std::getenv("OMP_NUM_THREADS") == nullptr) g.threads = threads_per_rank(comm);
+  if (g.device == "cuda") g.device = fmt::format("cuda:{}", comm.local_rank());
   return g;
 }
 

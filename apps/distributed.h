@@ -14,9 +14,10 @@ namespace duet::app {
 // OpenMP threads for one of comm.local_size() ranks on this machine: its share of the cores (at
 // least 1, at most the cores the launcher bound it to), so the ranks do not oversubscribe them.
 int threads_per_rank(const dist::Communicator& comm);
-// `g` with --threads set to threads_per_rank() under mpirun, unless --threads or OMP_NUM_THREADS
-// already chose.
-GlobalOptions share_cores_between_ranks(const dist::Communicator& comm, GlobalOptions g);
+// `g` as one rank of several uses it: --threads set to threads_per_rank() unless --threads or
+// OMP_NUM_THREADS already chose, and --device cuda (no index) made cuda:<local rank>, one GPU per
+// rank on each machine, as torchrun's LOCAL_RANK convention has it. In one process, `g` as given.
+GlobalOptions options_for_rank(const dist::Communicator& comm, GlobalOptions g);
 
 // The settings that must be equal on every rank: the whole TrainConfig (as stored in
 // checkpoints) and the options that are not part of it, each named as on the command line.

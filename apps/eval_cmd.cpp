@@ -29,7 +29,7 @@ int run_eval(const EvalCmd& e, const GlobalOptions& g0, std::ostream& out, dist:
         comm, {{"checkpoint", e.checkpoint}, {"--dataset", e.dataset}, {"--data", e.data}, {"--split", e.split},
                {"--batch", std::to_string(e.batch)}, {"--memory-format", e.memory_format}, {"--device", g0.device},
                {"--backend", g0.backend}, {"--seed", std::to_string(g0.seed)}});
-  const GlobalOptions g = share_cores_between_ranks(comm, g0);
+  const GlobalOptions g = options_for_rank(comm, g0);
   const RunEnv env = apply_global_options(g);
   TrainedModel t = load_trained_model(e.checkpoint);
   DataOptions d = t.config.data;

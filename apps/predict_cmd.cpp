@@ -105,7 +105,7 @@ int run_predict(const PredictCmd& p, const GlobalOptions& g0, std::ostream& out,
                                          {"images", fmt::format("{} files (list hash {:016x})", files.size(),
                                                                 fnv1a(listed))}});
   }
-  const RunEnv env = apply_global_options(share_cores_between_ranks(comm, g0));
+  const RunEnv env = apply_global_options(options_for_rank(comm, g0));
   TrainedModel t = load_trained_model(p.checkpoint);
   const datasets::Pipeline pipeline = pipeline_from_json(t.raw_config.value("eval_transform", nlohmann::json()));
   const MemoryFormat mf = input_memory_format(t.config.data.memory_format, env);

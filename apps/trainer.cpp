@@ -119,10 +119,6 @@ Trainer::Trainer(TrainConfig config, RunEnv env, TrainData data, std::shared_ptr
   schedule_ = std::make_unique<LrSchedule>(make_schedule_config(c_.optim, c_.epochs, steps_per_epoch_));
   if (!c_.resume.empty()) resume_from(c_.resume);
   if (distributed()) {
-    DUET_CHECK(env_.device.type == DeviceType::cpu,
-               "--device {} under mpirun: data-parallel training runs on CPU processes (--device cpu); GPU collectives "
-               "(NCCL) are not built yet",
-               env_.device.str());
     // Every rank starts from rank 0's weights and buffers (a resumed run: the checkpoint's, which
     // every rank read; broadcasting anyway costs one copy and rules out any drift).
     std::vector<Tensor> state = model_->parameters();
@@ -576,7 +572,7 @@ TrainResult run_training_on(dist::Communicator& comm, const TrainConfig& c0, con
   // Before anything is read: a rank started with other options would train something else.
   comm.set_timeout(c.comm_timeout_s);
   if (distributed) dist::check_same_on_all_ranks(comm, run_settings(c, g0));
-  const GlobalOptions g = share_cores_between_ranks(comm, g0);
+  const GlobalOptions g = options_for_rank(comm, g0);
   // Every file the run will write is probed before any data is read or any step is taken (by
   // rank 0, the one that writes them).
   if (comm.rank() == 0) {

@@ -11,6 +11,17 @@ namespace duet::dist {
 #ifdef DUET_HAVE_MPI
 std::unique_ptr<Communicator> make_mpi_communicator();  // mpi_communicator.cpp
 #endif
+#ifdef DUET_HAVE_NCCL
+// MPI for the host, NCCL for GPU buffers (nccl_communicator.cpp).
+std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<Communicator> host);
+#endif
+
+void Communicator::start_device_all_reduce_sum(void*, size_t, DType, Device device) {
+  throw Error(fmt::format("{}: GPU collectives need NCCL, which this duet was built without (it comes with the CUDA "
+                          "Toolkit; reconfigure with the CUDA backend and MPI found)",
+                          device.str()));
+}
+void Communicator::wait_device(Device) {}
 
 void SingleProcess::abort(const std::string& message, int exit_code) {
   std::cerr << message << std::endl;
@@ -43,7 +54,9 @@ bool mpi_built_in() {
 Communicator& world() {
   static std::unique_ptr<Communicator> comm = []() -> std::unique_ptr<Communicator> {
     if (!launched_by_mpi()) return std::make_unique<SingleProcess>();
-#ifdef DUET_HAVE_MPI
+#if defined(DUET_HAVE_NCCL)
+    return make_nccl_communicator(make_mpi_communicator());
+#elif defined(DUET_HAVE_MPI)
     return make_mpi_communicator();
 #else
     const char* size = launcher_size();

@@ -1,6 +1,7 @@
 // The collectives data-parallel training needs, behind a small interface: the engine and the
-// trainer talk to a Communicator, never to MPI. Two implementations: one process (every
-// collective is the identity) and MPI (dist/mpi_communicator.cpp, built when MPI is found).
+// trainer talk to a Communicator, never to MPI. Implementations: one process (every collective is
+// the identity), MPI (dist/mpi_communicator.cpp, built when MPI is found), and MPI with NCCL for
+// GPU memory (dist/nccl_communicator.cpp, built when the CUDA backend and MPI are).
 //
 // All ranks must call the collectives in the same order with the same sizes (MPI's rule). An
 // implementation serialises its own calls, so two threads of one rank may use it (the gradient
@@ -11,6 +12,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+#include "engine/device.h"
+#include "engine/dtype.h"
 
 namespace duet::dist {
 
@@ -40,10 +43,19 @@ public:
   // Ends every rank of the job (MPI_Abort) after printing `message` naming this rank; a single
   // process just exits. For an error one rank hit alone: the others would wait forever.
   [[noreturn]] virtual void abort(const std::string& message, int exit_code) = 0;
+  // GPU buffers. Whether this communicator can sum memory of `device`: CPU memory always; a CUDA
+  // device when duet was built with NCCL (dist/nccl_communicator.cpp).
+  virtual bool sums_on(Device device) const { return device.type == DeviceType::cpu; }
+  // Queues the in-place sum over ranks of `count` elements of `dtype` at `data`, memory of the
+  // CUDA device `device`, behind the work already queued on that device's compute stream, and
+  // returns at once: the sum runs on a communication stream while the compute stream goes on.
+  virtual void start_device_all_reduce_sum(void* data, size_t count, DType dtype, Device device);
+  // The device's compute stream waits (on the GPU, not the host) for every sum started so far.
+  virtual void wait_device(Device device);
   // A collective that has not completed after this many seconds ends the job (abort()), naming
   // this rank and the collective: a rank that hangs or is stopped never makes the others wait
   // forever. A dead rank is noticed sooner, by the launcher.
-  void set_timeout(double seconds) { timeout_s_ = seconds; }
+  virtual void set_timeout(double seconds) { timeout_s_ = seconds; }
   double timeout() const { return timeout_s_; }
 
 protected:

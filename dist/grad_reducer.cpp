@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include "engine/allocator.h"
 #include "engine/error.h"
+#include "engine/functional.h"
 #include "engine/profiler.h"
 
 namespace duet::dist {
@@ -58,12 +59,27 @@ GradReducer::GradReducer(Communicator& comm, const std::vector<Tensor>& params, 
     slots_.push_back({p, buckets_.size() - 1, b.elements, false});
     b.elements += p.numel();
   }
+  // The buckets live where the parameters do when the communicator sums there (GPU memory with
+  // NCCL), else in host memory.
+  for (const Slot& slot : slots_)
+    DUET_CHECK(slot.param.device() == slots_.front().param.device(),
+               "data-parallel training: parameters on {} and {}; expected one device per rank",
+               slots_.front().param.device().str(), slot.param.device().str());
+  if (!slots_.empty() && slots_.front().param.device().type != DeviceType::cpu) {
+    device_ = slots_.front().param.device();
+    DUET_CHECK(comm_.sums_on(device_),
+               "data-parallel training on {}: {} cannot sum GPU memory (GPU collectives need NCCL, which this duet was "
+               "built without: it comes with the CUDA Toolkit, found when the CUDA backend and MPI are)",
+               device_.str(), comm_.describe());
+  }
   MemTagGuard tag(MemTag::gradient);
   for (Bucket& b : buckets_) {
-    b.buffer = Tensor::zeros({b.elements + static_cast<int64_t>(b.slots.size())}, TensorOptions(b.dtype));
+    b.buffer = Tensor::zeros({b.elements + static_cast<int64_t>(b.slots.size())}, TensorOptions(b.dtype).with_device(device_));
     b.pending = b.slots.size();
   }
-  if (opt_.overlap && comm_.thread_safe() && comm_.size() > 1) thread_ = std::thread(&GradReducer::comm_loop, this);
+  // GPU buckets overlap backward on the GPU (a communication stream), so no thread is needed.
+  if (opt_.overlap && comm_.thread_safe() && comm_.size() > 1 && !on_gpu())
+    thread_ = std::thread(&GradReducer::comm_loop, this);
 }
 
 GradReducer::~GradReducer() {
@@ -109,7 +125,8 @@ void GradReducer::mark_ready(size_t s) {
   const Tensor dst = view_in(b.buffer, slot.offset, slot.param);
   if (g.defined()) dst.copy_(g);
   else dst.zero_();
-  set(b.buffer, flag, g.defined() ? 1.0 : 0.0);
+  if (on_gpu()) b.buffer.slice(0, static_cast<int64_t>(flag), static_cast<int64_t>(flag) + 1).fill_(g.defined() ? 1.0 : 0.0);
+  else set(b.buffer, flag, g.defined() ? 1.0 : 0.0);
   slot.ready = true;
   --b.pending;
 }
@@ -142,7 +159,8 @@ void GradReducer::all_reduce(Bucket& b) {
   profiler::PhaseGuard phase(Phase::comm);
   profiler::OpScope op("comm.all_reduce", Backend::reference, {}, [bytes, n] { return OpCost{0.0, 2.0 * (n - 1) / n * bytes}; });
   const auto count = static_cast<size_t>(b.buffer.numel());
-  if (b.dtype == DType::f32) comm_.all_reduce_sum(b.buffer.data<float>(), count);
+  if (on_gpu()) comm_.start_device_all_reduce_sum(b.buffer.raw_data(), count, b.dtype, device_);  // queued, not waited for
+  else if (b.dtype == DType::f32) comm_.all_reduce_sum(b.buffer.data<float>(), count);
   else comm_.all_reduce_sum(b.buffer.data<double>(), count);
 }
 
@@ -192,21 +210,28 @@ void GradReducer::finish() {
     }
   }
   next_launch_ = 0;
+  if (on_gpu()) comm_.wait_device(device_);  // the compute stream waits for the sums, on the GPU
   const double world = comm_.size();
   for (Bucket& b : buckets_) {
-    if (b.dtype == DType::f32) divide(b.buffer.data<float>(), static_cast<size_t>(b.elements), world);
-    else divide(b.buffer.data<double>(), static_cast<size_t>(b.elements), world);
+    // The "had a gradient" flags on the host (from a GPU bucket: one small copy), and on the host
+    // the sums divided in place; a GPU bucket's are divided by one op per parameter below.
+    const Tensor flags = b.buffer.slice(0, b.elements, b.buffer.numel()).to(Device::cpu());
+    if (!on_gpu()) {
+      if (b.dtype == DType::f32) divide(b.buffer.data<float>(), static_cast<size_t>(b.elements), world);
+      else divide(b.buffer.data<double>(), static_cast<size_t>(b.elements), world);
+    }
     for (size_t k = 0; k < b.slots.size(); ++k) {
       Slot& slot = slots_[b.slots[k]];
       slot.ready = false;
-      if (get(b.buffer, static_cast<size_t>(b.elements) + k) <= 0) continue;  // no rank had a gradient: the optimizer skips it, as in one process
+      if (get(flags, k) <= 0) continue;  // no rank had a gradient: the optimizer skips it, as in one process
       Tensor g = slot.param.grad();
       if (!g.defined()) {
         MemTagGuard tag(MemTag::gradient);
         g = Tensor::empty_like(slot.param);
         slot.param.set_grad(g);
       }
-      g.copy_(view_in(b.buffer, slot.offset, slot.param));
+      const Tensor sum = view_in(b.buffer, slot.offset, slot.param);
+      g.copy_(on_gpu() ? mul(sum, 1.0 / world) : sum);
     }
     b.pending = b.slots.size();
   }

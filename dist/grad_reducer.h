@@ -15,6 +15,10 @@
 // contributes zeros; it gets the average if any rank had a gradient for it, and stays without a
 // gradient (skipped by the optimizer) if none had, as in one process. Gradients of one step only:
 // accumulating several backward passes before finish() is not supported.
+//
+// Parameters on a GPU (with a communicator that sums GPU memory: NCCL) get GPU buckets: a bucket's
+// sum is queued on the communicator's own stream when it is ready, and the overlap with backward
+// happens on the GPU instead of on a thread; finish() makes the compute stream wait for the sums.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -70,7 +74,7 @@ private:
     DType dtype = DType::f32;
     std::vector<size_t> slots;
     int64_t elements = 0;  // gradients; one "had a gradient" flag per slot follows them
-    Tensor buffer;         // host, 1-D, `dtype`: the gradients, then the flags
+    Tensor buffer;         // 1-D, `dtype`, on device_: the gradients, then the flags
     size_t pending = 0;    // slots not yet ready this step
   };
 
@@ -80,8 +84,11 @@ private:
   void all_reduce(Bucket& b);
   void comm_loop();
 
+  bool on_gpu() const { return device_.type != DeviceType::cpu; }
+
   Communicator& comm_;
   GradReducerOptions opt_;
+  Device device_ = Device::cpu();  // the parameters' and the buckets' (CPU: host buckets, a thread)
   std::vector<Slot> slots_;
   std::unordered_map<TensorImpl*, size_t> slot_of_;
   std::vector<Bucket> buckets_;

@@ -14,7 +14,8 @@
 #   4. models   one phase per benchmark model: one profiled epoch on synthetic data in f32, --amp bf16
 #               and --amp fp16 on the GPU, the same run on the cpu backend (f32 and bf16), and
 #               `duet compare` of the two reports (NVML telemetry is in each CUDA report)
-#   5. pytorch  where python3 imports torch with CUDA: bench/train_throughput.py --device cuda, duet
+#   5. nccl     with two GPUs and mpirun: resnet18_cifar on 2 ranks (NCCL) and on one process
+#   6. pytorch  where python3 imports torch with CUDA: bench/train_throughput.py --device cuda, duet
 #               against PyTorch on this GPU
 # and summary.md, one page: the GPU, each phase's result and time, the tables' last lines.
 #
@@ -154,7 +155,23 @@ for spec in "resnet18_cifar 32 10" "resnet50_cifar 32 10" "densenet121 32 10" "m
     run_model "$m" "$size" "$classes"
 done
 
-# 5. PyTorch on the same GPU, where it is importable with CUDA
+# 5. data-parallel on two GPUs through NCCL, where there are two and mpirun: 2 ranks with batch 32
+# against one process with batch 64 (the parameters should agree to f32 rounding; see the log)
+gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
+if [ "$gpus" -ge 2 ] && command -v mpirun >/dev/null; then
+  nccl_run() {
+    local common=(train --model resnet18_cifar --dataset synthetic --image-size 32 --train-size 1024 --test-size 256
+                  --epochs 1 --log-every 0)
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 mpirun --oversubscribe -np 2 "$duet" \
+      --device cuda "${common[@]}" --batch 32 --checkpoint "$out/nccl_2ranks.safetensors" --profile "$out/nccl.json" &&
+    timeout 200 "$duet" --device cuda "${common[@]}" --batch 64 --checkpoint "$out/nccl_1process.safetensors"
+  }
+  phase "data-parallel on 2 GPUs (NCCL)" "$out/nccl.log" nccl_run
+else
+  phase_rows+=("| data-parallel on 2 GPUs (NCCL) | skipped: $gpus GPU(s)$(command -v mpirun >/dev/null || echo ', no mpirun') | | |")
+fi
+
+# 6. PyTorch on the same GPU, where it is importable with CUDA
 if python3 -c "import torch, torchvision, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
   phase "duet against PyTorch on this GPU" "$out/pytorch.txt" timeout 600 python3 "$repo/bench/train_throughput.py" --duet "$duet" \
     --device cuda --steps 20 --warmup 5 --json "$out/pytorch.json"

@@ -5,10 +5,12 @@
 #include <atomic>
 #include <numeric>
 #include <set>
+#include "apps/distributed.h"
 #include "datasets/loader.h"
 #include "datasets/synthetic.h"
 #include "dist/grad_reducer.h"
 #include "dist/sync.h"
+#include "engine/backend.h"
 #include "engine/nn/layers.h"
 #include "models/mlp.h"
 #include "tests/test_support.h"
@@ -20,10 +22,10 @@ namespace {
 // for a power of two) except where `other` adds what the other ranks hold beyond that.
 class ScriptedComm final : public dist::Communicator {
 public:
-  ScriptedComm(int world, bool threads) : world_(world), threads_(threads) {}
+  ScriptedComm(int world, bool threads, int local_rank = 0) : world_(world), threads_(threads), local_rank_(local_rank) {}
   int rank() const override { return 0; }
   int size() const override { return world_; }
-  int local_rank() const override { return 0; }
+  int local_rank() const override { return local_rank_; }
   int local_size() const override { return 1; }
   bool thread_safe() const override { return threads_; }
   std::string describe() const override { return "scripted"; }
@@ -34,7 +36,17 @@ public:
   void barrier() override {}
   std::vector<std::string> gather(const std::string& b, int) override { return std::vector<std::string>(static_cast<size_t>(world_), b); }
   [[noreturn]] void abort(const std::string& m, int) override { throw Error(m); }
+  // GPU memory, when `gpu` is set: a sum is recorded and leaves the values as they are (as if the
+  // other ranks held zeros), so the averages come out as one rank's gradient over the world size.
+  bool sums_on(Device d) const override { return d.type == DeviceType::cpu || gpu; }
+  void start_device_all_reduce_sum(void*, size_t n, DType, Device) override {
+    sizes.push_back(n);
+    during_backward.push_back(in_backward.load());
+  }
+  void wait_device(Device) override { ++device_waits; }
 
+  bool gpu = false;
+  int device_waits = 0;
   std::vector<size_t> sizes;             // of each all-reduce, in call order
   std::vector<bool> during_backward;     // whether backward was still running at each call
   std::atomic<bool> in_backward{false};
@@ -49,6 +61,7 @@ private:
   }
   int world_;
   bool threads_;
+  int local_rank_;
 };
 
 struct Step {
@@ -57,13 +70,14 @@ struct Step {
 };
 
 // One backward of an MLP on fixed data, once without and once with the reducer.
-Step run_step(ScriptedComm& comm, double bucket_mb, DType dtype) {
+Step run_step(ScriptedComm& comm, double bucket_mb, DType dtype, Device device = Device::cpu()) {
   const BackendGuard backend(DeviceType::cpu, dtype == DType::f64 ? Backend::reference : default_backend(DeviceType::cpu));
   manual_seed(3);
   auto model = models::mlp(12, 5, 16, 3);
   model->to(dtype);
-  const Tensor x = Tensor::randn({8, 12}, TensorOptions(dtype));
-  const Tensor y = Tensor::from_vector<int64_t>({0, 1, 2, 3, 4, 0, 1, 2}, {8});
+  model->to(device);
+  const Tensor x = Tensor::randn({8, 12}, TensorOptions(dtype)).to(device);
+  const Tensor y = Tensor::from_vector<int64_t>({0, 1, 2, 3, 4, 0, 1, 2}, {8}).to(device);
   Step s;
   cross_entropy((*model)(x), y).backward();
   for (const Tensor& p : model->parameters()) s.grads_alone.push_back(p.grad().clone());
@@ -232,4 +246,54 @@ TEST(SyncBatchNorm, OneReplicaEqualsTheFusedOp) {
     ASSERT_EQ(results[0].size(), results[1].size());
     for (size_t i = 0; i < results[0].size(); ++i) EXPECT_NEAR(results[0][i], results[1][i], 1e-12) << i;
   }
+}
+
+// GPU buckets (what NCCL sums), on one GPU with a scripted communicator: the gradients go into
+// device buckets during backward, each bucket's sum is queued when it is complete, finish() makes
+// the compute stream wait once, and the averages land in .grad on the GPU.
+TEST(GradReducer, GpuBucketsQueueTheirSumsAndAverageOnTheDevice) {
+  if (device_count(DeviceType::cuda) == 0) DUET_SKIP_WITHOUT_CUDA("GPU buckets need a CUDA device");
+  ScriptedComm comm(2, true);
+  comm.gpu = true;
+  const Step s = run_step(comm, 0.002, DType::f32, Device::cuda(0));
+  ASSERT_GE(comm.sizes.size(), 2u);
+  for (size_t i = 0; i + 1 < comm.during_backward.size(); ++i) EXPECT_TRUE(comm.during_backward[i]) << "bucket " << i;
+  EXPECT_EQ(comm.device_waits, 1);
+  ASSERT_EQ(s.grads_alone.size(), s.grads_reduced.size());
+  for (size_t i = 0; i < s.grads_alone.size(); ++i) {
+    EXPECT_EQ(s.grads_reduced[i].device(), Device::cuda(0));
+    const std::vector<float> alone = s.grads_alone[i].to(Device::cpu()).to_vector<float>();
+    const std::vector<float> reduced = s.grads_reduced[i].to(Device::cpu()).to_vector<float>();
+    ASSERT_EQ(alone.size(), reduced.size());
+    for (size_t k = 0; k < alone.size(); ++k) EXPECT_EQ(reduced[k], alone[k] * 0.5f) << "parameter " << i << " element " << k;
+  }
+}
+
+// Without NCCL, GPU parameters are refused when the reducer is made, naming what is missing.
+TEST(GradReducer, GpuParametersNeedACommunicatorThatSumsGpuMemory) {
+  dist::SingleProcess one;
+  EXPECT_FALSE(one.sums_on(Device::cuda(0)));
+  EXPECT_TRUE(one.sums_on(Device::cpu()));
+  EXPECT_ERROR_HAS(one.start_device_all_reduce_sum(nullptr, 1, DType::f32, Device::cuda(0)), "need NCCL");
+}
+
+// Under mpirun each rank on a machine takes the GPU of its local rank and its share of the cores,
+// unless the command line chose; one process keeps what it was given.
+TEST(DataParallelOptions, EachRankTakesTheGpuOfItsLocalRank) {
+  ScriptedComm rank3(4, false, 3);
+  app::GlobalOptions g;
+  g.device = "cuda";
+  EXPECT_EQ(app::options_for_rank(rank3, g).device, "cuda:3");
+  EXPECT_GE(app::options_for_rank(rank3, g).threads, 1);
+  g.device = "cuda:0";
+  g.threads = 5;
+  EXPECT_EQ(app::options_for_rank(rank3, g).device, "cuda:0") << "an explicit index is kept";
+  EXPECT_EQ(app::options_for_rank(rank3, g).threads, 5);
+  g.device = "cpu";
+  EXPECT_EQ(app::options_for_rank(rank3, g).device, "cpu");
+  ScriptedComm alone(1, false);
+  g.device = "cuda";
+  g.threads = 0;
+  EXPECT_EQ(app::options_for_rank(alone, g).device, "cuda");
+  EXPECT_EQ(app::options_for_rank(alone, g).threads, 0);
 }

@@ -124,3 +124,16 @@ if(NOT DUET_CUDA STREQUAL "OFF")
                    "'${CUDNN_LIBRARY}'): building without the CUDA backend")
   endif()
 endif()
+
+# NCCL (shipped with the CUDA Toolkit) for GPU collectives in data-parallel runs: built when the
+# CUDA backend and MPI are (MPI starts the ranks and hands out NCCL's unique id).
+set(DUET_HAVE_NCCL OFF)
+if(DUET_ENABLE_CUDA AND DUET_HAVE_MPI)
+  find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+  if(NCCL_LIBRARY AND NCCL_INCLUDE_DIR)
+    set(DUET_HAVE_NCCL ON)
+  else()
+    message(STATUS "duet: NCCL not found (nccl.h, libnccl): data-parallel runs on GPUs are refused with a message")
+  endif()
+endif()
