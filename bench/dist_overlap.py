@@ -20,6 +20,13 @@ on synthetic data (no data pipeline), and reads from the reports:
 
 Needs mpirun (./scripts/setup.sh installs Open MPI) and a duet built with MPI. Run it on a quiet
 machine: nothing else may compete for the cores.
+
+With --torch (run it with .venv-bench/bin/python), PyTorch runs the same comparison in the same
+run, alternating with duet: one process with N*T threads against DistributedDataParallel on N
+processes with T threads each (gloo over loopback, bucket_cap_mb as --bucket-mb), same model
+(bench/train_throughput.py's definitions), global batch, SGD and memory format (channels-last for
+the conv nets), median step after 3 warm-up steps on one fixed random batch. The table then gives
+duet's images/s over PyTorch's for one process and for N ranks.
 """
 import argparse
 import json
@@ -29,8 +36,46 @@ import subprocess
 import sys
 import tempfile
 
-MODELS = {"resnet18_cifar": 32, "vit_tiny_p4": 32, "mobilenet_v2": 32, "resnet50_cifar": 32, "densenet121": 32,
-          "small_cnn": 32, "mlp": 32}
+MODELS = {"resnet18_cifar": 32, "vit_tiny_p4": 32, "mobilenet_v2": 32, "resnet50_cifar": 32, "densenet121": 32}
+
+
+def torch_worker(a):
+    """One PyTorch process: prints {"median_step_ms": ...} on rank 0."""
+    import torch
+    import torch.distributed as dist
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from train_throughput import time_torch_steps, torch_model
+    torch.set_num_threads(a.threads)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    size = MODELS[a.model]
+    fmt = torch.contiguous_format if a.model.startswith("vit") else torch.channels_last
+    model = torch_model(a.model, 10, size).to(memory_format=fmt).train()
+    if world > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=a.bucket_mb)
+    x = torch.randn(a.batch, 3, size, size).contiguous(memory_format=fmt)
+    y = torch.arange(a.batch) % 10
+    times = time_torch_steps(model, x, y, 3, a.steps)
+    if world > 1:
+        dist.destroy_process_group()
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(json.dumps({"median_step_ms": statistics.median(times) * 1e3}))
+
+
+def torch_step_ms(args, model, ranks, threads, batch):
+    cmd = [sys.executable, os.path.abspath(__file__), "--torch-worker", "--model", model, "--threads", str(threads),
+           "--batch", str(batch), "--steps", str(args.steps), "--bucket-mb", str(args.bucket_mb)]
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + os.getpid() % 1000), WORLD_SIZE=str(ranks))
+    env.pop("OMP_NUM_THREADS", None)
+    procs = [subprocess.Popen(cmd, env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(ranks)]
+    outs = [p.communicate()[0] for p in procs]
+    for p, o in zip(procs, outs):
+        if p.returncode != 0:
+            sys.exit(f"dist_overlap: PyTorch {model} on {ranks} processes failed ({p.returncode}):\n{o[-3000:]}")
+    return json.loads(outs[0].strip().splitlines()[-1])["median_step_ms"]
 
 
 def op_per_step_ns(report, name):
@@ -53,8 +98,11 @@ def measure(args, model, tmp):
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     env.pop("OMP_NUM_THREADS", None)
     train_size = str(args.steps * n * b)
-    rows = {"one": [], "ranks": []}
+    rows = {"one": [], "ranks": [], "torch_one": [], "torch_ranks": []}
     for rep in range(args.repeats):
+        if args.torch:
+            rows["torch_one"].append(n * b / (torch_step_ms(args, model, 1, n * t, n * b) / 1e3))
+            rows["torch_ranks"].append(n * b / (torch_step_ms(args, model, n, t, b) / 1e3))
         one = os.path.join(tmp, f"{model}_one_{rep}.json")
         run([args.duet, "--threads", str(n * t)] + common + ["--batch", str(n * b), "--train-size", train_size,
                                                              "--profile", one], env)
@@ -85,6 +133,9 @@ def measure(args, model, tmp):
            "ranks_median_step_ms": med("ranks", "median_step_ms"), "ranks_backward_ms": med("ranks", "backward_ms"),
            "comm_exposed_ms": med("ranks", "comm_exposed_ms"), "all_reduce_ms": med("ranks", "all_reduce_ms"),
            "hidden_ms": med("ranks", "hidden_ms")}
+    if args.torch:
+        out["torch_one_images_per_s"] = statistics.median(rows["torch_one"])
+        out["torch_ranks_images_per_s"] = statistics.median(rows["torch_ranks"])
     bus = [r["bus_gbs"] for r in rows["ranks"] if r["bus_gbs"] is not None]
     out["bus_gbs"] = statistics.median(bus) if bus else None
     return out
@@ -102,7 +153,12 @@ def main():
     p.add_argument("--repeats", type=int, default=3, help="alternating runs of each side")
     p.add_argument("--bucket-mb", type=float, default=25.0)
     p.add_argument("--json", help="write the rows here")
+    p.add_argument("--torch", action="store_true", help="also PyTorch: one process against DDP, in the same run")
+    p.add_argument("--model", help=argparse.SUPPRESS)
+    p.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.torch_worker:
+        return torch_worker(args)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for m in args.models:
@@ -118,6 +174,15 @@ def main():
         print(f"{r['model']:16} {r['one_images_per_s']:12.1f} {r['ranks_images_per_s']:12.1f} "
               f"{r['ranks_images_per_s'] / r['one_images_per_s']:6.2f} {r['ranks_backward_ms']:11.1f} "
               f"{r['all_reduce_ms']:13.2f} {r['hidden_ms']:9.2f} {r['comm_exposed_ms']:10.2f} {bus:>8}")
+    if args.torch:
+        print(f"\nagainst PyTorch {__import__('torch').__version__} (DistributedDataParallel, gloo), same run: images/s")
+        print(f"{'model':16} {'torch 1 proc':>12} {'torch DDP':>10} {'DDP/1':>6} {'duet/torch 1 proc':>17} "
+              f"{'duet/torch ranks':>16}")
+        for r in results:
+            print(f"{r['model']:16} {r['torch_one_images_per_s']:12.1f} {r['torch_ranks_images_per_s']:10.1f} "
+                  f"{r['torch_ranks_images_per_s'] / r['torch_one_images_per_s']:6.2f} "
+                  f"{r['one_images_per_s'] / r['torch_one_images_per_s']:17.2f} "
+                  f"{r['ranks_images_per_s'] / r['torch_ranks_images_per_s']:16.2f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"cpu": cpu, "logical_cpus": os.cpu_count(), "args": vars(args), "rows": results}, f, indent=1)

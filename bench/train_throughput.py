@@ -63,7 +63,6 @@ def torch_model(name, classes, image_size):
 
 def torch_worker(a):
     import torch
-    import torch.nn.functional as F
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     model = torch_model(a.model, a.classes, a.image_size)
@@ -72,20 +71,30 @@ def torch_worker(a):
     model = model.to(a.device, memory_format=fmt).train()
     x = torch.randn(a.batch, 3, a.image_size, a.image_size, device=a.device).contiguous(memory_format=fmt)
     y = torch.arange(a.batch, device=a.device) % a.classes
+    times = time_torch_steps(model, x, y, a.warmup, a.steps, a.device)
+    print(json.dumps({"median_step_s": statistics.median(times), "parameters": params, "torch": torch.__version__}))
+
+
+def time_torch_steps(model, x, y, warmup, steps, device="cpu"):
+    """Seconds of each step after `warmup`: forward, cross-entropy, loss.item(), zero_grad,
+    backward and an SGD step (momentum 0.9, weight decay 5e-4) on one batch. Also used by
+    bench/dist_overlap.py (there `model` may be wrapped in DistributedDataParallel)."""
+    import torch
+    import torch.nn.functional as F
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
     times = []
-    for i in range(a.warmup + a.steps):
+    for i in range(warmup + steps):
         t0 = time.perf_counter()
         loss = F.cross_entropy(model(x), y)
         loss.item()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        if a.device == "cuda":
+        if device == "cuda":
             torch.cuda.synchronize()  # the step is timed to its end on the GPU, as duet's is
-        if i >= a.warmup:
+        if i >= warmup:
             times.append(time.perf_counter() - t0)
-    print(json.dumps({"median_step_s": statistics.median(times), "parameters": params, "torch": torch.__version__}))
+    return times
 
 
 # ---- the driver ----
