@@ -213,12 +213,16 @@ void GradReducer::finish() {
   if (on_gpu()) comm_.wait_device(device_);  // the compute stream waits for the sums, on the GPU
   const double world = comm_.size();
   for (Bucket& b : buckets_) {
-    // The "had a gradient" flags on the host (from a GPU bucket: one small copy), and on the host
-    // the sums divided in place; a GPU bucket's are divided by one op per parameter below.
+    // The "had a gradient" flags on the host (from a GPU bucket: one small copy), and the sums
+    // divided in place: on the host in double, on a GPU by one op per bucket.
     const Tensor flags = b.buffer.slice(0, b.elements, b.buffer.numel()).to(Device::cpu());
-    if (!on_gpu()) {
-      if (b.dtype == DType::f32) divide(b.buffer.data<float>(), static_cast<size_t>(b.elements), world);
-      else divide(b.buffer.data<double>(), static_cast<size_t>(b.elements), world);
+    if (on_gpu()) {
+      const Tensor sums = b.buffer.slice(0, 0, b.elements);
+      sums.copy_(mul(sums, 1.0 / world));
+    } else if (b.dtype == DType::f32) {
+      divide(b.buffer.data<float>(), static_cast<size_t>(b.elements), world);
+    } else {
+      divide(b.buffer.data<double>(), static_cast<size_t>(b.elements), world);
     }
     for (size_t k = 0; k < b.slots.size(); ++k) {
       Slot& slot = slots_[b.slots[k]];
@@ -230,8 +234,7 @@ void GradReducer::finish() {
         g = Tensor::empty_like(slot.param);
         slot.param.set_grad(g);
       }
-      const Tensor sum = view_in(b.buffer, slot.offset, slot.param);
-      g.copy_(on_gpu() ? mul(sum, 1.0 / world) : sum);
+      g.copy_(view_in(b.buffer, slot.offset, slot.param));
     }
     b.pending = b.slots.size();
   }
