@@ -50,6 +50,11 @@ std::string check_jpeg(const uint8_t* d, size_t n) {
                            "short",
                            n);
     }
+    // stb_image skips bytes that are not a marker between header segments ("extra padding"),
+    // so a table it reads may sit behind junk that a strict walk would take for a marker and
+    // skip by a bogus length. Skipping to the next FF everywhere sees every table stb can reach;
+    // after the header stb refuses such junk, so nothing valid is refused here for it.
+    while (pos < n && d[pos] != 0xFF) ++pos;
     while (pos < n && d[pos] == 0xFF) ++pos;  // fill bytes before a marker
     if (pos >= n) return fmt::format("truncated: the file ends in the JPEG header ({} bytes)", n);
     const uint8_t m = d[pos++];

@@ -483,6 +483,18 @@ TEST(FuzzFinding, JpegHuffmanTableOfMoreThan256CodesIsRefused) {
   EXPECT_ERROR_HAS(datasets::decode_image_bytes(bytes.data(), bytes.size(), "dht.jpg"), "dht.jpg", "(at most 256)");
 }
 
+// Found by fuzz_image in the campaign of 2026-11-25 (same UBSan report as above): the Huffman
+// table of more than 256 codes sat behind a DQT of length 2 followed by bytes that are no marker.
+// stb_image skips such padding and read the table; check_jpeg took the junk for a marker and
+// skipped the table by its bogus length.
+TEST(FuzzFinding, JpegHuffmanTableBehindPaddingIsStillChecked) {
+  const std::string path = std::string(DUET_SOURCE_DIR) + "/fuzz/regressions/image_dht_behind_padding.jpg";
+  const std::vector<uint8_t> bytes = datasets::read_file_bytes(path);
+  const std::string problem = datasets::check_image_bytes(bytes.data(), bytes.size());
+  EXPECT_NE(problem.find("corrupt JPEG: Huffman table at byte"), std::string::npos) << problem;
+  EXPECT_ERROR_HAS(datasets::decode_image_bytes(bytes.data(), bytes.size(), "pad.jpg"), "pad.jpg", "(at most 256)");
+}
+
 // Found by fuzz_report: a number beyond a double ("0.005584e88830205156") made nlohmann throw
 // out_of_range, which load_report did not catch ("internal error", or terminate in a fuzzer).
 TEST(FuzzFinding, ReportWithANumberBeyondADoubleIsAClearError) {
