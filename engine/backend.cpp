@@ -7,7 +7,7 @@ namespace duet {
 
 namespace {
 const char* const kOpNames[] = {
-#define DUET_OP(name, params) #name,
+#define DUET_OP(name, params, ...) #name,
 #include "engine/ops.def"
 #undef DUET_OP
 };
@@ -78,7 +78,7 @@ void BackendImpl::not_implemented(OpId op) const {
 }
 
 // Default bodies: every op throws until a backend overrides it.
-#define DUET_OP(name, params) \
+#define DUET_OP(name, params, ...) \
   void BackendImpl::name params { not_implemented(OpId::name); }
 #include "engine/ops.def"
 #undef DUET_OP

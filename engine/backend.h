@@ -11,7 +11,7 @@
 namespace duet {
 
 enum class OpId : uint16_t {
-#define DUET_OP(name, params) name,
+#define DUET_OP(name, params, ...) name,
 #include "engine/ops.def"
 #undef DUET_OP
   count
@@ -30,7 +30,7 @@ public:
   // Blocks until all queued work is done (no-op on synchronous backends).
   virtual void synchronize() {}
 
-#define DUET_OP(name, params) virtual void name params;
+#define DUET_OP(name, params, ...) virtual void name params;
 #include "engine/ops.def"
 #undef DUET_OP
 

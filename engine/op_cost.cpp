@@ -4,11 +4,19 @@ namespace duet::cost {
 
 double bytes_of(const Tensor& t) { return t.defined() ? static_cast<double>(t.nbytes()) : 0.0; }
 
+double distinct_bytes_of(const Tensor& t) {
+  if (!t.defined() || t.numel() == 0) return 0.0;
+  double n = 1;
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.stride(d) != 0) n *= static_cast<double>(t.size(d));
+  return n * static_cast<double>(dtype_size(t.dtype()));
+}
+
 OpCost elementwise(std::initializer_list<const Tensor*> inputs, std::initializer_list<const Tensor*> outputs,
                    double flops_per_element) {
   OpCost c;
   double n = 0;
-  for (const Tensor* t : inputs) c.bytes += t ? bytes_of(*t) : 0;
+  for (const Tensor* t : inputs) c.bytes += t ? distinct_bytes_of(*t) : 0;
   for (const Tensor* t : outputs) {
     if (!t || !t->defined()) continue;
     c.bytes += bytes_of(*t);
@@ -53,6 +61,10 @@ OpCost layer_norm_backward(const Shape& x, size_t elem) {
 OpCost pool2d(const Shape& x, const Shape& y, int64_t kh, int64_t kw, size_t elem) {
   return {static_cast<double>(numel_of(y)) * kh * kw,
           static_cast<double>(elem) * (numel_of(x) + numel_of(y))};
+}
+OpCost adaptive_pool2d(const Shape& x, const Shape& y, size_t elem) {
+  const int64_t kh = (x[2] + y[2] - 1) / y[2], kw = (x[3] + y[3] - 1) / y[3];
+  return pool2d(x, y, kh, kw, elem);
 }
 OpCost softmax(const Shape& x, size_t elem) {
   const double n = static_cast<double>(numel_of(x));

@@ -9,7 +9,12 @@
 namespace duet::cost {
 
 double bytes_of(const Tensor& t);  // numel * element size; 0 for undefined
-// Elementwise op: `flops_per_element` per output element; reads inputs, writes outputs.
+// The bytes of t's distinct elements: a broadcast view (stride 0 on a dim) is read once, so an
+// input expanded for a binary op counts as the tensor it was expanded from.
+double distinct_bytes_of(const Tensor& t);
+inline size_t elem(const Tensor& t) { return dtype_size(t.dtype()); }
+// Elementwise op: `flops_per_element` per output element; reads inputs (their distinct
+// elements), writes outputs.
 OpCost elementwise(std::initializer_list<const Tensor*> inputs, std::initializer_list<const Tensor*> outputs,
                    double flops_per_element);
 OpCost matmul(int64_t batch, int64_t m, int64_t n, int64_t k, size_t elem, bool bias = false);
@@ -23,6 +28,8 @@ OpCost layer_norm(const Shape& x, size_t elem);
 OpCost layer_norm_backward(const Shape& x, size_t elem);
 // Pooling: one compare or add per window element per output.
 OpCost pool2d(const Shape& x, const Shape& y, int64_t kh, int64_t kw, size_t elem);
+// Adaptive pooling from x [N,C,H,W] to y [N,C,OH,OW]: pool2d with its widest window, ceil(H/OH) x ceil(W/OW).
+OpCost adaptive_pool2d(const Shape& x, const Shape& y, size_t elem);
 OpCost softmax(const Shape& x, size_t elem);
 OpCost cross_entropy(const Shape& logits, size_t elem);
 OpCost reduce(const Shape& x, const Shape& out, size_t elem);

@@ -149,15 +149,13 @@ private:
 // A backend names the implementation it picked for the op in flight ("brg:avx512_core").
 void note_impl(const std::string& impl);
 
-// One op's window: opened by the front-end before it allocates the op's outputs, closed when the
-// kernel returns. The op's time, the bytes its thread allocated (outputs, workspace, temporaries)
-// and the memory peak it reached all belong to this window. Off, the constructor is one relaxed
-// atomic load and set_cost() a test of a member; the cost functor runs only when profiling is on.
+// One op's window: opened before the op's outputs are allocated, closed when the kernel returns.
+// The op's time, the bytes its thread allocated (outputs, workspace, temporaries) and the memory
+// peak it reached all belong to this window. Off, the constructor is one relaxed atomic load and
+// set_cost() a test of a member; the cost functor runs only when profiling is on. Kernels get
+// theirs from engine/ops/dispatch.h; other windows (a collective, a wait) open one directly:
 //
-//   profiler::OpScope op("conv2d", be.kind(), {&x, &w});   // before the output exists
-//   Tensor y = Tensor::empty(...);
-//   op.set_cost([&] { return cost::conv2d(x.shape(), w.shape(), y.shape(), elem, bias); });
-//   be.conv2d(x, w, bias, y, p);
+//   profiler::OpScope op("comm.all_reduce", Backend::reference, {}, [&] { return OpCost{0, bytes}; });
 class OpScope {
 public:
   OpScope(const char* name, Backend backend, std::initializer_list<const Tensor*> inputs) {
@@ -174,6 +172,9 @@ public:
   OpScope(const char* name, Backend backend, const std::vector<int64_t>& out_shape, DType dtype, Device device) {
     if (enabled()) begin_creation(name, backend, out_shape, dtype, device);
   }
+  // Names the op once its kernel's arguments are known (engine/ops/dispatch.h evaluates ops.def's
+  // label then); the name is read only when the scope ends.
+  void set_name(const char* name) { name_ = name; }
   template <class CostFn>
   void set_cost(CostFn&& cost) {
     if (!active_) return;

@@ -87,11 +87,9 @@ Tensor Tensor::full(const Shape& shape, double value, TensorOptions o) {
   const bool rg = o.requires_grad;
   Tensor t;
   {
-    BackendImpl& be = duet::backend(default_backend(o.device.type));
-    profiler::OpScope scope("fill", be.kind(), shape, o.dtype, o.device);  // the new tensor is the fill's
-    t = empty(shape, o.with_grad(false));
-    scope.set_cost([&] { return cost::elementwise({}, {&t}, 0); });
-    be.fill(t, value);
+    detail::Dispatch<OpId::fill> kernel(duet::backend(default_backend(o.device.type)), shape, o.dtype, o.device);
+    t = empty(shape, o.with_grad(false));  // the new tensor is the fill's
+    kernel(t, value);
   }
   if (rg) t.set_requires_grad(true);
   return t;
@@ -114,15 +112,15 @@ static Tensor random_tensor(const Shape& shape, TensorOptions o, Generator* g, b
   Generator& gen = g ? *g : default_generator();
   BackendImpl& be = backend(default_backend(o.device.type));
   Tensor t;
-  {
-    profiler::OpScope scope(name, be.kind(), shape, o.dtype, o.device);  // the new tensor is the op's
+  // The new tensor is the op's: it is allocated inside the op's window.
+  if (normal) {
+    detail::Dispatch<OpId::normal> kernel(be, shape, o.dtype, o.device);
     t = Tensor::empty(shape, o.with_grad(false));
-    scope.set_cost([&] { return cost::elementwise({}, {&t}, 1); });
-    const uint64_t offset = gen.reserve(static_cast<uint64_t>(t.numel()) * (normal ? 2 : 1));
-    if (normal)
-      be.normal(t, 0.0, 1.0, gen.seed, offset);
-    else
-      be.uniform(t, 0.0, 1.0, gen.seed, offset);
+    kernel(t, 0.0, 1.0, gen.seed, gen.reserve(static_cast<uint64_t>(t.numel()) * 2));
+  } else {
+    detail::Dispatch<OpId::uniform> kernel(be, shape, o.dtype, o.device);
+    t = Tensor::empty(shape, o.with_grad(false));
+    kernel(t, 0.0, 1.0, gen.seed, gen.reserve(static_cast<uint64_t>(t.numel())));
   }
   if (rg) t.set_requires_grad(true);
   return t;
@@ -454,32 +452,31 @@ void Tensor::copy_(const Tensor& src) const {
     detail::broadcast_shapes("copy_", src.shape(), shape());  // validates
     s = detail::expand_nograd(src, shape());
   }
-  detail::copy_into(s, device(), dtype(), [this] { return *this; });
+  detail::copy_into(s, device(), [this] { return *this; });
 }
 
 void Tensor::fill_(double value) const {
   DUET_NEED_DEFINED("fill_()");
-  BackendImpl& be = duet::backend(backend());
-  profiler::OpScope scope("fill", be.kind(), {this}, [&] { return cost::elementwise({}, {this}, 0); });
-  be.fill(*this, value);
+  detail::Dispatch<OpId::fill> kernel(duet::backend(backend()), {this});
+  kernel(*this, value);
 }
 
 Tensor Tensor::contiguous(MemoryFormat f) const {
   if (is_contiguous(f)) return *this;
-  Tensor out = detail::copy_into(*this, device(), dtype(), [&] { return empty(shape(), TensorOptions(dtype()).with_device(device()), f); });
+  Tensor out = detail::copy_into(*this, device(), [&] { return empty(shape(), TensorOptions(dtype()).with_device(device()), f); });
   if (should_record({this})) record("contiguous", {this}, {&out}, [](const std::vector<Tensor>& g) { return g; });
   return out;
 }
 
 Tensor Tensor::clone() const {
-  Tensor out = detail::copy_into(*this, device(), dtype(), [&] { return empty_like(*this); });
+  Tensor out = detail::copy_into(*this, device(), [&] { return empty_like(*this); });
   if (should_record({this})) record("clone", {this}, {&out}, [](const std::vector<Tensor>& g) { return g; });
   return out;
 }
 
 Tensor Tensor::to(Device d) const {
   if (d == device()) return *this;
-  Tensor out = detail::copy_into(*this, d, dtype(), [&] {
+  Tensor out = detail::copy_into(*this, d, [&] {
     return empty(shape(), TensorOptions(dtype()).with_device(d),
                  is_dense() ? suggest_memory_format() : MemoryFormat::contiguous);
   });
@@ -491,7 +488,7 @@ Tensor Tensor::to(Device d) const {
 
 Tensor Tensor::to(DType t) const {
   if (t == dtype()) return *this;
-  Tensor out = detail::copy_into(*this, device(), t, [&] {
+  Tensor out = detail::copy_into(*this, device(), [&] {
     return empty(shape(), TensorOptions(t).with_device(device()),
                  is_dense() ? suggest_memory_format() : MemoryFormat::contiguous);
   });

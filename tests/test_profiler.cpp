@@ -8,6 +8,8 @@
 #include <thread>
 #include <gtest/gtest.h>
 #include "engine/duet.h"
+#include "engine/ops/dispatch.h"
+#include "test_support.h"
 #include "engine/profiler/capture.h"
 #include "profiler/compare.h"
 #include "profiler/files.h"
@@ -166,6 +168,66 @@ TEST(ProfilerCost, SoftmaxEventFlopsAndBytes) {
   const OpEvent& e = find(ev, "softmax");
   EXPECT_DOUBLE_EQ(e.flops, 5.0 * 15);
   EXPECT_DOUBLE_EQ(e.bytes, 2.0 * 15 * 4);
+}
+
+TEST(ProfilerCost, BroadcastOperandIsReadOnceAndShownAsGiven) {
+  const Tensor a = Tensor::randn({2, 3, 4, 4}), b = Tensor::randn({1, 3, 1, 1});
+  auto ev = record([&] { add(a, b); });
+  const OpEvent& e = find(ev, "add");
+  EXPECT_DOUBLE_EQ(e.flops, 96);                    // one add per output element
+  EXPECT_DOUBLE_EQ(e.bytes, 4.0 * (96 + 3 + 96));  // a, b's 3 distinct values, the output
+  EXPECT_EQ(e.shapes, "[2, 3, 4, 4] [1, 3, 1, 1]");
+}
+
+// Every op's label and cost come from its line of ops.def, through Dispatch.
+TEST(ProfilerCost, LabelsComeFromOpsDef) {
+  const Tensor x = Tensor::randn({2, 3, 4, 4}), w = Tensor::randn({3, 3, 1, 1});
+  auto ev = record([&] {
+    conv2d(x, w, Tensor(), {.relu = true});
+    x.to(DType::f64);
+    leaky_relu(x, 0.1);
+    mean(x, {1});
+    log_softmax(x.flatten(1), 1);
+  });
+  for (const char* name : {"conv2d+relu", "cast", "leaky_relu", "mean", "log_softmax"}) find(ev, name);
+}
+
+namespace {
+// A host backend with no kernel for activations: Dispatch must hand them to the reference loops
+// and say so.
+struct CpuWithoutActivations final : BackendImpl {
+  Backend kind() const override { return Backend::cpu; }
+  bool implements(OpId op) const override { return op != OpId::activation; }
+};
+struct CudaWithoutActivations final : BackendImpl {
+  Backend kind() const override { return Backend::cuda; }
+  bool implements(OpId op) const override { return op != OpId::activation; }
+};
+}  // namespace
+
+TEST(Dispatch, HostBackendWithoutAKernelFallsBackToTheReferenceVisibly) {
+  CpuWithoutActivations partial;
+  EXPECT_EQ(&detail::backend_for(partial, OpId::conv2d), &partial);
+  EXPECT_EQ(&detail::backend_for(partial, OpId::activation), &backend(Backend::reference));
+  const Tensor x = Tensor::from_vector(std::vector<float>{-1, 2, -3, 4}, {4});
+  Tensor y;
+  auto ev = record([&] {
+    detail::Dispatch<OpId::activation> kernel(partial, {&x});
+    y = Tensor::empty({4});
+    kernel(Activation::relu, 0.0, x, y);
+  });
+  const OpEvent& e = find(ev, "relu");
+  EXPECT_EQ(e.backend, Backend::reference);
+  EXPECT_EQ(e.impl, "reference loops: the cpu backend has no activation kernel");
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{0, 2, 0, 4}));
+}
+
+TEST(Dispatch, DeviceBackendWithoutAKernelNamesTheMissingOp) {
+  CudaWithoutActivations partial;
+  EXPECT_EQ(&detail::backend_for(partial, OpId::activation), &partial);  // no host fallback for device tensors
+  const Tensor x = Tensor::zeros({4}), y = Tensor::empty({4});
+  detail::Dispatch<OpId::activation> kernel(partial, {&x});
+  EXPECT_ERROR_HAS(kernel(Activation::relu, 0.0, x, y), "activation is not implemented on backend 'cuda'");
 }
 
 // ---- steps and tables ---------------------------------------------------------------------

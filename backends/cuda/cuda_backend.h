@@ -18,7 +18,7 @@ public:
   bool implements(OpId) const override { return true; }
   void synchronize() override;
 
-#define DUET_OP(name, params) void name params override;
+#define DUET_OP(name, params, ...) void name params override;
 #include "engine/ops.def"
 #undef DUET_OP
 };

@@ -12,7 +12,7 @@ public:
   bool implements(OpId) const override { return true; }
 
   // One override per line of ops.def; the bodies live in the .cpp file named for the op family.
-#define DUET_OP(name, params) void name params override;
+#define DUET_OP(name, params, ...) void name params override;
 #include "engine/ops.def"
 #undef DUET_OP
 };

@@ -46,14 +46,11 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w, const Tensor& bias, const Con
   const MemoryFormat f = format_of(x_in);
   const Tensor x = in_format(x_in.detach(), f);
   const Tensor wk = w.is_dense() ? w.detach() : w.detach().contiguous();
-  BackendImpl& be = backend_of(x);
-  const size_t elem = dtype_size(x.dtype());
   Tensor y;
   {
-    profiler::OpScope scope(p.relu ? "conv2d+relu" : "conv2d", be.kind(), {&x, &w});
+    Dispatch<OpId::conv2d> kernel(backend_of(x), {&x, &w});
     y = Tensor::empty({N, O, OH, OW}, TensorOptions(x.dtype()).with_device(x.device()), f);
-    scope.set_cost([&] { return cost::conv2d(x.shape(), w.shape(), y.shape(), elem, bias.defined()); });
-    be.conv2d(x, wk, bias, y, p);
+    kernel(x, wk, bias, y, p);
   }
   if (should_record({&x_in, &w, &bias})) {
     const bool need_x = x_in.requires_grad(), need_w = w.requires_grad();
@@ -70,17 +67,15 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w, const Tensor& bias, const Con
       BackendImpl& b = backend_of(dy);
       Tensor dx, dw, db;
       if (need_x) {
-        profiler::OpScope scope("conv2d.backward_data", b.kind(), {&dy, &wd},
-                                [&] { return cost::conv2d(xs, wd.shape(), ys, elem, false); });
+        Dispatch<OpId::conv2d_backward_data> kernel(b, {&dy, &wd});
         dx = Tensor::empty(xs, TensorOptions(dt).with_device(dev), f);
-        b.conv2d_backward_data(dy, wd, dx, p);
+        kernel(dy, wd, dx, p);
       }
       if (need_w) {
-        profiler::OpScope scope("conv2d.backward_weight", b.kind(), {&xd, &dy},
-                                [&] { return cost::conv2d(xs, ws, ys, elem, need_b); });
+        Dispatch<OpId::conv2d_backward_weight> kernel(b, {&xd, &dy});
         dw = Tensor::empty(ws, TensorOptions(dt).with_device(dev));
         if (need_b) db = Tensor::empty({ys[1]}, TensorOptions(dt).with_device(dev));
-        b.conv2d_backward_weight(xd, dy, dw, db, p);
+        kernel(xd, dy, dw, db, p);
       } else if (need_b) {
         db = sum(dy, {0, 2, 3});  // bias-only gradient (frozen weight)
       }

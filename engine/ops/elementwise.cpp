@@ -24,15 +24,13 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   const Shape s = broadcast_shapes(name, a.shape(), b.shape());
   const Tensor ae = a.shape() == s ? a : expand_nograd(a, s);
   const Tensor bx = b.shape() == s ? b : expand_nograd(b, s);
-  BackendImpl& be = backend_of(a);
   Tensor out;
   {
-    profiler::OpScope scope(name, be.kind(), {&a, &b});
+    Dispatch<OpId::binary> kernel(backend_of(a), {&a, &b});
     out = a.shape() == s ? empty_like_layout(a, s)
         : b.shape() == s ? empty_like_layout(b, s)
                          : Tensor::empty(s, TensorOptions(a.dtype()).with_device(a.device()));
-    scope.set_cost([&] { return cost::elementwise({&a, &b}, {&out}, 1); });
-    be.binary(op, ae, bx, out);
+    kernel(op, ae, bx, out);
   }
   const bool differentiable = op != BinaryOp::eq && op != BinaryOp::gt && op != BinaryOp::lt;
   if (differentiable && should_record({&a, &b})) {
@@ -89,10 +87,8 @@ void add_(const Tensor& acc, const Tensor& b) {
              shape_str(acc.shape()));
   DUET_CHECK(acc.is_dense(), "add_: acc (shape {}) must be dense: an in-place add into a view with gaps or "
              "overlaps is not supported", shape_str(acc.shape()));
-  BackendImpl& be = backend_of(acc);
-  profiler::OpScope scope("add", be.kind(), {&acc, &b});
-  scope.set_cost([&] { return cost::elementwise({&acc, &b}, {&acc}, 1); });
-  be.binary(BinaryOp::add, acc, b, acc);  // elementwise kernels read element i before writing it
+  Dispatch<OpId::binary> kernel(backend_of(acc), {&acc, &b});
+  kernel(BinaryOp::add, acc, b, acc);  // elementwise kernels read element i before writing it
 }
 
 Tensor add(const Tensor& a, const Tensor& b) { return binary(BinaryOp::add, a, b); }
@@ -109,13 +105,11 @@ Tensor scalar_op(ScalarOp op, const Tensor& x_in, double s) {
   const char* name = scalar_op_name(op);
   check_float(name, "x", x_in);
   const Tensor x = dense(x_in);
-  BackendImpl& be = backend_of(x);
   Tensor out;
   {
-    profiler::OpScope scope(name, be.kind(), {&x});
+    Dispatch<OpId::scalar_op> kernel(backend_of(x), {&x});
     out = empty_like_layout(x, x.shape());
-    scope.set_cost([&] { return cost::elementwise({&x}, {&out}, 1); });
-    be.scalar_op(op, x, s, out);
+    kernel(op, x, s, out);
   }
   if (should_record({&x_in})) {
     // As in binary(): keep only what the gradient reads.
@@ -156,13 +150,11 @@ Tensor unary(UnaryOp op, const Tensor& x_in) {
   const char* name = unary_name(op);
   check_float(name, "x", x_in);
   const Tensor x = dense(x_in);
-  BackendImpl& be = backend_of(x);
   Tensor out;
   {
-    profiler::OpScope scope(name, be.kind(), {&x});
+    Dispatch<OpId::unary> kernel(backend_of(x), {&x});
     out = empty_like_layout(x, x.shape());
-    scope.set_cost([&] { return cost::elementwise({&x}, {&out}, 1); });
-    be.unary(op, x, out);
+    kernel(op, x, out);
   }
   if (should_record({&x_in})) {
     // As in binary(): keep only what the gradient reads (the input or the output, never both).
@@ -207,13 +199,11 @@ Tensor activation(Activation act, const Tensor& x_in, std::optional<double> alph
   const double alpha = alpha_in.value_or(activation_default_alpha(act));
   DUET_CHECK(std::isfinite(alpha), "{}: the parameter is {}, expected a finite number", name, alpha);
   const Tensor x = dense(x_in);
-  BackendImpl& be = backend_of(x);
   Tensor out;
   {
-    profiler::OpScope scope(name, be.kind(), {&x});
+    Dispatch<OpId::activation> kernel(backend_of(x), {&x});
     out = empty_like_layout(x, x.shape());
-    scope.set_cost([&] { return cost::elementwise({&x}, {&out}, activation_flops(act)); });
-    be.activation(act, alpha, x, out);
+    kernel(act, alpha, x, out);
   }
   if (should_record({&x_in})) {
     // ReLU and ReLU6 keep their output, not their input, for backward: the masks agree (x > 0 iff
@@ -232,11 +222,9 @@ Tensor activation(Activation act, const Tensor& x_in, std::optional<double> alph
 namespace detail {
 Tensor activation_backward_op(Activation act, const Tensor& saved, const Tensor& g, double alpha) {
   const Tensor dy = same_layout(g, saved);
-  BackendImpl& b = backend_of(saved);
-  profiler::OpScope scope(activation_backward_name(act), b.kind(), {&saved, &dy});
+  Dispatch<OpId::activation_backward> kernel(backend_of(saved), {&saved, &dy});
   Tensor dx = empty_like_layout(saved, saved.shape());
-  scope.set_cost([&] { return cost::elementwise({&saved, &dy}, {&dx}, activation_flops(act) + 1); });
-  b.activation_backward(act, alpha, saved, dy, dx);
+  kernel(act, alpha, saved, dy, dx);
   return dx;
 }
 }  // namespace detail

@@ -2,10 +2,8 @@
 // backend lookup, and output allocation that keeps the input's dense layout (so channels-last
 // activations stay channels-last through elementwise ops, as in PyTorch).
 //
-// Profiling rule for front-ends: open the op's profiler::OpScope after the inputs are converted
-// (those conversions are copy ops of their own) and before the outputs are allocated, then
-// set_cost() once the outputs exist. The op's bytes_allocated then counts its outputs, and the
-// memory peak is named at the op whose output reached it.
+// Every kernel is called through Dispatch (engine/ops/dispatch.h), made after the inputs are
+// converted (those conversions are copy ops of their own) and before the outputs are allocated.
 #pragma once
 #include <initializer_list>
 #include <string>
@@ -14,6 +12,7 @@
 #include "engine/backend.h"
 #include "engine/functional.h"
 #include "engine/op_cost.h"
+#include "engine/ops/dispatch.h"
 #include "engine/profiler.h"
 
 namespace duet::detail {
@@ -57,20 +56,19 @@ Tensor expand_nograd(const Tensor& t, const Shape& shape);
 
 std::string dims_str(const std::vector<int64_t>& d);
 
-// One copy op from src into the tensor make_dst() returns, which must live on device `to`, have
-// src's shape and dtype `to_dtype`. The destination is made inside the op's window, so a copy
+// One copy op from src into the tensor make_dst() returns, which must live on device `to` and have
+// src's shape (its dtype may differ: a cast). The destination is made inside the op's window, so a copy
 // into a new tensor (contiguous, clone, to, same_layout) counts the new tensor's bytes as its
-// own; copy_ hands in the existing tensor. A dtype change on one device is named "cast": its own
-// row in the profiler (autocast's casts show there).
+// own; copy_ hands in the existing tensor. A dtype change on one device is "cast" and a copy
+// between devices "copy.device" (ops.def's label): rows of their own in the profiler.
 template <class MakeDst>
-Tensor copy_into(const Tensor& src, Device to, DType to_dtype, MakeDst&& make_dst) {
+Tensor copy_into(const Tensor& src, Device to, MakeDst&& make_dst) {
   BackendImpl& be = backend(src.device().type == DeviceType::cuda ? Backend::cuda : default_backend(to.type));
   const bool cross = src.device() != to;
   profiler::PhaseGuard phase(cross ? Phase::copy : profiler::current_phase());
-  profiler::OpScope scope(cross ? "copy.device" : src.dtype() != to_dtype ? "cast" : "copy", be.kind(), {&src});
+  Dispatch<OpId::copy> kernel(be, {&src});
   Tensor dst = make_dst();
-  scope.set_cost([&] { return cost::elementwise({&src}, {&dst}, 0); });
-  be.copy(src, dst);
+  kernel(src, dst);
   return dst;
 }
 

@@ -26,11 +26,10 @@ Operand as_operand(const Tensor& t3) {
 Tensor bmm(const Tensor& a, const Tensor& b, const char* name) {
   NoGradGuard no_grad;  // callers record their own node
   const Operand oa = as_operand(a), ob = as_operand(b);
-  const int64_t B = std::max(a.size(0), b.size(0)), M = a.size(1), K = a.size(2), N = b.size(2);
-  BackendImpl& be = backend_of(a);
-  profiler::OpScope scope(name, be.kind(), {&a, &b}, [&] { return cost::matmul(B, M, N, K, dtype_size(a.dtype())); });
+  const int64_t B = std::max(a.size(0), b.size(0)), M = a.size(1), N = b.size(2);
+  Dispatch<OpId::matmul> kernel(backend_of(a), {&a, &b}, name);
   Tensor out = Tensor::empty({B, M, N}, TensorOptions(a.dtype()).with_device(a.device()));
-  be.matmul(oa.t, ob.t, out, oa.trans, ob.trans);
+  kernel(oa.t, ob.t, out, oa.trans, ob.trans);
   return out;
 }
 
@@ -125,13 +124,11 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   out_shape.back() = outf;
   const Tensor x2 = x.detach().reshape({-1, in}).contiguous();
   const Tensor w2 = w.is_contiguous() ? w : w.detach().contiguous();
-  BackendImpl& be = backend_of(x);
   Tensor y;
   {
-    profiler::OpScope scope("linear", be.kind(), {&x2, &w, &bias},
-                            [&] { return cost::matmul(1, x2.size(0), outf, in, dtype_size(x.dtype()), bias.defined()); });
+    Dispatch<OpId::linear> kernel(backend_of(x), {&x2, &w, &bias});
     y = Tensor::empty({x2.size(0), outf}, TensorOptions(x.dtype()).with_device(x.device()));
-    be.linear(x2, w2, bias, y);
+    kernel(x2, w2, bias, y);
   }
   y = y.view(out_shape);
   if (should_record({&x, &w, &bias})) {

@@ -39,16 +39,13 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, c
   }
   const MemoryFormat f = format_of(x_in);
   const Tensor x = in_format(x_in.detach(), f);
-  BackendImpl& be = backend_of(x);
-  const size_t elem = dtype_size(x.dtype());
   Tensor y, save_mean, save_invstd;
   {
-    profiler::OpScope scope(p.relu ? "batch_norm+relu" : "batch_norm", be.kind(), {&x},
-                            [&] { return cost::batch_norm(x.shape(), elem, p.training); });
+    Dispatch<OpId::batch_norm> kernel(backend_of(x), {&x});
     y = x.dim() == 4 ? Tensor::empty(x.shape(), opts, f) : Tensor::empty(x.shape(), opts);
     save_mean = Tensor::empty({C}, opts);
     save_invstd = Tensor::empty({C}, opts);
-    be.batch_norm(x, gamma.detach(), beta.detach(), rm, rv, y, save_mean, save_invstd, p);
+    kernel(x, gamma.detach(), beta.detach(), rm, rv, y, save_mean, save_invstd, p);
   }
   if (should_record({&x_in, &gamma, &beta})) {
     const bool need_x = x_in.requires_grad(), need_g = gamma.requires_grad(), need_b = beta.requires_grad();
@@ -60,12 +57,11 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, c
       const Tensor g_out = yd.defined() ? activation_backward_op(Activation::relu, yd, gs[0]) : gs[0];
       if (training) {
         const Tensor dy = in_format(g_out, x.dim() == 4 ? f : MemoryFormat::contiguous);
-        BackendImpl& b = backend_of(dy);
-        profiler::OpScope scope("batch_norm.backward", b.kind(), {&dy, &x}, [&] { return cost::batch_norm_backward(x.shape(), elem); });
+        Dispatch<OpId::batch_norm_backward> kernel(backend_of(dy), {&dy, &x});
         if (need_x) dx = Tensor::empty_like(x);
         if (need_g) dgamma = Tensor::empty({C}, opts);
         if (need_b) dbeta = Tensor::empty({C}, opts);
-        b.batch_norm_backward(dy, x, gd, save_mean, save_invstd, dx, dgamma, dbeta, p.eps);
+        kernel(dy, x, gd, save_mean, save_invstd, dx, dgamma, dbeta, p.eps);
       } else {
         // y = (x - mean) * invstd * gamma + beta with constant statistics.
         const Shape cs = x.dim() == 4 ? Shape{1, C, 1, 1} : Shape{1, C};
@@ -98,16 +94,14 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, d
   const TensorOptions opts = TensorOptions(x_in.dtype()).with_device(x_in.device());
   const Tensor x = x_in.detach().contiguous();
   const int64_t rows = x.numel() / std::max<int64_t>(D, 1);
-  BackendImpl& be = backend_of(x);
-  const size_t elem = dtype_size(x.dtype());
   const Tensor gd = gamma.defined() ? gamma.detach() : Tensor(), bd = beta.defined() ? beta.detach() : Tensor();
   Tensor y, mean, rstd;
   {
-    profiler::OpScope scope("layer_norm", be.kind(), {&x}, [&] { return cost::layer_norm(x.shape(), elem); });
+    Dispatch<OpId::layer_norm> kernel(backend_of(x), {&x});
     y = Tensor::empty(x.shape(), opts);
     mean = Tensor::empty({rows}, opts);
     rstd = Tensor::empty({rows}, opts);
-    be.layer_norm(x, gd, bd, y, mean, rstd, eps);
+    kernel(x, gd, bd, y, mean, rstd, eps);
   }
   if (should_record({&x_in, &gamma, &beta})) {
     const bool need_x = x_in.requires_grad();
@@ -115,12 +109,11 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, d
     record("layer_norm", {&x_in, &gamma, &beta}, {&y}, [=](const std::vector<Tensor>& gs) {
       const Tensor dy = gs[0].contiguous();
       Tensor dx, dgamma, dbeta;
-      BackendImpl& b = backend_of(dy);
-      profiler::OpScope scope("layer_norm.backward", b.kind(), {&dy, &x}, [&] { return cost::layer_norm_backward(x.shape(), elem); });
+      Dispatch<OpId::layer_norm_backward> kernel(backend_of(dy), {&dy, &x});
       if (need_x) dx = Tensor::empty(x.shape(), opts);
       if (need_g) dgamma = Tensor::empty({D}, opts);
       if (need_b) dbeta = Tensor::empty({D}, opts);
-      b.layer_norm_backward(dy, x, gd, mean, rstd, dx, dgamma, dbeta);
+      kernel(dy, x, gd, mean, rstd, dx, dgamma, dbeta);
       return std::vector<Tensor>{dx, dgamma, dbeta};
     });
   }

@@ -19,12 +19,9 @@ void sgd_step_(const Tensor& param, const Tensor& grad, const Tensor& momentum_b
   DUET_CHECK(param.is_contiguous(), "sgd_step: param must be contiguous");
   check_state("sgd_step", "grad", grad, param);
   if (p.momentum != 0.0) check_state("sgd_step", "momentum_buffer", momentum_buf, param);
-  BackendImpl& be = backend_of(param);
   profiler::PhaseGuard phase(Phase::optimizer);
-  profiler::OpScope scope("sgd_step", be.kind(), {&param}, [&] {
-    return cost::elementwise({&param, &grad, &momentum_buf}, {&param, &momentum_buf}, 5);
-  });
-  be.sgd_step(param, grad, momentum_buf, p, first_step);
+  Dispatch<OpId::sgd_step> kernel(backend_of(param), {&param});
+  kernel(param, grad, momentum_buf, p, first_step);
 }
 
 void adam_step_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
@@ -36,12 +33,9 @@ void adam_step_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, 
   check_state(name, "exp_avg", exp_avg, param);
   check_state(name, "exp_avg_sq", exp_avg_sq, param);
   DUET_CHECK(p.step >= 1, "{}: step must be >= 1 (bias correction), got {}", name, p.step);
-  BackendImpl& be = backend_of(param);
   profiler::PhaseGuard phase(Phase::optimizer);
-  profiler::OpScope scope(name, be.kind(), {&param}, [&] {
-    return cost::elementwise({&param, &grad, &exp_avg, &exp_avg_sq}, {&param, &exp_avg, &exp_avg_sq}, 12);
-  });
-  be.adam_step(param, grad, exp_avg, exp_avg_sq, p);
+  Dispatch<OpId::adam_step> kernel(backend_of(param), {&param});
+  kernel(param, grad, exp_avg, exp_avg_sq, p);
 }
 
 }  // namespace duet

@@ -27,23 +27,19 @@ Tensor max_pool2d(const Tensor& x_in, const Pool2dParams& p) {
   const Shape ys = pooled_shape("max_pool2d", x_in, p);
   const MemoryFormat f = format_of(x_in);
   const Tensor x = in_format(x_in.detach(), f);
-  BackendImpl& be = backend_of(x);
-  const size_t elem = dtype_size(x.dtype());
   Tensor y;
   {
-    profiler::OpScope scope("max_pool2d", be.kind(), {&x}, [&] { return cost::pool2d(x.shape(), ys, p.kernel_h, p.kernel_w, elem); });
+    Dispatch<OpId::max_pool2d> kernel(backend_of(x), {&x});
     y = Tensor::empty(ys, TensorOptions(x.dtype()).with_device(x.device()), f);
-    be.max_pool2d(x, y, p);
+    kernel(x, y, p);
   }
   if (should_record({&x_in})) {
     const Tensor yd = y.detach();
     record("max_pool2d", {&x_in}, {&y}, [=](const std::vector<Tensor>& gs) {
       const Tensor dy = in_format(gs[0], f);
-      BackendImpl& b = backend_of(dy);
-      profiler::OpScope scope("max_pool2d.backward", b.kind(), {&dy, &x},
-                              [&] { return cost::pool2d(x.shape(), ys, p.kernel_h, p.kernel_w, elem); });
+      Dispatch<OpId::max_pool2d_backward> kernel(backend_of(dy), {&dy, &x});
       Tensor dx = Tensor::empty(x.shape(), TensorOptions(x.dtype()).with_device(x.device()), f);
-      b.max_pool2d_backward(x, yd, dy, dx, p);
+      kernel(x, yd, dy, dx, p);
       return std::vector<Tensor>{dx};
     });
   }
@@ -54,23 +50,20 @@ Tensor avg_pool2d(const Tensor& x_in, const Pool2dParams& p) {
   const Shape ys = pooled_shape("avg_pool2d", x_in, p);
   const MemoryFormat f = format_of(x_in);
   const Tensor x = in_format(x_in.detach(), f);
-  BackendImpl& be = backend_of(x);
-  const size_t elem = dtype_size(x.dtype());
   Tensor y;
   {
-    profiler::OpScope scope("avg_pool2d", be.kind(), {&x}, [&] { return cost::pool2d(x.shape(), ys, p.kernel_h, p.kernel_w, elem); });
+    Dispatch<OpId::avg_pool2d> kernel(backend_of(x), {&x});
     y = Tensor::empty(ys, TensorOptions(x.dtype()).with_device(x.device()), f);
-    be.avg_pool2d(x, y, p);
+    kernel(x, y, p);
   }
   if (should_record({&x_in})) {
     const Shape xs = x.shape();
     const DType dt = x.dtype();
     record("avg_pool2d", {&x_in}, {&y}, [=](const std::vector<Tensor>& gs) {
       const Tensor dy = in_format(gs[0], f);
-      BackendImpl& b = backend_of(dy);
-      profiler::OpScope scope("avg_pool2d.backward", b.kind(), {&dy}, [&] { return cost::pool2d(xs, ys, p.kernel_h, p.kernel_w, elem); });
+      Dispatch<OpId::avg_pool2d_backward> kernel(backend_of(dy), {&dy});
       Tensor dx = Tensor::empty(xs, TensorOptions(dt).with_device(dy.device()), f);
-      b.avg_pool2d_backward(dy, dx, p);
+      kernel(dy, dx, p);
       return std::vector<Tensor>{dx};
     });
   }
@@ -84,24 +77,20 @@ Tensor adaptive_avg_pool2d(const Tensor& x_in, int64_t out_h, int64_t out_w) {
   const MemoryFormat f = format_of(x_in);
   const Tensor x = in_format(x_in.detach(), f);
   const Shape ys{x.size(0), x.size(1), out_h, out_w};
-  BackendImpl& be = backend_of(x);
-  const size_t elem = dtype_size(x.dtype());
-  const int64_t kh = (x.size(2) + out_h - 1) / out_h, kw = (x.size(3) + out_w - 1) / out_w;
   Tensor y;
   {
-    profiler::OpScope scope("adaptive_avg_pool2d", be.kind(), {&x}, [&] { return cost::pool2d(x.shape(), ys, kh, kw, elem); });
+    Dispatch<OpId::adaptive_avg_pool2d> kernel(backend_of(x), {&x});
     y = Tensor::empty(ys, TensorOptions(x.dtype()).with_device(x.device()), f);
-    be.adaptive_avg_pool2d(x, y);
+    kernel(x, y);
   }
   if (should_record({&x_in})) {
     const Shape xs = x.shape();
     const DType dt = x.dtype();
     record("adaptive_avg_pool2d", {&x_in}, {&y}, [=](const std::vector<Tensor>& gs) {
       const Tensor dy = in_format(gs[0], f);
-      BackendImpl& b = backend_of(dy);
-      profiler::OpScope scope("adaptive_avg_pool2d.backward", b.kind(), {&dy}, [&] { return cost::pool2d(xs, ys, kh, kw, elem); });
+      Dispatch<OpId::adaptive_avg_pool2d_backward> kernel(backend_of(dy), {&dy});
       Tensor dx = Tensor::empty(xs, TensorOptions(dt).with_device(dy.device()), f);
-      b.adaptive_avg_pool2d_backward(dy, dx);
+      kernel(dy, dx);
       return std::vector<Tensor>{dx};
     });
   }

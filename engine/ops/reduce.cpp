@@ -46,12 +46,11 @@ Tensor reduce_impl(ReduceOp op, const Tensor& x_in, std::vector<int64_t> dims_in
   if (x_in.dim() == 0) return x_in.clone();  // reducing a scalar over no dims is the identity
   // Kernels take any dense layout (channels-last included) as it is.
   const Tensor x = x_in.is_dense() ? x_in : x_in.contiguous();
-  BackendImpl& be = backend_of(x);
   Tensor out;
   {
-    profiler::OpScope scope(name, be.kind(), {&x}, [&] { return cost::reduce(x.shape(), keep, dtype_size(x.dtype())); });
+    Dispatch<OpId::reduce> kernel(backend_of(x), {&x});
     out = Tensor::empty(keep, TensorOptions(x.dtype()).with_device(x.device()));
-    be.reduce(op, x, dims, out);
+    kernel(op, x, dims, out);
   }
   if (should_record({&x_in})) {
     const Tensor xd = x.detach(), od = out.detach();
@@ -115,12 +114,11 @@ Tensor argmax(const Tensor& x_in, int64_t dim, bool keepdim) {
   // The host kernels take any dense layout as it is; the cuda kernel wants contiguous.
   const Tensor x = x_in.is_dense() && x_in.device().type == DeviceType::cpu ? x_in : x_in.contiguous();
   const Shape keep = kept_shape(x.shape(), {dim});
-  BackendImpl& be = backend_of(x);
   Tensor out;
   {
-    profiler::OpScope scope("argmax", be.kind(), {&x}, [&] { return cost::reduce(x.shape(), keep, dtype_size(x.dtype())); });
+    Dispatch<OpId::argmax> kernel(backend_of(x), {&x});
     out = Tensor::empty(keep, TensorOptions(DType::i64).with_device(x.device()));
-    be.argmax(x, dim, out);
+    kernel(x, dim, out);
   }
   return keepdim ? out : out.view(dropped_shape(x.shape(), {dim}));
 }

@@ -35,14 +35,12 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
   std::vector<Tensor> inputs;
   inputs.reserve(xs.size());
   for (const Tensor& t : xs) inputs.push_back(t.detach());
-  BackendImpl& be = backend_of(first);
   Tensor out;
   {
-    profiler::OpScope scope("cat", be.kind(), {&first});
+    Dispatch<OpId::concat> kernel(backend_of(first), {&first});
     out = Tensor::empty(out_shape, TensorOptions(first.dtype()).with_device(first.device()),
                         all_cl ? MemoryFormat::channels_last : MemoryFormat::contiguous);
-    scope.set_cost([&] { return OpCost{0, 2.0 * static_cast<double>(out.nbytes())}; });
-    be.concat(inputs, dim, out);
+    kernel(inputs, dim, out);
   }
   bool any = false;
   for (const Tensor& t : xs) any = any || t.requires_grad();

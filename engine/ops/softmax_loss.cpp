@@ -11,23 +11,19 @@ Tensor softmax_impl(const Tensor& x_in, int64_t dim, bool log) {
   check_float(name, "input", x_in);
   dim = wrap_dim(dim, x_in.dim(), name);
   const Tensor x = x_in.detach().contiguous();
-  BackendImpl& be = backend_of(x);
-  const size_t elem = dtype_size(x.dtype());
   Tensor y;
   {
-    profiler::OpScope scope(name, be.kind(), {&x}, [&] { return cost::softmax(x.shape(), elem); });
+    Dispatch<OpId::softmax> kernel(backend_of(x), {&x});
     y = Tensor::empty(x.shape(), TensorOptions(x.dtype()).with_device(x.device()));
-    be.softmax(x, y, dim, log);
+    kernel(x, y, dim, log);
   }
   if (should_record({&x_in})) {
     const Tensor yd = y.detach();
     record(name, {&x_in}, {&y}, [=](const std::vector<Tensor>& gs) {
       const Tensor dy = gs[0].contiguous();
-      BackendImpl& b = backend_of(dy);
-      profiler::OpScope scope(log ? "log_softmax.backward" : "softmax.backward", b.kind(), {&yd, &dy},
-                              [&] { return cost::softmax(yd.shape(), elem); });
+      Dispatch<OpId::softmax_backward> kernel(backend_of(dy), {&yd, &dy});
       Tensor dx = Tensor::empty(yd.shape(), TensorOptions(yd.dtype()).with_device(yd.device()));
-      b.softmax_backward(yd, dy, dx, dim, log);
+      kernel(yd, dy, dx, dim, log);
       return std::vector<Tensor>{dx};
     });
   }
@@ -53,22 +49,18 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in, double la
              "cross_entropy: label_smoothing must be in [0, 1], got {}", label_smoothing);
   const Tensor logits = logits_in.detach().contiguous();
   const Tensor target = target_in.contiguous();
-  BackendImpl& be = backend_of(logits);
-  const size_t elem = dtype_size(logits.dtype());
   Tensor loss;
   {
-    profiler::OpScope scope("cross_entropy", be.kind(), {&logits, &target}, [&] { return cost::cross_entropy(logits.shape(), elem); });
+    Dispatch<OpId::cross_entropy> kernel(backend_of(logits), {&logits, &target});
     loss = Tensor::empty({}, TensorOptions(logits.dtype()).with_device(logits.device()));
-    be.cross_entropy(logits, target, loss, label_smoothing);
+    kernel(logits, target, loss, label_smoothing);
   }
   if (should_record({&logits_in})) {
     record("cross_entropy", {&logits_in}, {&loss}, [=](const std::vector<Tensor>& gs) {
       const Tensor dloss = gs[0].contiguous();
-      BackendImpl& b = backend_of(logits);
-      profiler::OpScope scope("cross_entropy.backward", b.kind(), {&logits, &target},
-                              [&] { return cost::cross_entropy(logits.shape(), elem); });
+      Dispatch<OpId::cross_entropy_backward> kernel(backend_of(logits), {&logits, &target});
       Tensor dlogits = Tensor::empty(logits.shape(), TensorOptions(logits.dtype()).with_device(logits.device()));
-      b.cross_entropy_backward(logits, target, dloss, dlogits, label_smoothing);
+      kernel(logits, target, dloss, dlogits, label_smoothing);
       return std::vector<Tensor>{dlogits};
     });
   }
@@ -82,14 +74,12 @@ Tensor dropout(const Tensor& x_in, double p, bool training, Generator* g) {
   const Tensor x = dense(x_in.detach());
   Generator& gen = g ? *g : default_generator();
   const uint64_t offset = gen.reserve(static_cast<uint64_t>(x.numel()));
-  BackendImpl& be = backend_of(x);
   Tensor y, mask;
   {
-    profiler::OpScope scope("dropout", be.kind(), {&x});
+    Dispatch<OpId::dropout> kernel(backend_of(x), {&x});
     y = empty_like_layout(x, x.shape());
     mask = empty_like_layout(x, x.shape());
-    scope.set_cost([&] { return cost::elementwise({&x}, {&y, &mask}, 2); });
-    be.dropout(x, y, mask, p, gen.seed, offset);
+    kernel(x, y, mask, p, gen.seed, offset);
   }
   if (should_record({&x_in})) {
     record("dropout", {&x_in}, {&y}, [=](const std::vector<Tensor>& gs) {
