@@ -58,7 +58,7 @@ protected:
 
 dist::Settings run_settings(const TrainConfig& c, const GlobalOptions& g) {
   dist::Settings s;
-  flatten(to_json(c), "", s);
+  flatten(stored_config(c), "", s);
   for (const auto& [name, value] :
        {std::pair<const char*, std::string>{"--device", g.device}, {"--backend", g.backend},
         {"--checkpoint", c.checkpoint}, {"--resume", c.resume}, {"--log", c.log},

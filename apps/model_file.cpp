@@ -11,7 +11,11 @@ TrainedModel load_trained_model(const std::string& path) {
   const Checkpoint ck = read_checkpoint(path);
   TrainedModel t;
   t.raw_config = ck.state.config;
-  t.config = train_config_from_json(ck.state.config);
+  try {
+    t.config = ck.state.config.get<TrainConfig>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("checkpoint '{}': its config is malformed ({})", path, e.what()));
+  }
   t.class_names = ck.state.config.value("class_names", std::vector<std::string>{});
   t.image_size = ck.state.config.value("image_size", int64_t{0});
   t.epoch = ck.state.epoch;

@@ -87,17 +87,5 @@ void init_from(nn::Module& model, const std::string& path, bool freeze, std::ost
   }
 }
 
-nlohmann::json to_json(const ModelConfig& m) {
-  return {{"name", m.name}, {"classes", m.classes}, {"width_mult", m.width_mult}, {"dropout", m.dropout}};
-}
-
-ModelConfig model_config_from_json(const nlohmann::json& j) {
-  ModelConfig m;
-  m.name = j.value("name", m.name);
-  m.classes = j.value("classes", m.classes);
-  m.width_mult = j.value("width_mult", m.width_mult);
-  m.dropout = j.value("dropout", m.dropout);
-  return m;
-}
 
 }  // namespace duet::app

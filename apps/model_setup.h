@@ -35,7 +35,7 @@ std::string head_prefix(const nn::Module& model);
 // (a new head for this dataset's classes). freeze: only the head trains. Prints what happened.
 void init_from(nn::Module& model, const std::string& path, bool freeze, std::ostream& out);
 
-nlohmann::json to_json(const ModelConfig& m);
-ModelConfig model_config_from_json(const nlohmann::json& j);
+// Stored in checkpoints under these names; a missing key reads as the default above.
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ModelConfig, name, classes, width_mult, dropout)
 
 }  // namespace duet::app

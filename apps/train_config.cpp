@@ -1,4 +1,4 @@
-// TrainConfig <-> JSON, and the optimizer and schedule it describes.
+// The optimizer and schedule a TrainConfig describes, and what checkpoints store of it.
 #include "apps/train_config.h"
 #include <cmath>
 #include <fmt/format.h>
@@ -58,66 +58,11 @@ LrScheduleConfig make_schedule_config(const OptimConfig& o, int64_t epochs, int6
   return s;
 }
 
-nlohmann::json to_json(const TrainConfig& c) {
-  const OptimConfig& o = c.optim;
-  nlohmann::json optim{{"optimizer", o.optimizer},
-                       {"lr", o.resolved_lr()},
-                       {"momentum", o.momentum},
-                       {"nesterov", o.nesterov},
-                       {"weight_decay", o.resolved_weight_decay()},
-                       {"label_smoothing", o.label_smoothing},
-                       {"schedule", o.schedule},
-                       {"warmup_epochs", o.warmup_epochs},
-                       {"warmup_start_factor", o.warmup_start_factor},
-                       {"step_epochs", o.step_epochs},
-                       {"milestone_epochs", o.milestone_epochs},
-                       {"gamma", o.gamma},
-                       {"min_lr", o.min_lr},
-                       {"pct_start", o.pct_start},
-                       {"div_factor", o.div_factor},
-                       {"final_div_factor", o.final_div_factor}};
-  return {{"model", to_json(c.model)},
-          {"data", to_json(c.data)},
-          {"optim", optim},
-          {"epochs", c.epochs},
-          {"batch", c.batch},
-          {"seed", c.seed},
-          {"init_from", c.init_from},
-          {"freeze_backbone", c.freeze_backbone},
-          {"amp", c.amp}};
-}
-
-TrainConfig train_config_from_json(const nlohmann::json& j) {
-  TrainConfig c;
-  if (j.contains("model")) c.model = model_config_from_json(j["model"]);
-  if (j.contains("data")) c.data = data_options_from_json(j["data"]);
-  c.epochs = j.value("epochs", c.epochs);
-  c.batch = j.value("batch", c.batch);
-  c.seed = j.value("seed", c.seed);
-  c.init_from = j.value("init_from", c.init_from);
-  c.freeze_backbone = j.value("freeze_backbone", c.freeze_backbone);
-  c.amp = j.value("amp", c.amp);
-  if (j.contains("optim")) {
-    const nlohmann::json& o = j["optim"];
-    OptimConfig& p = c.optim;
-    p.optimizer = o.value("optimizer", p.optimizer);
-    if (o.contains("lr")) p.lr = o["lr"].get<double>();
-    p.momentum = o.value("momentum", p.momentum);
-    p.nesterov = o.value("nesterov", p.nesterov);
-    if (o.contains("weight_decay")) p.weight_decay = o["weight_decay"].get<double>();
-    p.label_smoothing = o.value("label_smoothing", p.label_smoothing);
-    p.schedule = o.value("schedule", p.schedule);
-    p.warmup_epochs = o.value("warmup_epochs", p.warmup_epochs);
-    p.warmup_start_factor = o.value("warmup_start_factor", p.warmup_start_factor);
-    p.step_epochs = o.value("step_epochs", p.step_epochs);
-    if (o.contains("milestone_epochs")) p.milestone_epochs = o["milestone_epochs"].get<std::vector<double>>();
-    p.gamma = o.value("gamma", p.gamma);
-    p.min_lr = o.value("min_lr", p.min_lr);
-    p.pct_start = o.value("pct_start", p.pct_start);
-    p.div_factor = o.value("div_factor", p.div_factor);
-    p.final_div_factor = o.value("final_div_factor", p.final_div_factor);
-  }
-  return c;
+nlohmann::json stored_config(const TrainConfig& c) {
+  nlohmann::json j = c;
+  j["optim"]["lr"] = c.optim.resolved_lr();
+  j["optim"]["weight_decay"] = c.optim.resolved_weight_decay();
+  return j;
 }
 
 }  // namespace duet::app

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 #include <nlohmann/json.hpp>
+#include "apps/json_optional.h"
 #include "apps/lr_schedule.h"
 #include "apps/model_setup.h"
 #include "apps/train_data.h"
@@ -73,8 +74,18 @@ struct TrainConfig {
   double comm_timeout_s = 600;
 };
 
-nlohmann::json to_json(const TrainConfig& c);
-TrainConfig train_config_from_json(const nlohmann::json& j);
+// The run's configuration as checkpoints store it, under the names below; a missing key reads
+// as the default. Files, profiling and the data-parallel transport settings are not stored: they
+// change where results go or how fast they come, not the results.
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(OptimConfig, optimizer, lr, momentum, nesterov, weight_decay,
+                                                label_smoothing, schedule, warmup_epochs, warmup_start_factor,
+                                                step_epochs, milestone_epochs, gamma, min_lr, pct_start, div_factor,
+                                                final_div_factor)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainConfig, model, data, optim, epochs, batch, seed, init_from,
+                                                freeze_backbone, amp)
+// What a checkpoint stores of c: the above, with the optimizer's defaults resolved (lr and weight
+// decay), so the file says what ran.
+nlohmann::json stored_config(const TrainConfig& c);
 
 // The optimizer of the config over `params` (frozen ones are skipped at step time).
 std::unique_ptr<optim::Optimizer> make_optimizer(const OptimConfig& o, const std::vector<Tensor>& params);

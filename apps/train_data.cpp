@@ -203,33 +203,4 @@ datasets::Pipeline pipeline_from_json(const nlohmann::json& t) {
   return p;
 }
 
-nlohmann::json to_json(const DataOptions& o) {
-  nlohmann::json j{{"dataset", o.dataset},           {"path", o.path},           {"image_size", o.image_size},
-                   {"train_size", o.train_size},     {"test_size", o.test_size}, {"synthetic_classes", o.synthetic_classes},
-                   {"no_augment", o.no_augment},     {"workers", o.workers},     {"memory_format", o.memory_format},
-                   {"skip_bad", o.skip_bad}};
-  if (o.crop_padding) j["crop_padding"] = *o.crop_padding;
-  if (o.flip) j["flip"] = *o.flip;
-  if (o.scale_min) j["scale_min"] = *o.scale_min;
-  return j;
-}
-
-DataOptions data_options_from_json(const nlohmann::json& j) {
-  DataOptions o;
-  o.dataset = j.value("dataset", o.dataset);
-  o.path = j.value("path", o.path);
-  o.image_size = j.value("image_size", o.image_size);
-  o.train_size = j.value("train_size", o.train_size);
-  o.test_size = j.value("test_size", o.test_size);
-  o.synthetic_classes = j.value("synthetic_classes", o.synthetic_classes);
-  o.no_augment = j.value("no_augment", o.no_augment);
-  o.workers = j.value("workers", o.workers);
-  o.memory_format = j.value("memory_format", o.memory_format);
-  o.skip_bad = j.value("skip_bad", o.skip_bad);
-  if (j.contains("crop_padding")) o.crop_padding = j["crop_padding"].get<int64_t>();
-  if (j.contains("flip")) o.flip = j["flip"].get<bool>();
-  if (j.contains("scale_min")) o.scale_min = j["scale_min"].get<double>();
-  return o;
-}
-
 }  // namespace duet::app

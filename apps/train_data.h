@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 #include <nlohmann/json.hpp>
+#include "apps/json_optional.h"
 #include "datasets/dataset.h"
 #include "datasets/transforms.h"
 
@@ -55,7 +56,11 @@ TrainData make_eval_data(const DataOptions& o, uint64_t seed, const std::string&
 
 // The pipeline an image file goes through for prediction, from eval_transform.
 datasets::Pipeline pipeline_from_json(const nlohmann::json& eval_transform);
-nlohmann::json to_json(const DataOptions& o);
-DataOptions data_options_from_json(const nlohmann::json& j);
+// Stored in checkpoints under these names (unset augmentation fields as null); a missing key
+// reads as the default. max_image_pixels is a safety limit of the machine, not of the run: not
+// stored.
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DataOptions, dataset, path, image_size, train_size, test_size,
+                                                synthetic_classes, crop_padding, flip, scale_min, no_augment, workers,
+                                                memory_format, skip_bad)
 
 }  // namespace duet::app

@@ -137,7 +137,7 @@ Trainer::Trainer(TrainConfig config, RunEnv env, TrainData data, std::shared_ptr
 Trainer::~Trainer() = default;
 
 nlohmann::json Trainer::checkpoint_config() const {
-  nlohmann::json j = to_json(c_);
+  nlohmann::json j = stored_config(c_);
   j["model"]["classes"] = data_.class_names.size();
   j["image_size"] = data_.image_size;
   j["class_names"] = data_.class_names;
@@ -383,7 +383,7 @@ TrainResult Trainer::fit() {
       skipped_before = p["skipped_before"].get<int64_t>();
     }
     loader_->start_epoch(epoch, static_cast<int64_t>(first));
-    const std::vector<std::vector<int64_t>> batches = loader_->epoch_batches(epoch);
+    const std::vector<std::vector<int64_t>>& batches = loader_->current_batches();
     progress.begin_epoch(epoch, c_.epochs, static_cast<int64_t>(batches.size()));
     const auto t0 = Clock::now() - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds_before));
     bool interrupted_mid_epoch = false;
@@ -408,7 +408,8 @@ TrainResult Trainer::fit() {
         loss = cross_entropy(logits, y, c_.optim.label_smoothing);
       }
       double loss_v = loss.item();
-      int64_t step_correct = count_correct(logits, y), step_n = n;  // this step's, over all ranks when data-parallel
+      // The labels as loaded (on the host): no copy back from the device to count hits.
+      int64_t step_correct = count_correct(logits, b.labels), step_n = n;  // this step's, over all ranks when data-parallel
       bool stop_signal = false, over_budget = false;
       if (distributed()) {
         // The global batch's mean loss and accuracy, and the stop decisions, agreed before any
@@ -611,7 +612,7 @@ TrainResult run_training_on(dist::Communicator& comm, const TrainConfig& c0, con
   out << fmt::format("device {} | backend {} | threads {} | input {} | optimizer {}{} wd {:g}{} | batch {} | epochs {} | "
                      "seed {}{}\n",
                      env.device.str(), backend_name(env.backend), env.threads,
-                     memory_format_label(input_memory_format(c.data.memory_format, env)), c.optim.optimizer,
+                     memory_format_label(trainer.memory_format()), c.optim.optimizer,
                      c.optim.optimizer == "sgd" ? fmt::format(" momentum {:g}{}", c.optim.momentum,
                                                               c.optim.nesterov ? " nesterov" : "")
                                                 : "",
@@ -648,7 +649,7 @@ TrainResult run_training_on(dist::Communicator& comm, const TrainConfig& c0, con
                                   {"optimizer", c.optim.optimizer},
                                   {"lr", c.optim.resolved_lr()},
                                   {"schedule", c.optim.schedule},
-                                  {"memory_format", memory_format_label(input_memory_format(c.data.memory_format, env))},
+                                  {"memory_format", memory_format_label(trainer.memory_format())},
                                   {"device", env.device.str()},
                                   {"backend", backend_name(env.backend)},
                                   {"threads", env.threads},

@@ -89,6 +89,9 @@ public:
   const optim::GradScaler& grad_scaler() const { return scaler_; }
   const LrSchedule& schedule() const { return *schedule_; }
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
+  // The input layout of the run, decided once from --memory-format and the device: the loader
+  // makes batches in it, the evaluation uses it, checkpoints and reports name it.
+  MemoryFormat memory_format() const { return format_; }
   bool distributed() const { return comm_.size() > 1; }
   const dist::GradReducer* reducer() const { return reducer_.get(); }
   int sync_bn_layers() const { return sync_bn_layers_; }  // --sync-bn: the batch norms synchronised

@@ -65,6 +65,8 @@ public:
   int64_t samples_per_epoch() const;  // for this rank
   // This rank's batches of an epoch as dataset indices (what next() will deliver).
   std::vector<std::vector<int64_t>> epoch_batches(int64_t epoch) const;
+  // Those of the epoch start_epoch() began (made once, there).
+  const std::vector<std::vector<int64_t>>& current_batches() const { return batches_; }
   const LoaderOptions& options() const { return opt_; }
   const Dataset& dataset() const { return ds_; }
 

@@ -17,6 +17,7 @@
 #include "apps/checkpoint.h"
 #include "apps/cli.h"
 #include "apps/interrupt.h"
+#include "apps/model_file.h"
 #include "apps/output_check.h"
 #include "apps/trainer.h"
 #include "datasets/image_file.h"
@@ -236,6 +237,24 @@ TEST(Resume, EveryOptimizerTensorAndFieldIsChecked) {
   EXPECT_ERROR_HAS(resume_edited(dir, meta("partial_epoch", "{\"batch\": 9, \"loss_sum\": 1, \"seconds\": 1, "
                                                             "\"correct\": 1, \"seen\": 1, \"skipped_before\": 0}")),
                    "batch 9 of an epoch of 4");
+  fs::remove_all(dir);
+}
+
+// eval and predict read the stored config into a TrainConfig: a field of the wrong type is named
+// with the file, not an "internal error".
+TEST(Resume, MalformedConfigOfATrainedModelIsNamed) {
+  const fs::path dir = temp_dir("model_config");
+  TrainConfig c = tiny();
+  c.checkpoint = (dir / "ck.safetensors").string();
+  c.stop_after_epochs = 1;
+  train(c);
+  SafetensorsFile f = read_safetensors(c.checkpoint);
+  nlohmann::json config = nlohmann::json::parse(f.metadata["config"]);
+  config["batch"] = "sixty-four";
+  f.metadata["config"] = config.dump();
+  const std::string edited = (dir / "edited.safetensors").string();
+  save_safetensors(edited, f.tensors, f.metadata);
+  EXPECT_ERROR_HAS(load_trained_model(edited), "edited.safetensors", "config is malformed");
   fs::remove_all(dir);
 }
 

@@ -208,6 +208,55 @@ TEST_P(TrainerOnBackend, ResumeEqualsUninterruptedTraining) {
 INSTANTIATE_TEST_SUITE_P(Backends, TrainerOnBackend, ::testing::ValuesIn(duet::testing::cpu_backends()),
                          backend_param_name);
 
+// Checkpoints store the config through the structs' JSON definitions: every stored field comes
+// back, the optimizer's defaults are stored resolved, an unset augmentation field stays unset, and
+// a config of an older checkpoint without some keys reads them as the defaults.
+TEST(TrainConfigJson, StoredFieldsRoundTripAndMissingKeysReadAsDefaults) {
+  TrainConfig c;
+  c.model = {.name = "resnet18_cifar", .classes = 10, .width_mult = 0.5, .dropout = 0.2};
+  c.data.dataset = "cifar10";
+  c.data.path = "some/where";
+  c.data.flip = false;
+  c.optim.optimizer = "adamw";
+  c.optim.schedule = "step";
+  c.optim.milestone_epochs = {2, 4};
+  c.epochs = 7;
+  c.batch = 32;
+  c.seed = 12345678901234ULL;
+  c.amp = "bf16";
+  c.checkpoint = "not/stored.safetensors";
+  const nlohmann::json j = stored_config(c);
+  EXPECT_EQ(j["optim"]["lr"], 2e-3);            // adamw's default, resolved
+  EXPECT_EQ(j["optim"]["weight_decay"], 0.01);  // likewise
+  EXPECT_FALSE(j.contains("checkpoint"));
+  const TrainConfig back = j.get<TrainConfig>();
+  EXPECT_EQ(nlohmann::json(back.model), nlohmann::json(c.model));
+  EXPECT_EQ(back.data.dataset, "cifar10");
+  EXPECT_EQ(back.data.path, "some/where");
+  EXPECT_EQ(back.data.flip, std::optional<bool>(false));
+  EXPECT_FALSE(back.data.crop_padding.has_value());
+  EXPECT_EQ(back.optim.optimizer, "adamw");
+  EXPECT_EQ(back.optim.lr, std::optional<double>(2e-3));
+  EXPECT_EQ(back.optim.milestone_epochs, (std::vector<double>{2, 4}));
+  EXPECT_EQ(back.epochs, 7);
+  EXPECT_EQ(back.batch, 32);
+  EXPECT_EQ(back.seed, 12345678901234ULL);
+  EXPECT_EQ(back.amp, "bf16");
+  EXPECT_EQ(back.checkpoint, "");
+  EXPECT_EQ(stored_config(back), j);
+
+  const TrainConfig old = nlohmann::json::parse(R"({"model": {"name": "small_cnn"}, "epochs": 2})").get<TrainConfig>();
+  const TrainConfig defaults;
+  EXPECT_EQ(old.model.name, "small_cnn");
+  EXPECT_EQ(old.model.classes, defaults.model.classes);
+  EXPECT_EQ(old.epochs, 2);
+  EXPECT_EQ(old.batch, defaults.batch);
+  EXPECT_EQ(old.optim.optimizer, defaults.optim.optimizer);
+  EXPECT_FALSE(old.optim.lr.has_value());
+  EXPECT_EQ(old.data.dataset, defaults.data.dataset);
+  EXPECT_THROW(nlohmann::json::parse(R"({"epochs": "three"})").get<TrainConfig>(), nlohmann::json::exception);
+}
+
 TEST(Trainer, ResumeRefusesADifferentRun) {
   const fs::path dir = temp_dir("mismatch");
   TrainConfig c = tiny_config();
