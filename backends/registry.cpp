@@ -3,13 +3,13 @@
 // program (CMake's WHOLE_ARCHIVE), so a linker can never drop it for being unreferenced.
 #include "backends/reference/reference_backend.h"
 #include "engine/backend.h"
+#include "engine/profiler/machine.h"
 #ifdef DUET_HAVE_DNNL
 #include "backends/cpu/cpu_backend.h"
 #endif
 #ifdef DUET_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/machine_info.h"
-#include "engine/profiler/machine.h"
 #endif
 
 namespace duet {
