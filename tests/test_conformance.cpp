@@ -4,6 +4,10 @@
 // channels-last, transposed and strided views, broadcasting, sizes past the OpenMP grain).
 // Each case builds the same f32 leaves under both backends, runs the op, backpropagates
 // sum(out * R) for a fixed random R, and compares outputs and gradients.
+//
+// The same table is run in a second mode, GradientMatchesFiniteDifferences: each case's gradients
+// in f64 on the reference backend against central differences along random directions. So a case
+// added to the table is checked both ways.
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -45,13 +49,16 @@ struct Case {
   std::vector<In> ins;
   Fn f;
   double tol = 1.0;  // multiplies atol 1e-5 and rtol 1e-4 (long f32 reductions)
+  // Also checked against finite differences in f64 (false where the case rounds to a narrower
+  // dtype on purpose, which no finite difference survives).
+  bool gradient_check = true;
 };
 
 struct Result {
   std::vector<Tensor> outs, grads;
 };
 
-Tensor make_leaf(const In& in, uint64_t seed) {
+Tensor make_leaf(const In& in, uint64_t seed, DType dtype = DType::f32) {
   if (in.classes > 0) {
     std::vector<int64_t> v(static_cast<size_t>(numel_of(in.shape)));
     for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int64_t>((i * 7 + seed * 3) % in.classes);
@@ -60,7 +67,7 @@ Tensor make_leaf(const In& in, uint64_t seed) {
   Shape s = in.shape;
   if (in.layout == Layout::transposed) std::swap(s[s.size() - 1], s[s.size() - 2]);
   if (in.layout == Layout::strided) s.back() *= 2;
-  Tensor t = random_tensor(s, seed, DType::f32, in.lo, in.hi);
+  Tensor t = random_tensor(s, seed, dtype, in.lo, in.hi);
   if (in.layout == Layout::channels_last) {
     BackendGuard ref(DeviceType::cpu, Backend::reference);
     t = t.contiguous(MemoryFormat::channels_last).detach();
@@ -546,7 +553,8 @@ std::vector<Case> memory_cases() {
   v.push_back({"to_channels_last_big", {In{{8, 24, 17, 19}}},
                one([](const std::vector<Tensor>& t) { return t[0].contiguous(MemoryFormat::channels_last); })});
   v.push_back({"to_nchw_big", {cl({8, 24, 17, 19})}, one([](const std::vector<Tensor>& t) { return t[0].contiguous(); })});
-  v.push_back({"cast_f64_roundtrip", {In{{5, 6}}}, one([](const std::vector<Tensor>& t) { return t[0].to(DType::f64).to(DType::f32); })});
+  v.push_back({"cast_f64_roundtrip", {In{{5, 6}}}, one([](const std::vector<Tensor>& t) { return t[0].to(DType::f64).to(DType::f32); }),
+               1.0, false});
   v.push_back({"cast_bf16", {In{{5, 6}, Layout::plain, false, -100, 100}},
                one([](const std::vector<Tensor>& t) { return t[0].to(DType::bf16).to(DType::f32); })});
   v.push_back({"cast_f16", {In{{5, 6}, Layout::plain, false, -100, 100}},
@@ -656,6 +664,78 @@ std::vector<Case> composite_cases() {
   return v;
 }
 
+// ---- mode 2: the table's gradients against finite differences ------------------------------------
+
+// L = sum_i <out_i, R_i> over the case's differentiable outputs, for leaves `leaves` (f64, reference
+// backend). The first call (backward = true) picks those outputs (the ones gradients flow from: a
+// batch norm's updated running statistics are outputs without one) and makes their fixed random
+// R_i; later calls evaluate L at other leaves with the same terms.
+double weighted_sum(const Case& c, const std::vector<Tensor>& leaves, std::vector<Tensor>& R, bool backward) {
+  std::vector<Tensor> views;
+  for (size_t i = 0; i < c.ins.size(); ++i) views.push_back(view_of(c.ins[i], leaves[i]));
+  const std::vector<Tensor> outs = c.f(views);
+  if (backward) {
+    R.assign(outs.size(), Tensor());
+    for (size_t i = 0; i < outs.size(); ++i)
+      if (is_floating(outs[i].dtype()) && outs[i].requires_grad()) R[i] = random_tensor(outs[i].shape(), 77 + i, DType::f64);
+  }
+  Tensor loss;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (!R[i].defined()) continue;
+    const Tensor term = sum(mul(outs[i], R[i]));
+    loss = loss.defined() ? add(loss, term) : term;
+  }
+  if (!loss.defined()) return 0.0;
+  if (backward) loss.backward();
+  return loss.item();
+}
+
+class Gradients : public ::testing::TestWithParam<Case> {};
+
+// The directional derivative of L along random directions V (one per differentiable leaf), from
+// the analytic gradients (sum_j <grad_j, V_j>), against (L(x + eps V) - L(x - eps V)) / (2 eps).
+// Two directions per case, so every element's gradient takes part: one forward and backward pass
+// and four forward passes, whatever the case's size.
+TEST_P(Gradients, MatchFiniteDifferencesInF64) {
+  const Case& c = GetParam();
+  BackendGuard guard(DeviceType::cpu, Backend::reference);
+  std::vector<Tensor> leaves;
+  for (size_t i = 0; i < c.ins.size(); ++i) leaves.push_back(make_leaf(c.ins[i], 1000 + 17 * i, DType::f64));
+  std::vector<Tensor> R;
+  weighted_sum(c, leaves, R, true);
+  std::vector<size_t> with_grad;
+  for (size_t i = 0; i < leaves.size(); ++i)
+    if (leaves[i].requires_grad() && leaves[i].grad().defined()) with_grad.push_back(i);
+  ASSERT_FALSE(with_grad.empty()) << "no gradient reached an input: the case belongs to the conformance mode only";
+  // eps balances the rounding of L's long sums (divided by 2 eps) against the curvature; the
+  // tolerance is relative to the size of the terms summed, |grad_j| |V_j|, not to their sum, which
+  // cancels.
+  const double eps = 1e-6;
+  for (uint64_t d = 0; d < 2; ++d) {
+    NoGradGuard no_grad;
+    double analytic = 0, scale = 0;
+    std::vector<Tensor> plus, minus;
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      plus.push_back(leaves[i].detach());
+      minus.push_back(leaves[i].detach());
+    }
+    for (size_t i : with_grad) {
+      const Tensor V = random_tensor(leaves[i].shape(), 500 + 31 * d + i, DType::f64);
+      analytic += sum(mul(leaves[i].grad(), V)).item();
+      scale += sum(abs(mul(leaves[i].grad(), V))).item();
+      // leaf +- eps V keeps the leaf's layout (channels-last, the strided or transposed storage),
+      // so the case's view of it is the same view.
+      plus[i] = add(leaves[i].detach(), mul(V, eps));
+      minus[i] = sub(leaves[i].detach(), mul(V, eps));
+    }
+    const double numeric = (weighted_sum(c, plus, R, false) - weighted_sum(c, minus, R, false)) / (2 * eps);
+    EXPECT_NEAR(analytic, numeric, 1e-7 * scale + 1e-9) << "direction " << d << ", terms summing to " << scale;
+  }
+}
+
+// Cases with a gradient: at least one input that requires one and a floating-point output.
+std::vector<Case> differentiable_cases();
+
 std::vector<Case> all_cases() {
   std::vector<Case> all;
   for (auto gen : {elementwise_cases, reduction_cases, linalg_cases, conv_cases, norm_cases, pool_cases,
@@ -665,6 +745,19 @@ std::vector<Case> all_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, Conformance, ::testing::ValuesIn(all_cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+std::vector<Case> differentiable_cases() {
+  std::vector<Case> v;
+  for (Case& c : all_cases()) {
+    bool grad = false;
+    for (const In& in : c.ins) grad = grad || (in.grad && in.classes == 0);
+    if (grad && c.gradient_check) v.push_back(std::move(c));
+  }
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, Gradients, ::testing::ValuesIn(differentiable_cases()),
                          [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 // ---- backend properties --------------------------------------------------------------------------------
