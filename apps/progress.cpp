@@ -9,6 +9,24 @@ namespace duet::app {
 
 bool stdout_is_terminal() { return ::isatty(STDOUT_FILENO) == 1; }
 
+std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1024.0 * 1024.0)); }
+
+std::string epoch_line(const EpochMetrics& m, int64_t epochs) {
+  const std::string amp_note =
+      m.amp == "off" ? ""
+      : m.amp == "fp16"
+          ? fmt::format("  amp fp16 (scale {:g}, {} step{} skipped)", m.loss_scale, m.skipped_steps,
+                        m.skipped_steps == 1 ? "" : "s")
+          : fmt::format("  amp {}", m.amp);
+  return fmt::format("epoch {}/{}  loss {:.4f}  train acc {:5.1f}%  test loss {:.4f}  test acc {:5.2f}%  {:.0f} img/s  "
+                     "{:.2f} s  lr {:.4g}  peak {}{}{}\n",
+                     m.epoch, epochs, m.train_loss, 100.0 * m.train_accuracy, m.test_loss, 100.0 * m.test_accuracy,
+                     m.images_per_s, m.epoch_seconds, m.lr, mib(m.peak_memory_bytes), amp_note,
+                     m.time_budget_reached ? "  (time budget reached mid-epoch)" : "");
+}
+
+void ProgressPrinter::on_epoch_end(const EpochMetrics& m) { out_ << epoch_line(m, epochs_) << std::flush; }
+
 Progress::Progress(std::ostream& out, bool bar, int64_t every) : out_(out), bar_(bar), every_(every) {}
 
 std::string Progress::bar_text(int64_t done, int64_t total, int width) {

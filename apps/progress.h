@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include "apps/train_callbacks.h"
 
 namespace duet::app {
 
@@ -32,5 +33,28 @@ private:
 
 // Whether stdout is a terminal (isatty).
 bool stdout_is_terminal();
+
+std::string mib(int64_t bytes);  // "12.3 MiB"
+
+// The line printed after each epoch of `epochs`: losses, accuracies, speed, lr, peak memory, amp.
+std::string epoch_line(const EpochMetrics& m, int64_t epochs);
+
+// The trainer's display: Progress while an epoch runs, then the epoch's line.
+class ProgressPrinter final : public TrainCallback {
+public:
+  ProgressPrinter(std::ostream& out, bool bar, int64_t every, int64_t epochs)
+      : out_(out), progress_(out, bar, every), epochs_(epochs) {}
+  void on_epoch_begin(int64_t epoch, int64_t batches) override { progress_.begin_epoch(epoch, epochs_, batches); }
+  void on_step(const StepRecord& s, const EpochProgress& p) override {
+    progress_.update(p.batches_done, p.mean_loss, p.accuracy, p.images_per_s, s.lr);
+  }
+  void on_epoch_steps_end() override { progress_.end_epoch(); }
+  void on_epoch_end(const EpochMetrics& m) override;
+
+private:
+  std::ostream& out_;
+  Progress progress_;
+  int64_t epochs_;
+};
 
 }  // namespace duet::app

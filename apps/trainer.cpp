@@ -44,8 +44,6 @@ std::string with_commas(int64_t v) {
   return s;
 }
 
-std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1024.0 * 1024.0)); }
-
 // --amp: the autocast dtype (none for "off") and the loss scaler, which only fp16 needs.
 std::optional<DType> amp_dtype(const std::string& amp) {
   if (amp == "off") return std::nullopt;
@@ -62,24 +60,6 @@ struct AmpScope {
   }
 };
 }  // namespace
-
-nlohmann::json EpochMetrics::to_json() const {
-  return {{"epoch", epoch},
-          {"step", steps},
-          {"lr", lr},
-          {"train_loss", train_loss},
-          {"train_acc", train_accuracy},
-          {"test_loss", test_loss},
-          {"test_acc", test_accuracy},
-          {"images_per_s", images_per_s},
-          {"epoch_seconds", epoch_seconds},
-          {"eval_seconds", eval_seconds},
-          {"train_seconds", train_seconds},
-          {"peak_memory_bytes", peak_memory_bytes},
-          {"amp", amp},
-          {"skipped_steps", skipped_steps},
-          {"loss_scale", loss_scale}};
-}
 
 Trainer::Trainer(TrainConfig config, RunEnv env, TrainData data, std::shared_ptr<nn::Module> model, std::ostream& out,
                  dist::Communicator& comm)
@@ -309,15 +289,6 @@ void Trainer::write_checkpoint(int64_t epochs_done, const EpochMetrics& m, const
   last_checkpoint_epoch_ = epochs_done;
 }
 
-void Trainer::log_epoch(const EpochMetrics& m) {
-  if (c_.log.empty() || comm_.rank() != 0) return;
-  std::ofstream f(c_.log, std::ios::app);
-  DUET_CHECK(f.good(), "--log '{}': cannot open the file for appending", c_.log);
-  // One write per line, so a reader never sees half an object.
-  f << (dump_lenient(m.to_json()) + "\n") << std::flush;
-  DUET_CHECK(f.good(), "--log '{}': writing failed (disk full?)", c_.log);
-}
-
 std::string Trainer::last_good_checkpoint() const {
   return last_checkpoint_.empty()
              ? "no checkpoint was written (pass --checkpoint FILE to keep one after every epoch)"
@@ -341,6 +312,91 @@ bool Trainer::on_any_rank(bool local) {
   return v > 0;
 }
 
+void Trainer::each_callback(const std::function<void(TrainCallback&)>& f) {
+  for (const auto& cb : active_) f(*cb);
+}
+
+Trainer::EpochSums Trainer::begin_epoch(int64_t epoch) {
+  EpochSums s;
+  s.skipped_before = scaler_.skipped_steps();
+  // A checkpoint written on an interrupt continues its epoch at the batch it stopped at, with
+  // the epoch's running sums, so the epoch's metrics come out as the uninterrupted run's.
+  if (epoch == start_epoch_ && !resume_partial_.is_null()) {
+    const nlohmann::json& p = resume_partial_;
+    s.first_batch = p["batch"].get<size_t>();
+    s.loss_sum = p["loss_sum"].get<double>();
+    s.correct = p["correct"].get<int64_t>();
+    s.seen = p["seen"].get<int64_t>();
+    s.seconds_before = p["seconds"].get<double>();
+    s.skipped_before = p["skipped_before"].get<int64_t>();
+  }
+  return s;
+}
+
+nlohmann::json Trainer::partial_epoch_state(size_t next_batch, const EpochSums& s, double elapsed) const {
+  return {{"batch", next_batch},   {"loss_sum", s.loss_sum},       {"correct", s.correct},
+          {"seen", s.seen},        {"seconds", elapsed},           {"skipped_before", s.skipped_before}};
+}
+
+Trainer::StepOutcome Trainer::train_step(int64_t epoch, size_t k, size_t batches, int64_t n, double budget_s,
+                                         double run_seconds) {
+  datasets::Batch b;
+  Tensor x, y;
+  {
+    profiler::PhaseGuard phase(Phase::data);
+    DUET_CHECK(loader_->next(b), "the loader ended epoch {} after {} of {} batches", epoch + 1, k, batches);
+    x = prepare_input(b.images, env_.device, format_);
+    y = b.labels.to(env_.device);
+  }
+  Tensor logits, loss;
+  {
+    profiler::PhaseGuard phase(Phase::forward);
+    const AmpScope amp(amp_);
+    logits = (*model_)(x);
+    loss = cross_entropy(logits, y, c_.optim.label_smoothing);
+  }
+  // The labels as loaded (on the host): no copy back from the device to count hits.
+  StepOutcome o{.loss = loss.item(), .correct = count_correct(logits, b.labels), .n = n};
+  if (distributed()) {
+    // The global batch's mean loss and accuracy, and the stop decisions, agreed before any
+    // rank updates its weights: every rank stops (or goes on) at the same step.
+    double v[5] = {o.loss * static_cast<double>(n), static_cast<double>(n), static_cast<double>(o.correct),
+                   interrupt_signal() != 0 ? 1.0 : 0.0, budget_s > 0 && run_seconds >= budget_s ? 1.0 : 0.0};
+    {
+      profiler::PhaseGuard phase(Phase::comm);
+      profiler::OpScope op("comm.step_metrics", Backend::reference, {}, [] { return OpCost{}; });
+      comm_.all_reduce_sum(v, 5);
+    }
+    o.loss = v[0] / v[1];
+    o.n = static_cast<int64_t>(v[1]);
+    o.correct = static_cast<int64_t>(v[2]);
+    o.stop_signal = v[3] > 0;
+    o.over_budget = v[4] > 0;
+  }
+  if (!std::isfinite(o.loss)) {
+    profiler::step_end();
+    each_callback([](TrainCallback& cb) { cb.on_epoch_steps_end(); });
+    stop_on_bad_loss(o.loss, epoch, static_cast<int64_t>(k));
+  }
+  opt_->zero_grad();
+  // fp16: backward from the scaled loss; the scaler unscales the f32 master gradients and
+  // skips the optimizer step when one overflowed. Otherwise these are backward() and step().
+  if (reducer_) {
+    // Buckets of gradients are averaged across ranks while backward runs; the step waits for
+    // the last. The scaler then sees the same averaged (scaled) gradients on every rank, so
+    // all skip or take the same steps.
+    {
+      const LeafGradHookGuard hook = reducer_->watch_backward();
+      scaler_.scale_loss(loss).backward();
+    }
+    reducer_->finish();
+  } else {
+    scaler_.scale_loss(loss).backward();
+  }
+  scaler_.step(*opt_);
+  return o;
+}
+
 TrainResult Trainer::fit() {
   TrainResult result;
   result.steps = step_;
@@ -348,13 +404,15 @@ TrainResult Trainer::fit() {
     out_ << fmt::format("the checkpoint has already trained {} of {} epochs: nothing to do\n", start_epoch_, c_.epochs);
     return result;
   }
-  if (!c_.log.empty() && c_.resume.empty() && comm_.rank() == 0) {
-    // A new run starts a new log; a resumed one appends to its own.
-    std::ofstream f(c_.log, std::ios::trunc);
-    DUET_CHECK(f.good(), "--log '{}': cannot create the file", c_.log);
+  active_.clear();
+  active_.push_back(std::make_shared<ProgressPrinter>(out_, progress_bar, c_.log_every, c_.epochs));
+  if (!c_.log.empty() && comm_.rank() == 0) {
+    auto log = std::make_shared<EpochLog>(c_.log);
+    if (c_.resume.empty()) log->start_new();  // a resumed run appends to its own log
+    active_.push_back(log);
   }
+  active_.insert(active_.end(), callbacks_.begin(), callbacks_.end());
   Allocator& alloc = device_allocator(env_.device);
-  Progress progress(out_, progress_bar, c_.log_every);
   // Data-parallel: the batches one process with the global batch would evaluate, sharded.
   const EvalSetup eval_setup{.batch_size = std::max<int64_t>(c_.batch * comm_.size(), 256),
                              .workers = c_.data.workers,
@@ -367,118 +425,51 @@ TrainResult Trainer::fit() {
   for (int64_t epoch = start_epoch_; epoch < c_.epochs; ++epoch) {
     model_->train();
     alloc.reset_peak();
-    // A checkpoint written on an interrupt continues its epoch at the batch it stopped at, with
-    // the epoch's running sums, so the epoch's metrics come out as the uninterrupted run's.
-    size_t first = 0;
-    double loss_sum = 0, seconds_before = 0;
-    int64_t correct = 0, seen = 0;
-    int64_t skipped_before = scaler_.skipped_steps();
-    if (epoch == start_epoch_ && !resume_partial_.is_null()) {
-      const nlohmann::json& p = resume_partial_;
-      first = p["batch"].get<size_t>();
-      loss_sum = p["loss_sum"].get<double>();
-      correct = p["correct"].get<int64_t>();
-      seen = p["seen"].get<int64_t>();
-      seconds_before = p["seconds"].get<double>();
-      skipped_before = p["skipped_before"].get<int64_t>();
-    }
-    loader_->start_epoch(epoch, static_cast<int64_t>(first));
+    EpochSums sums = begin_epoch(epoch);
+    loader_->start_epoch(epoch, static_cast<int64_t>(sums.first_batch));
     const std::vector<std::vector<int64_t>>& batches = loader_->current_batches();
-    progress.begin_epoch(epoch, c_.epochs, static_cast<int64_t>(batches.size()));
-    const auto t0 = Clock::now() - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds_before));
+    each_callback([&](TrainCallback& cb) { cb.on_epoch_begin(epoch, static_cast<int64_t>(batches.size())); });
+    const auto t0 =
+        Clock::now() - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(sums.seconds_before));
     bool interrupted_mid_epoch = false;
-    for (size_t k = first; k < batches.size(); ++k) {
+    for (size_t k = sums.first_batch; k < batches.size(); ++k) {
       const double lr = schedule_->lr_at(step_);
       opt_->set_lr(lr);
       const auto n = static_cast<int64_t>(batches[k].size());
       profiler::step_begin(step_, n, env_.device);
-      datasets::Batch b;
-      Tensor x, y;
-      {
-        profiler::PhaseGuard phase(Phase::data);
-        DUET_CHECK(loader_->next(b), "the loader ended epoch {} after {} of {} batches", epoch + 1, k, batches.size());
-        x = prepare_input(b.images, env_.device, format_);
-        y = b.labels.to(env_.device);
-      }
-      Tensor logits, loss;
-      {
-        profiler::PhaseGuard phase(Phase::forward);
-        const AmpScope amp(amp_);
-        logits = (*model_)(x);
-        loss = cross_entropy(logits, y, c_.optim.label_smoothing);
-      }
-      double loss_v = loss.item();
-      // The labels as loaded (on the host): no copy back from the device to count hits.
-      int64_t step_correct = count_correct(logits, b.labels), step_n = n;  // this step's, over all ranks when data-parallel
-      bool stop_signal = false, over_budget = false;
-      if (distributed()) {
-        // The global batch's mean loss and accuracy, and the stop decisions, agreed before any
-        // rank updates its weights: every rank stops (or goes on) at the same step.
-        double v[5] = {loss_v * static_cast<double>(n), static_cast<double>(n), static_cast<double>(step_correct),
-                       interrupt_signal() != 0 ? 1.0 : 0.0,
-                       budget_s > 0 && train_seconds + seconds_since(t0) - seconds_before >= budget_s ? 1.0 : 0.0};
-        {
-          profiler::PhaseGuard phase(Phase::comm);
-          profiler::OpScope op("comm.step_metrics", Backend::reference, {}, [] { return OpCost{}; });
-          comm_.all_reduce_sum(v, 5);
-        }
-        loss_v = v[0] / v[1];
-        step_n = static_cast<int64_t>(v[1]);
-        step_correct = static_cast<int64_t>(v[2]);
-        stop_signal = v[3] > 0;
-        over_budget = v[4] > 0;
-      }
-      if (!std::isfinite(loss_v)) {
-        profiler::step_end();
-        progress.end_epoch();
-        stop_on_bad_loss(loss_v, epoch, static_cast<int64_t>(k));
-      }
-      opt_->zero_grad();
-      // fp16: backward from the scaled loss; the scaler unscales the f32 master gradients and
-      // skips the optimizer step when one overflowed. Otherwise these are backward() and step().
-      if (reducer_) {
-        // Buckets of gradients are averaged across ranks while backward runs; the step waits for
-        // the last. The scaler then sees the same averaged (scaled) gradients on every rank, so
-        // all skip or take the same steps.
-        {
-          const LeafGradHookGuard hook = reducer_->watch_backward();
-          scaler_.scale_loss(loss).backward();
-        }
-        reducer_->finish();
-      } else {
-        scaler_.scale_loss(loss).backward();
-      }
-      scaler_.step(*opt_);
+      const StepOutcome o =
+          train_step(epoch, k, batches.size(), n, budget_s, train_seconds + seconds_since(t0) - sums.seconds_before);
       profiler::step_end();
 
-      loss_sum += loss_v * static_cast<double>(step_n);
-      correct += step_correct;
-      seen += step_n;
-      if (on_step) on_step({step_, epoch, static_cast<int64_t>(k), loss_v, lr});
-      ++step_;
+      sums.loss_sum += o.loss * static_cast<double>(o.n);
+      sums.correct += o.correct;
+      sums.seen += o.n;
       const double elapsed = seconds_since(t0);
-      progress.update(static_cast<int64_t>(k) + 1, loss_sum / static_cast<double>(seen),
-                      static_cast<double>(correct) / static_cast<double>(seen), static_cast<double>(seen) / elapsed, lr);
-      if ((distributed() ? stop_signal : interrupt_signal() != 0) && k + 1 < batches.size()) {
+      const StepRecord record{step_, epoch, static_cast<int64_t>(k), o.loss, lr};
+      const EpochProgress progress{static_cast<int64_t>(k) + 1, static_cast<int64_t>(batches.size()),
+                                   sums.loss_sum / static_cast<double>(sums.seen),
+                                   static_cast<double>(sums.correct) / static_cast<double>(sums.seen),
+                                   static_cast<double>(sums.seen) / elapsed};
+      ++step_;
+      each_callback([&](TrainCallback& cb) { cb.on_step(record, progress); });
+      // One process decides after its step; ranks decided together in train_step.
+      const bool stop_signal = distributed() ? o.stop_signal : interrupt_signal() != 0;
+      const bool over_budget =
+          distributed() ? o.over_budget : budget_s > 0 && train_seconds + elapsed - sums.seconds_before >= budget_s;
+      const bool more = k + 1 < batches.size();
+      if (stop_signal && more) {
         interrupted_mid_epoch = true;
-        progress.end_epoch();
+        each_callback([](TrainCallback& cb) { cb.on_epoch_steps_end(); });
         check_weights_finite(epoch, static_cast<int64_t>(k));
         EpochMetrics m;
         m.epoch = epoch + 1;
         m.steps = step_;
-        m.train_seconds = train_seconds + elapsed - seconds_before;
-        write_checkpoint(epoch, m,
-                         {{"batch", k + 1},
-                          {"loss_sum", loss_sum},
-                          {"correct", correct},
-                          {"seen", seen},
-                          {"seconds", elapsed},
-                          {"skipped_before", skipped_before}});
-        train_seconds += elapsed - seconds_before;
+        m.train_seconds = train_seconds + elapsed - sums.seconds_before;
+        write_checkpoint(epoch, m, partial_epoch_state(k + 1, sums, elapsed));
+        train_seconds += elapsed - sums.seconds_before;
         break;
       }
-      if ((distributed() ? over_budget : budget_s > 0 && train_seconds + elapsed - seconds_before >= budget_s) &&
-          k + 1 < batches.size()) {
+      if (over_budget && more) {
         result.stopped_early = true;
         break;
       }
@@ -496,8 +487,8 @@ TrainResult Trainer::fit() {
       break;
     }
     const double secs = seconds_since(t0);
-    train_seconds += secs - seconds_before;
-    progress.end_epoch();
+    train_seconds += secs - sums.seconds_before;
+    each_callback([](TrainCallback& cb) { cb.on_epoch_steps_end(); });
     // The loss is checked before every update; the epoch's last update is checked here, before
     // the weights are evaluated or saved, so "the last good checkpoint" is always good.
     check_weights_finite(epoch, static_cast<int64_t>(batches.size()) - 1);
@@ -506,15 +497,16 @@ TrainResult Trainer::fit() {
     m.epoch = epoch + 1;
     m.steps = step_;
     m.lr = opt_->lr();
-    m.train_loss = loss_sum / static_cast<double>(std::max<int64_t>(seen, 1));
-    m.train_accuracy = static_cast<double>(correct) / static_cast<double>(std::max<int64_t>(seen, 1));
-    m.images_per_s = static_cast<double>(seen) / secs;
+    m.train_loss = sums.loss_sum / static_cast<double>(std::max<int64_t>(sums.seen, 1));
+    m.train_accuracy = static_cast<double>(sums.correct) / static_cast<double>(std::max<int64_t>(sums.seen, 1));
+    m.images_per_s = static_cast<double>(sums.seen) / secs;
     m.epoch_seconds = secs;
     m.train_seconds = train_seconds;
     m.peak_memory_bytes = alloc.stats().peak;
     m.amp = c_.amp;
-    m.skipped_steps = scaler_.skipped_steps() - skipped_before;
+    m.skipped_steps = scaler_.skipped_steps() - sums.skipped_before;
     m.loss_scale = scaler_.scale();
+    m.time_budget_reached = result.stopped_early;
     const EvalResult ev = [&] {
       const AmpScope amp(amp_);  // evaluate the model as it trains
       return evaluate(*model_, *data_.test, data_.eval_pipeline, eval_setup);
@@ -522,20 +514,9 @@ TrainResult Trainer::fit() {
     m.test_loss = ev.loss;
     m.test_accuracy = ev.accuracy;
     m.eval_seconds = ev.seconds;
-    const std::string amp_note =
-        !amp_ ? ""
-        : scaler_.enabled()
-            ? fmt::format("  amp fp16 (scale {:g}, {} step{} skipped)", m.loss_scale, m.skipped_steps, m.skipped_steps == 1 ? "" : "s")
-            : fmt::format("  amp {}", c_.amp);
-    out_ << fmt::format("epoch {}/{}  loss {:.4f}  train acc {:5.1f}%  test loss {:.4f}  test acc {:5.2f}%  {:.0f} img/s  "
-                        "{:.2f} s  lr {:.4g}  peak {}{}{}\n",
-                        m.epoch, c_.epochs, m.train_loss, 100.0 * m.train_accuracy, m.test_loss, 100.0 * m.test_accuracy,
-                        m.images_per_s, secs, m.lr, mib(m.peak_memory_bytes), amp_note,
-                        result.stopped_early ? "  (time budget reached mid-epoch)" : "")
-         << std::flush;
     // The checkpoint of an epoch cut short would resume at the wrong step; write only whole ones.
     if (!result.stopped_early) write_checkpoint(epoch + 1, m);
-    log_epoch(m);
+    each_callback([&](TrainCallback& cb) { cb.on_epoch_end(m); });
     result.epochs.push_back(m);
     if (on_any_rank(budget_s > 0 && train_seconds >= budget_s) && epoch + 1 < c_.epochs) result.stopped_early = true;
     if (result.stopped_early) {

@@ -1,8 +1,9 @@
 // The training loop: epochs of shuffled batches from the loader, forward, loss (with label
-// smoothing), backward and the optimizer step at the schedule's learning rate; evaluation, metrics,
-// a JSONL log line and an atomic checkpoint after every epoch; exact resume; a stop with a clear
-// message when the loss stops being finite; mixed precision (--amp: autocast, and dynamic loss
-// scaling for fp16). The profiler marks each step and phase.
+// smoothing), backward and the optimizer step at the schedule's learning rate; evaluation, metrics
+// and an atomic checkpoint after every epoch; exact resume; a stop with a clear message when the
+// loss stops being finite; mixed precision (--amp: autocast, and dynamic loss scaling for fp16).
+// The profiler marks each step and phase. What watches the run (the progress display, the JSONL
+// log, a caller's hooks) is a list of callbacks (apps/train_callbacks.h).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -14,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include "apps/lr_schedule.h"
 #include "apps/run_env.h"
+#include "apps/train_callbacks.h"
 #include "apps/train_config.h"
 #include "apps/train_data.h"
 #include "dist/communicator.h"
@@ -29,26 +31,6 @@ class DataLoader;
 }
 
 namespace duet::app {
-
-struct StepRecord {
-  int64_t step = 0, epoch = 0, batch = 0;  // global step, epoch and batch within it (0-based)
-  double loss = 0, lr = 0;
-};
-
-struct EpochMetrics {
-  int64_t epoch = 0;  // 1-based, as printed
-  int64_t steps = 0;  // global steps done at the end of the epoch
-  double lr = 0;      // the last step's
-  double train_loss = 0, train_accuracy = 0;
-  double test_loss = 0, test_accuracy = 0;
-  double images_per_s = 0, epoch_seconds = 0, eval_seconds = 0;
-  double train_seconds = 0;  // training time of the whole run so far (resumed runs included)
-  int64_t peak_memory_bytes = 0;
-  std::string amp = "off";     // --amp
-  int64_t skipped_steps = 0;   // fp16: optimizer steps of this epoch skipped for inf/NaN gradients
-  double loss_scale = 1.0;     // fp16: the loss scale at the end of the epoch
-  nlohmann::json to_json() const;
-};
 
 struct TrainResult {
   std::vector<EpochMetrics> epochs;  // those run by this call
@@ -80,9 +62,10 @@ public:
   // with interrupted_by set.
   TrainResult fit();
 
-  // Called after every optimizer step (tests record the loss curve with it).
-  std::function<void(const StepRecord&)> on_step;
-  bool progress_bar = false;
+  // Added after the trainer's own (the progress display on `out`, then --log's EpochLog), and
+  // called in the order added.
+  void add_callback(std::shared_ptr<TrainCallback> cb) { callbacks_.push_back(std::move(cb)); }
+  bool progress_bar = false;  // a bar redrawn in place, for a terminal (else --log-every lines)
 
   nn::Module& model() { return *model_; }
   optim::Optimizer& optimizer() { return *opt_; }
@@ -101,12 +84,32 @@ public:
   nlohmann::json checkpoint_config() const;
 
 private:
+  // The running sums of an epoch: its metrics, and what a mid-epoch checkpoint stores to continue it.
+  struct EpochSums {
+    size_t first_batch = 0;  // a resumed epoch's first batch
+    double loss_sum = 0, seconds_before = 0;
+    int64_t correct = 0, seen = 0, skipped_before = 0;
+  };
+  // One step's results, over all ranks when data-parallel.
+  struct StepOutcome {
+    double loss = 0;  // the global batch's mean
+    int64_t correct = 0, n = 0;
+    // Data-parallel only: whether any rank saw a signal or its time budget spent (run_seconds of
+    // training at the step's start), agreed before the update so that all stop at the same step.
+    bool stop_signal = false, over_budget = false;
+  };
+  // Data, forward, loss (a non-finite one stops the run), backward and the optimizer's update of
+  // batch k of `batches` (n images on this rank).
+  StepOutcome train_step(int64_t epoch, size_t k, size_t batches, int64_t n, double budget_s, double run_seconds);
+  EpochSums begin_epoch(int64_t epoch);
+  nlohmann::json partial_epoch_state(size_t next_batch, const EpochSums& s, double elapsed) const;
+  void each_callback(const std::function<void(TrainCallback&)>& f);
+
   void resume_from(const std::string& path);
   void write_checkpoint(int64_t epochs_done, const EpochMetrics& m, const nlohmann::json& partial_epoch = nullptr);
   // duet::Error naming the parameter when a weight is NaN or infinite after the update of
   // `epoch`'s batch `batch`: the loss check before each update cannot see the last one.
   void check_weights_finite(int64_t epoch, int64_t batch) const;
-  void log_epoch(const EpochMetrics& m);
   [[noreturn]] void stop_on_bad_loss(double loss, int64_t epoch, int64_t batch) const;
   // True on every rank when `local` is true on any (just `local` in one process): ranks must take
   // the same decisions (stop on a signal, on the time budget) at the same step.
@@ -133,6 +136,8 @@ private:
   std::string last_checkpoint_;      // the newest checkpoint known good (written or resumed from)
   int64_t last_checkpoint_epoch_ = 0;
   nlohmann::json resume_partial_;  // the resumed checkpoint's partial_epoch (null: start at a batch 0)
+  std::vector<std::shared_ptr<TrainCallback>> callbacks_;  // added by the caller
+  std::vector<std::shared_ptr<TrainCallback>> active_;     // fit()'s: the trainer's own, then the caller's
 };
 
 // `duet train` end to end: data, model (and --init-from), the trainer, and the profile report.

@@ -347,7 +347,7 @@ AmpRun train_amp(app::TrainConfig c, Backend b) {
   std::ostringstream out;
   AmpRun r;
   app::Trainer t(c, env, std::move(data), model, out);
-  t.on_step = [&](const app::StepRecord& s) { r.losses.push_back(s.loss); };
+  t.add_callback(std::make_shared<app::StepHook>([&](const app::StepRecord& s) { r.losses.push_back(s.loss); }));
   r.epochs = t.fit().epochs;
   r.scaler = t.grad_scaler().state();
   r.output = out.str();

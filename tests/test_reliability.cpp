@@ -81,10 +81,10 @@ TinyRun train(TrainConfig c, const std::function<void(const StepRecord&, Trainer
   std::ostringstream out;
   TinyRun r;
   Trainer t(c, env, std::move(data), model, out);
-  t.on_step = [&](const StepRecord& s) {
+  t.add_callback(std::make_shared<StepHook>([&](const StepRecord& s) {
     r.losses.push_back(s.loss);
     if (hook) hook(s, t);
-  };
+  }));
   r.result = t.fit();
   r.epochs = r.result.epochs;
   r.output = out.str();

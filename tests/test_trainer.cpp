@@ -65,7 +65,7 @@ TinyRun train(TrainConfig c, Backend b, std::shared_ptr<nn::Module> model = null
   std::ostringstream out;
   TinyRun r;
   Trainer t(c, env, std::move(data), model, out);
-  t.on_step = [&](const StepRecord& s) { r.losses.push_back(s.loss); };
+  t.add_callback(std::make_shared<StepHook>([&](const StepRecord& s) { r.losses.push_back(s.loss); }));
   r.epochs = t.fit().epochs;
   r.output = out.str();
   return r;
@@ -207,6 +207,55 @@ TEST_P(TrainerOnBackend, ResumeEqualsUninterruptedTraining) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, TrainerOnBackend, ::testing::ValuesIn(duet::testing::cpu_backends()),
                          backend_param_name);
+
+// The loop tells its callbacks, in order: each epoch's begin, every step, the end of its steps,
+// then its metrics (after the epoch's checkpoint); the trainer's own display and log come first.
+TEST(Trainer, CallbacksSeeEveryEpochAndStepInOrder) {
+  struct Recorder final : TrainCallback {
+    std::vector<std::string> calls;
+    std::vector<EpochMetrics> metrics;
+    std::string checkpoint;
+    void on_epoch_begin(int64_t epoch, int64_t batches) override {
+      calls.push_back(fmt::format("begin {} of {}", epoch, batches));
+    }
+    void on_step(const StepRecord& s, const EpochProgress& p) override {
+      calls.push_back(fmt::format("step {} ({}/{})", s.step, p.batches_done, p.batches));
+    }
+    void on_epoch_steps_end() override { calls.push_back("steps end"); }
+    void on_epoch_end(const EpochMetrics& m) override {
+      calls.push_back(fmt::format("end {}{}", m.epoch, fs::exists(checkpoint) ? " after its checkpoint" : ""));
+      metrics.push_back(m);
+    }
+  };
+  const fs::path dir = temp_dir("callbacks");
+  TrainConfig c = tiny_config();
+  c.checkpoint = (dir / "ck.safetensors").string();
+  c.log = (dir / "log.jsonl").string();
+  const TrainData data = make_train_data(c.data, c.seed);
+  c.model.classes = static_cast<int64_t>(data.class_names.size());
+  manual_seed(c.seed);
+  std::ostringstream out;
+  Trainer t(c, env_for(Backend::reference), data, build_model(c.model, c.model.classes, data.image_size), out);
+  auto rec = std::make_shared<Recorder>();
+  rec->checkpoint = c.checkpoint;
+  t.add_callback(rec);
+  const TrainResult r = t.fit();
+  const std::vector<std::string> expected = {
+      "begin 0 of 4", "step 0 (1/4)", "step 1 (2/4)", "step 2 (3/4)", "step 3 (4/4)", "steps end",
+      "end 1 after its checkpoint",
+      "begin 1 of 4", "step 4 (1/4)", "step 5 (2/4)", "step 6 (3/4)", "step 7 (4/4)", "steps end",
+      "end 2 after its checkpoint"};
+  EXPECT_EQ(rec->calls, expected);
+  ASSERT_EQ(rec->metrics.size(), r.epochs.size());
+  for (size_t i = 0; i < r.epochs.size(); ++i) EXPECT_EQ(rec->metrics[i].to_json(), r.epochs[i].to_json());
+  EXPECT_NE(out.str().find("epoch 2/2  loss"), std::string::npos) << out.str();  // the trainer's display came too
+  std::ifstream log(c.log);
+  std::string line;
+  int lines = 0;
+  while (std::getline(log, line)) ++lines;
+  EXPECT_EQ(lines, 2);  // and --log's
+  fs::remove_all(dir);
+}
 
 // Checkpoints store the config through the structs' JSON definitions: every stored field comes
 // back, the optimizer's defaults are stored resolved, an unset augmentation field stays unset, and
