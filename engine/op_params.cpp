@@ -5,18 +5,25 @@
 
 namespace duet {
 
-const char* unary_name(UnaryOp op) {
-  static const char* n[] = {"neg", "exp", "log", "sqrt", "rsqrt", "abs", "tanh", "square"};
-  return n[static_cast<int>(op)];
+namespace {
+// The name of op in its table, which must have one entry per enumerator before `count`.
+template <class Op, size_t N>
+const char* name_in(const char* const (&names)[N], Op op, const char* what) {
+  static_assert(N == static_cast<size_t>(Op::count), "one name per op of the enum");
+  const auto i = static_cast<size_t>(op);
+  if (i >= N) throw Error(fmt::format("unknown {} op code {} (expected 0 to {})", what, i, N - 1));
+  return names[i];
 }
-const char* binary_name(BinaryOp op) {
-  static const char* n[] = {"add", "sub", "mul", "div", "maximum", "minimum", "eq", "gt", "lt"};
-  return n[static_cast<int>(op)];
-}
-const char* scalar_op_name(ScalarOp op) {
-  static const char* n[] = {"add_scalar", "mul_scalar", "pow_scalar", "rsub_scalar", "rdiv_scalar", "maximum_scalar", "minimum_scalar"};
-  return n[static_cast<int>(op)];
-}
+constexpr const char* kUnaryNames[] = {"neg", "exp", "log", "sqrt", "rsqrt", "abs", "tanh", "square"};
+constexpr const char* kBinaryNames[] = {"add", "sub", "mul", "div", "maximum", "minimum", "eq", "gt", "lt"};
+constexpr const char* kScalarNames[] = {"add_scalar",  "mul_scalar",     "pow_scalar",    "rsub_scalar",
+                                        "rdiv_scalar", "maximum_scalar", "minimum_scalar"};
+constexpr const char* kReduceNames[] = {"sum", "mean", "amax", "amin"};
+}  // namespace
+
+const char* unary_name(UnaryOp op) { return name_in(kUnaryNames, op, "unary"); }
+const char* binary_name(BinaryOp op) { return name_in(kBinaryNames, op, "binary"); }
+const char* scalar_op_name(ScalarOp op) { return name_in(kScalarNames, op, "scalar"); }
 const char* activation_name(Activation a) {
   return with_activation(a, [](auto fn) { return decltype(fn)::name; });
 }
@@ -47,10 +54,7 @@ std::vector<Activation> all_activations() {
 void bad_activation(Activation a) {
   throw Error(fmt::format("unknown activation code {} (expected 0 to {})", static_cast<int>(a), kNumActivations - 1));
 }
-const char* reduce_name(ReduceOp op) {
-  static const char* n[] = {"sum", "mean", "amax", "amin"};
-  return n[static_cast<int>(op)];
-}
+const char* reduce_name(ReduceOp op) { return name_in(kReduceNames, op, "reduce"); }
 
 int64_t pool_out_size(int64_t in, int64_t k, int64_t s, int64_t p, bool ceil_mode) {
   const int64_t span = in + 2 * p - k;

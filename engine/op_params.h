@@ -6,16 +6,18 @@
 
 namespace duet {
 
-enum class UnaryOp : uint8_t { neg, exp, log, sqrt, rsqrt, abs, tanh, square };
+// Every op enum ends in `count`, the number of its ops: its name table is checked against it at
+// compile time (op_params.cpp), and tests loop up to it.
+enum class UnaryOp : uint8_t { neg, exp, log, sqrt, rsqrt, abs, tanh, square, count };
 // Elementwise binary ops with broadcasting. eq/gt/lt give 1 or 0 in the input dtype.
-enum class BinaryOp : uint8_t { add, sub, mul, div, maximum, minimum, eq, gt, lt };
+enum class BinaryOp : uint8_t { add, sub, mul, div, maximum, minimum, eq, gt, lt, count };
 // Tensor-scalar ops: out = x op s, or s op x for rsub/rdiv.
-enum class ScalarOp : uint8_t { add, mul, pow, rsub, rdiv, maximum, minimum };
+enum class ScalarOp : uint8_t { add, mul, pow, rsub, rdiv, maximum, minimum, count };
 // Each activation's formulas, names and cost are in engine/scalar_math.h (ActivationFn); `count`
 // is the number of activations, for loops over all of them (tests, benchmarks).
 enum class Activation : uint8_t { relu, relu6, gelu_erf, gelu_tanh, sigmoid, silu, hardswish, leaky_relu, count };
 constexpr int kNumActivations = static_cast<int>(Activation::count);
-enum class ReduceOp : uint8_t { sum, mean, max, min };
+enum class ReduceOp : uint8_t { sum, mean, max, min, count };
 
 const char* unary_name(UnaryOp op);
 const char* binary_name(BinaryOp op);

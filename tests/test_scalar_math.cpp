@@ -74,6 +74,28 @@ TEST(ScalarMath, EveryActivationHasItsNamesAndCost) {
 }
 
 // ---- pooling windows (the reference, cpu and CUDA pooling all use these) ----------------------------
+// Every op of the other op enums has one name (their tables are sized by `count` at compile
+// time); a code past the enum is a clear error, not a read past the table.
+TEST(ScalarMath, EveryOpOfEachEnumHasOneName) {
+  const auto names_of = [](auto count, auto name) {
+    std::set<std::string> names;
+    for (int i = 0; i < static_cast<int>(count); ++i) names.insert(name(static_cast<decltype(count)>(i)));
+    return names;
+  };
+  EXPECT_EQ(names_of(UnaryOp::count, unary_name).size(), static_cast<size_t>(UnaryOp::count));
+  EXPECT_EQ(names_of(BinaryOp::count, binary_name).size(), static_cast<size_t>(BinaryOp::count));
+  EXPECT_EQ(names_of(ScalarOp::count, scalar_op_name).size(), static_cast<size_t>(ScalarOp::count));
+  EXPECT_EQ(names_of(ReduceOp::count, reduce_name).size(), static_cast<size_t>(ReduceOp::count));
+  EXPECT_EQ(std::string(binary_name(BinaryOp::lt)), "lt");
+  EXPECT_EQ(std::string(reduce_name(ReduceOp::max)), "amax");
+  try {
+    unary_name(UnaryOp::count);
+    ADD_FAILURE() << "no error for a code past the enum";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown unary op code 8 (expected 0 to 7)"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ScalarMath, PoolingWindowsAndDivisors) {
   std::mt19937 rng(3);
   for (int trial = 0; trial < 300; ++trial) {

@@ -102,6 +102,7 @@ void unary_loop(UnaryOp op, const Tensor& x, const Tensor& out) {
     case UnaryOp::abs: return map_flat<T>(x, out, [](T v) { return std::abs(v); });
     case UnaryOp::tanh: return map_flat<T>(x, out, [](T v) { return std::tanh(v); });
     case UnaryOp::square: return map_flat<T>(x, out, [](T v) { return v * v; });
+    case UnaryOp::count: break;  // not an op: the enum's size
   }
   throw Error(fmt::format("unary on backend 'cpu': unknown op code {}", static_cast<int>(op)));
 }
@@ -119,6 +120,7 @@ void scalar_loop(ScalarOp op, const Tensor& x, T s, const Tensor& out) {
     case ScalarOp::rdiv: return map_flat<T>(x, out, [s](T v) { return s / v; });
     case ScalarOp::maximum: return map_flat<T>(x, out, [s](T v) { return max_nan(v, s); });
     case ScalarOp::minimum: return map_flat<T>(x, out, [s](T v) { return min_nan(v, s); });
+    case ScalarOp::count: break;  // not an op: the enum's size
   }
   throw Error(fmt::format("scalar_op on backend 'cpu': unknown op code {}", static_cast<int>(op)));
 }
@@ -163,6 +165,7 @@ void binary_loop(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& ou
     case BinaryOp::eq: return zip<T>(a, b, out, [](T u, T v) { return u == v ? T(1) : T(0); });
     case BinaryOp::gt: return zip<T>(a, b, out, [](T u, T v) { return u > v ? T(1) : T(0); });
     case BinaryOp::lt: return zip<T>(a, b, out, [](T u, T v) { return u < v ? T(1) : T(0); });
+    case BinaryOp::count: break;  // not an op: the enum's size
   }
   throw Error(fmt::format("binary on backend 'cpu': unknown op code {}", static_cast<int>(op)));
 }

@@ -68,6 +68,7 @@ template <class T> DUET_HD inline T apply_unary(UnaryOp op, T v) {
     case UnaryOp::abs: return k_abs(v);
     case UnaryOp::tanh: return k_tanh(v);
     case UnaryOp::square: return v * v;
+    case UnaryOp::count: break;  // not an op: the enum's size
   }
   return v;
 }
@@ -81,6 +82,7 @@ template <class T> DUET_HD inline T apply_scalar(ScalarOp op, T v, T s) {
     case ScalarOp::rdiv: return s / v;
     case ScalarOp::maximum: return max_nan(v, s);
     case ScalarOp::minimum: return min_nan(v, s);
+    case ScalarOp::count: break;  // not an op: the enum's size
   }
   return v;
 }
@@ -96,6 +98,7 @@ template <class T> DUET_HD inline T apply_binary(BinaryOp op, T a, T b) {
     case BinaryOp::eq: return a == b ? T(1) : T(0);
     case BinaryOp::gt: return a > b ? T(1) : T(0);
     case BinaryOp::lt: return a < b ? T(1) : T(0);
+    case BinaryOp::count: break;  // not an op: the enum's size
   }
   return a;
 }

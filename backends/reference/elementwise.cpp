@@ -35,6 +35,7 @@ void unary_kernel(UnaryOp op, const Tensor& x, const Tensor& out) {
     case UnaryOp::abs: return map_flat<T>(x, out, [](T v) { return std::abs(v); });
     case UnaryOp::tanh: return map_flat<T>(x, out, [](T v) { return std::tanh(v); });
     case UnaryOp::square: return map_flat<T>(x, out, [](T v) { return v * v; });
+    case UnaryOp::count: break;  // not an op: the enum's size
   }
   throw Error(fmt::format("unary on backend 'reference': unknown op code {}", static_cast<int>(op)));
 }
@@ -49,6 +50,7 @@ void scalar_kernel(ScalarOp op, const Tensor& x, T s, const Tensor& out) {
     case ScalarOp::rdiv: return map_flat<T>(x, out, [s](T v) { return s / v; });
     case ScalarOp::maximum: return map_flat<T>(x, out, [s](T v) { return max_nan(v, s); });
     case ScalarOp::minimum: return map_flat<T>(x, out, [s](T v) { return min_nan(v, s); });
+    case ScalarOp::count: break;  // not an op: the enum's size
   }
   throw Error(fmt::format("scalar_op on backend 'reference': unknown op code {}", static_cast<int>(op)));
 }
@@ -74,6 +76,7 @@ void binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& 
     case BinaryOp::eq: return zip_strided<T>(a, b, out, [](T u, T v) { return u == v ? T(1) : T(0); });
     case BinaryOp::gt: return zip_strided<T>(a, b, out, [](T u, T v) { return u > v ? T(1) : T(0); });
     case BinaryOp::lt: return zip_strided<T>(a, b, out, [](T u, T v) { return u < v ? T(1) : T(0); });
+    case BinaryOp::count: break;  // not an op: the enum's size
   }
   throw Error(fmt::format("binary on backend 'reference': unknown op code {}", static_cast<int>(op)));
 }

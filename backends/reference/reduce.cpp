@@ -45,6 +45,7 @@ void reduce_kernel(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dim
       for_each_offset<2>(shape, {x.strides(), acc_strides},
                          [&](int64_t ox, int64_t oa) { acc[oa] = min_nan(acc[oa], double(px[ox])); });
       break;
+    case ReduceOp::count: break;  // not an op: the enum's size
   }
 
   // mean of an empty set is 0/0 = NaN, as in PyTorch.

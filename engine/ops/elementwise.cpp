@@ -131,6 +131,7 @@ Tensor scalar_op(ScalarOp op, const Tensor& x_in, double s) {
           gx = mul(g, win_mask(xd, sv, op == ScalarOp::maximum));
           break;
         }
+        case ScalarOp::count: break;  // not an op: the enum's size
       }
       return std::vector<Tensor>{gx};
     });
@@ -177,6 +178,7 @@ Tensor unary(UnaryOp op, const Tensor& x_in) {
         }
         case UnaryOp::tanh: gx = mul(g, rsub(square(od), 1.0)); break;
         case UnaryOp::square: gx = mul(g, mul(xd, 2.0)); break;
+        case UnaryOp::count: break;  // not an op: the enum's size
       }
       return std::vector<Tensor>{gx};
     });

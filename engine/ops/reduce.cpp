@@ -68,6 +68,7 @@ Tensor reduce_impl(ReduceOp op, const Tensor& x_in, std::vector<int64_t> dims_in
           gx = div(mul(hit, g), sum(hit, dims, true));
           break;
         }
+        case ReduceOp::count: break;  // not an op: the enum's size
       }
       return std::vector<Tensor>{gx};
     });
