@@ -49,14 +49,17 @@ namespace {
 void adapt_pos_embedding(const nn::Module& model, NamedTensors& tensors, std::ostream& out) {
   const std::string name = "encoder.pos_embedding";
   Tensor want;
-  for (const auto& [n, t] : model.named_parameters())
+  int64_t prefix = 1;  // the class token; DeiT's distillation token is a second
+  for (const auto& [n, t] : model.named_parameters()) {
     if (n == name) want = t;
+    if (n == "dist_token") prefix = 2;
+  }
   if (!want.defined()) return;
   for (auto& [n, t] : tensors) {
     if (n != name || t.shape() == want.shape() || t.dim() != 3 || t.size(2) != want.size(2)) continue;
-    const auto grid = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(want.size(1) - 1))));
+    const auto grid = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(want.size(1) - prefix))));
     const Shape was = t.shape();
-    t = models::interpolate_pos_embedding(t, grid);
+    t = models::interpolate_pos_embedding(t, grid, prefix);
     out << fmt::format("{}: {} resized to {} (bicubic, as torchvision's interpolate_embeddings) for this image size\n",
                        name, shape_str(was), shape_str(t.shape()));
   }

@@ -55,6 +55,17 @@ const std::vector<ModelInfo>& table() {
       v.push_back(cifar("vit_" + size + "_p4", "vit", "ViT-" + size + ": 12 layers, " + desc + ", patch 4 (32x32: 64 tokens)"));
       v.push_back(imagenet("vit_" + size + "_p16", "vit", "ViT-" + size + ": 12 layers, " + desc + ", patch 16", false));
     }
+    for (const auto& [size, desc] : std::vector<std::pair<std::string, std::string>>{
+             {"tiny", "192 wide, 3 heads, 5.7M parameters"},
+             {"small", "384 wide, 6 heads, 22.1M parameters"},
+             {"base", "768 wide, 12 heads, 86.6M parameters"}}) {
+      v.push_back(imagenet("deit_" + size, "vit", "DeiT-" + size + ": ViT-" + size + "/16 (timm's deit_" + size +
+                                                       "_patch16_224), " + desc, false));
+      v.push_back(imagenet("deit_" + size + "_distilled", "vit",
+                           "DeiT-" + size + " distilled: a distillation token and a second head (timm's deit_" + size +
+                               "_distilled_patch16_224)",
+                           false));
+    }
     v.push_back(imagenet("convnext_tiny", "convnext", "ConvNeXt-T: widths 96..768, depths (3, 3, 9, 3), 28.6M parameters"));
     v.push_back(imagenet("convnext_small", "convnext", "ConvNeXt-S: widths 96..768, depths (3, 3, 27, 3), 50.2M parameters"));
     v.push_back(imagenet("convnext_base", "convnext", "ConvNeXt-B: widths 128..1024, depths (3, 3, 27, 3), 88.6M parameters"));

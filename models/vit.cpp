@@ -115,16 +115,18 @@ VisionTransformer::VisionTransformer(const ViTConfig& cfg) : config(cfg) {
   // Registered in torchvision's order: parameters of this module first (class_token), then
   // conv_proj, encoder, heads.
   class_token = register_parameter("class_token", new_parameter({1, 1, D}));
+  if (cfg.distilled) dist_token = register_parameter("dist_token", new_parameter({1, 1, D}));
   conv_proj = register_module("conv_proj", std::make_shared<nn::Conv2d>(
                                                cfg.in_channels, D, cfg.patch_size,
                                                nn::Conv2dOptions{.stride = cfg.patch_size}));
   const int64_t side = cfg.image_size / cfg.patch_size;
-  encoder = register_module("encoder", std::make_shared<Encoder>(side * side + 1, cfg.num_layers, cfg.num_heads, D,
+  encoder = register_module("encoder", std::make_shared<Encoder>(side * side + prefix_tokens(), cfg.num_layers, cfg.num_heads, D,
                                                                  cfg.mlp_dim, cfg.dropout, cfg.attention_dropout,
                                                                  cfg.norm_eps, cfg.init));
   heads = register_module("heads", std::make_shared<nn::Sequential>());
   auto head = std::make_shared<nn::Linear>(D, cfg.num_classes);
   heads->push_back("head", head);
+  if (cfg.distilled) head_dist = register_module("head_dist", std::make_shared<nn::Linear>(D, cfg.num_classes));
 
   // torchvision: conv_proj truncated-normal with std sqrt(1 / fan_in) and zero bias; class
   // token zero; head zero (so a fresh model starts at uniform predictions).
@@ -133,6 +135,11 @@ VisionTransformer::VisionTransformer(const ViTConfig& cfg) : config(cfg) {
     conv_proj->bias.zero_();
     head->weight.zero_();
     head->bias.zero_();
+    if (cfg.distilled) {  // timm's: the distillation token like the position embedding, the head like any Linear
+      nn::trunc_normal_(dist_token, 0.02);
+      nn::trunc_normal_(head_dist->weight, 0.02);
+      head_dist->bias.zero_();
+    }
   }
 }
 
@@ -145,8 +152,13 @@ Tensor VisionTransformer::forward(const Tensor& x) {
   const int64_t N = x.size(0), D = config.hidden_dim;
   // [N, D, h, w] -> [N, h*w, D]: one token per patch.
   const Tensor patches = (*conv_proj)(x).reshape({N, D, -1}).permute({0, 2, 1});
-  const Tensor tokens = cat({class_token.expand({N, -1, -1}), patches}, 1);
-  return (*heads)((*encoder)(tokens).select(1, 0));
+  if (!config.distilled) {
+    const Tensor tokens = cat({class_token.expand({N, -1, -1}), patches}, 1);
+    return (*heads)((*encoder)(tokens).select(1, 0));
+  }
+  const Tensor tokens = cat({class_token.expand({N, -1, -1}), dist_token.expand({N, -1, -1}), patches}, 1);
+  const Tensor h = (*encoder)(tokens);
+  return mul(add((*heads)(h.select(1, 0)), (*head_dist)(h.select(1, 1))), 0.5);
 }
 
 ViTConfig vit_config(const std::string& name, int64_t num_classes, int64_t image_size) {
@@ -154,7 +166,18 @@ ViTConfig vit_config(const std::string& name, int64_t num_classes, int64_t image
   std::smatch m;
   static const std::regex duet_preset("vit_(tiny|small|base)_p([0-9]+)");
   static const std::regex tv_preset("vit_([bhl])_([0-9]+)");
-  if (std::regex_match(name, m, duet_preset)) {
+  static const std::regex deit_preset("deit_(tiny|small|base)(_distilled)?");
+  if (std::regex_match(name, m, deit_preset)) {
+    const std::string size = m[1];
+    c.patch_size = 16;
+    c.image_size = 224;
+    c.num_layers = 12;
+    if (size == "tiny") c.hidden_dim = 192, c.num_heads = 3;
+    else if (size == "small") c.hidden_dim = 384, c.num_heads = 6;
+    else c.hidden_dim = 768, c.num_heads = 12;
+    c.mlp_dim = 4 * c.hidden_dim;
+    c.distilled = m[2].matched;
+  } else if (std::regex_match(name, m, duet_preset)) {
     const std::string size = m[1];
     c.patch_size = std::stoll(m[2]);
     c.image_size = c.patch_size <= 8 ? 32 : 224;
@@ -173,7 +196,8 @@ ViTConfig vit_config(const std::string& name, int64_t num_classes, int64_t image
     else c.num_layers = 32, c.num_heads = 16, c.hidden_dim = 1280, c.mlp_dim = 5120;
   } else {
     throw Error(fmt::format("vit: unknown configuration '{}': expected vit_b_16, vit_b_32, vit_l_16, vit_l_32, "
-                            "vit_h_14, or vit_tiny_p<patch>, vit_small_p<patch>, vit_base_p<patch> (e.g. vit_tiny_p4)",
+                            "vit_h_14, vit_tiny_p<patch>, vit_small_p<patch>, vit_base_p<patch> (e.g. vit_tiny_p4), "
+                            "deit_tiny, deit_small, deit_base, or deit_<size>_distilled",
                             name));
   }
   if (image_size > 0) c.image_size = image_size;
@@ -209,19 +233,20 @@ std::vector<std::vector<double>> bicubic_matrix(int64_t in, int64_t out) {
 }
 }  // namespace
 
-Tensor interpolate_pos_embedding(const Tensor& pos, int64_t new_grid) {
-  DUET_CHECK(pos.defined() && pos.dim() == 3 && pos.size(0) == 1 && pos.size(1) >= 2,
-             "interpolate_pos_embedding: pos_embedding has shape {}, expected [1, 1 + grid*grid, hidden]",
-             shape_or_undefined(pos));
-  const int64_t n = pos.size(1) - 1, hidden = pos.size(2);
+Tensor interpolate_pos_embedding(const Tensor& pos, int64_t new_grid, int64_t prefix) {
+  DUET_CHECK(prefix >= 0 && pos.defined() && pos.dim() == 3 && pos.size(0) == 1 && pos.size(1) >= prefix + 1,
+             "interpolate_pos_embedding: pos_embedding has shape {}, expected [1, {} + grid*grid, hidden]",
+             shape_or_undefined(pos), prefix);
+  const int64_t n = pos.size(1) - prefix, hidden = pos.size(2);
   const auto grid = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(n))));
   DUET_CHECK(grid * grid == n, "interpolate_pos_embedding: {} patch positions are not a square grid (pos_embedding {})",
              n, shape_str(pos.shape()));
   DUET_CHECK(new_grid >= 1, "interpolate_pos_embedding: new grid {} must be at least 1", new_grid);
   const std::vector<double> in = pos.to(Device::cpu()).to(DType::f64).contiguous().to_vector<double>();
   const auto m = bicubic_matrix(grid, new_grid);
-  std::vector<double> out(static_cast<size_t>((1 + new_grid * new_grid) * hidden));
-  std::copy(in.begin(), in.begin() + hidden, out.begin());  // the class token's embedding
+  const int64_t head = prefix * hidden;  // the prefix tokens' embeddings, kept
+  std::vector<double> out(static_cast<size_t>(head + new_grid * new_grid * hidden));
+  std::copy(in.begin(), in.begin() + head, out.begin());
   // Separable: rows first (grid x grid -> new_grid x grid), then columns.
   std::vector<double> rows(static_cast<size_t>(new_grid * grid * hidden), 0.0);
   for (int64_t y = 0; y < new_grid; ++y)
@@ -229,7 +254,7 @@ Tensor interpolate_pos_embedding(const Tensor& pos, int64_t new_grid) {
       const double w = m[static_cast<size_t>(y)][static_cast<size_t>(sy)];
       if (w == 0.0) continue;
       for (int64_t x = 0; x < grid * hidden; ++x)
-        rows[static_cast<size_t>(y * grid * hidden + x)] += w * in[static_cast<size_t>(hidden + sy * grid * hidden + x)];
+        rows[static_cast<size_t>(y * grid * hidden + x)] += w * in[static_cast<size_t>(head + sy * grid * hidden + x)];
     }
   for (int64_t y = 0; y < new_grid; ++y)
     for (int64_t x = 0; x < new_grid; ++x)
@@ -237,10 +262,10 @@ Tensor interpolate_pos_embedding(const Tensor& pos, int64_t new_grid) {
         const double w = m[static_cast<size_t>(x)][static_cast<size_t>(sx)];
         if (w == 0.0) continue;
         for (int64_t d = 0; d < hidden; ++d)
-          out[static_cast<size_t>(hidden + (y * new_grid + x) * hidden + d)] +=
+          out[static_cast<size_t>(head + (y * new_grid + x) * hidden + d)] +=
               w * rows[static_cast<size_t>((y * grid + sx) * hidden + d)];
       }
-  return Tensor::from_vector(out, {1, 1 + new_grid * new_grid, hidden}, TensorOptions(pos.dtype()))
+  return Tensor::from_vector(out, {1, prefix + new_grid * new_grid, hidden}, TensorOptions(pos.dtype()))
       .to(pos.device());
 }
 

@@ -64,8 +64,9 @@ std::shared_ptr<nn::Module> build(const std::string& name, const json& c) {
     for (const auto& row : c.at("setting")) m.inverted_residual_setting.push_back({row[0], row[1], row[2], row[3]});
     return std::make_shared<models::MobileNetV2>(m);
   }
-  if (name == "vit") {
+  if (name == "vit" || name == "deit_distilled") {
     models::ViTConfig v;
+    v.distilled = c.value("distilled", false);
     v.image_size = c.at("image_size");
     v.patch_size = c.at("patch_size");
     v.num_layers = c.at("num_layers");
@@ -196,7 +197,7 @@ void print_errors(const std::string& name, const char* mode, const std::map<std:
   fmt::print("[ golden   ] {} {}: max relative error {:.2e} |{}{}\n", name, mode, all, line, extra);
 }
 
-bool kink_free(const std::string& name) { return name == "vit" || name == "convnext"; }
+bool kink_free(const std::string& name) { return name == "vit" || name == "deit_distilled" || name == "convnext"; }
 
 class ModelGolden : public ::testing::TestWithParam<std::string> {};
 
@@ -224,7 +225,7 @@ TEST_P(ModelGolden, MatchesPyTorchInFloat32) {
 
 INSTANTIATE_TEST_SUITE_P(Zoo, ModelGolden,
                          ::testing::Values("resnet_basic", "resnet_bottleneck_grouped", "resnet_cifar", "densenet",
-                                           "mobilenet_v1", "mobilenet_v2", "vit", "convnext"),
+                                           "mobilenet_v1", "mobilenet_v2", "vit", "deit_distilled", "convnext"),
                          [](const auto& info) { return info.param; });
 
 // ViT position embeddings resized for another image size, against torchvision's

@@ -1,6 +1,7 @@
 // The zoo's structure: parameter and buffer names, shapes, order and counts equal torchvision's
 // (tests/golden/torchvision_specs.json, written by tests/golden/make_model_specs.py), the
 // registry, every family's forward and backward at CIFAR size, and the FLOP counter.
+#include <algorithm>
 #include <filesystem>
 #include <cmath>
 #include <cstdlib>
@@ -103,6 +104,40 @@ std::vector<std::string> big_names() {
 
 INSTANTIATE_TEST_SUITE_P(Zoo, TorchvisionBigSpec, ::testing::ValuesIn(big_names()),
                          [](const auto& info) { return info.param; });
+
+// The models torchvision lacks, against timm (tests/golden/timm_specs.json, written by
+// tests/golden/make_timm_goldens.py): the parameter count, and every (name, shape) under duet's
+// names (timm's mapped by that script, the mapping a timm checkpoint needs).
+class TimmSpec : public ::testing::TestWithParam<std::string> {};
+
+const json& timm_specs() {
+  static const json j = [] {
+    std::ifstream f(std::filesystem::path(DUET_SOURCE_DIR) / "tests" / "golden" / "timm_specs.json");
+    if (!f) throw Error("cannot open tests/golden/timm_specs.json");
+    return json::parse(f);
+  }();
+  return j;
+}
+
+TEST_P(TimmSpec, NamesShapesAndCountMatchTimm) {
+  const std::string name = GetParam();
+  const json& s = timm_specs().at("models").at(name);
+  const auto model = models::create_model(name, models::ModelOptions{.init = false});
+  std::vector<std::string> got = listing(model->named_parameters());
+  std::sort(got.begin(), got.end());
+  std::vector<std::string> want = listing(s.at("parameters"));
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(got, want) << name << " against timm's " << s.at("timm_name").get<std::string>();
+  EXPECT_EQ(model->num_parameters(), s.at("num_parameters").get<int64_t>()) << name;
+}
+
+std::vector<std::string> timm_names() {
+  std::vector<std::string> names;
+  for (const auto& [k, v] : timm_specs().at("models").items()) names.push_back(k);
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(Zoo, TimmSpec, ::testing::ValuesIn(timm_names()), [](const auto& info) { return info.param; });
 
 // ---- registry -------------------------------------------------------------------------------------
 TEST(Registry, ListsEveryFamilyAndEveryTorchvisionName) {
