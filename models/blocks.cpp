@@ -1,6 +1,7 @@
 // The shared blocks of models/blocks.h.
 #include "models/blocks.h"
 #include <cmath>
+#include "engine/allocator.h"
 #include "engine/autograd.h"
 
 namespace duet::models {
@@ -21,6 +22,24 @@ Tensor LayerNorm2d::forward(const Tensor& x) {
              x.defined() ? shape_str(x.shape()) : std::string("undefined"), normalized_dim);
   return layer_norm(x.permute({0, 2, 3, 1}), weight, bias, eps).permute({0, 3, 1, 2});
 }
+
+GlobalResponseNorm::GlobalResponseNorm(int64_t c, double e) : channels(c), eps(e) {
+  DUET_CHECK(c >= 1 && e > 0, "GlobalResponseNorm: channels={} and eps={}: expected channels >= 1 and eps > 0", c, e);
+  MemTagGuard tag(MemTag::parameter);
+  weight = register_parameter("weight", Tensor::zeros({c}));
+  bias = register_parameter("bias", Tensor::zeros({c}));
+}
+
+Tensor GlobalResponseNorm::forward(const Tensor& x) {
+  DUET_CHECK(x.defined() && x.dim() == 4 && x.size(3) == channels,
+             "GlobalResponseNorm({}): input has shape {}, expected channels-last [N, H, W, {}]", channels,
+             x.defined() ? shape_str(x.shape()) : std::string("undefined"), channels);
+  const Tensor g = sqrt(sum(square(x), {1, 2}, true));       // [N, 1, 1, C]: per-channel L2 norm
+  const Tensor n = div(g, add(mean(g, {-1}, true), eps));  // relative to the mean over channels
+  return add(add(mul(weight, mul(x, n)), bias), x);
+}
+
+std::string GlobalResponseNorm::extra_repr() const { return fmt::format("{}, eps={}", channels, eps); }
 
 StochasticDepth::StochasticDepth(double p_) : p(p_) {
   DUET_CHECK(p_ >= 0.0 && p_ <= 1.0, "StochasticDepth: drop probability {} given, expected a value in [0, 1]", p_);

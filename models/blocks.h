@@ -35,6 +35,21 @@ public:
   std::string type_name() const override { return "LayerNorm2d"; }
 };
 
+// ConvNeXt V2's Global Response Normalization (Woo et al. 2023), timm's GlobalResponseNorm on a
+// channels-last [N, H, W, C] input: each channel's L2 norm over the pixels, divided by the mean of
+// those norms over the channels (+ eps), rescales x; out = x + weight * (x * that) + bias.
+// weight and bias [C] start at zero, so the layer starts as the identity.
+class GlobalResponseNorm : public nn::Module {
+public:
+  explicit GlobalResponseNorm(int64_t channels, double eps = 1e-6);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "GlobalResponseNorm"; }
+  std::string extra_repr() const override;
+  Tensor weight, bias;
+  int64_t channels;
+  double eps;
+};
+
 // torchvision.ops.StochasticDepth(p, "row"): in training, zeroes the whole residual branch of a
 // sample with probability p and scales the survivors by 1/(1-p); identity in eval mode.
 class StochasticDepth : public nn::Module {

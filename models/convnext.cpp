@@ -6,8 +6,8 @@
 
 namespace duet::models {
 
-CNBlock::CNBlock(int64_t dim, double scale, double sd_prob) {
-  {
+CNBlock::CNBlock(int64_t dim, double scale, double sd_prob, bool grn) {
+  if (!grn) {
     MemTagGuard tag(MemTag::parameter);
     layer_scale = register_parameter("layer_scale", Tensor::full({dim, 1, 1}, scale));
   }
@@ -17,13 +17,15 @@ CNBlock::CNBlock(int64_t dim, double scale, double sd_prob) {
   block->push_back(std::make_shared<nn::LayerNorm>(dim, 1e-6));
   block->push_back(std::make_shared<nn::Linear>(dim, 4 * dim));
   block->push_back(nn::GELU());
+  if (grn) block->push_back(std::make_shared<GlobalResponseNorm>(4 * dim));
   block->push_back(std::make_shared<nn::Linear>(4 * dim, dim));
   block->push_back(std::make_shared<Permute>(std::vector<int64_t>{0, 3, 1, 2}));
   stochastic_depth = register_module("stochastic_depth", std::make_shared<StochasticDepth>(sd_prob));
 }
 
 Tensor CNBlock::forward(const Tensor& x) {
-  return add((*stochastic_depth)(mul(layer_scale, (*block)(x))), x);
+  const Tensor branch = (*block)(x);
+  return add((*stochastic_depth)(layer_scale.defined() ? mul(layer_scale, branch) : branch), x);
 }
 
 ConvNeXt::ConvNeXt(const ConvNeXtConfig& cfg) : config(cfg) {
@@ -36,6 +38,7 @@ ConvNeXt::ConvNeXt(const ConvNeXtConfig& cfg) : config(cfg) {
   }
   DUET_CHECK(cfg.num_classes >= 1 && cfg.in_channels >= 1, "ConvNeXt: num_classes={}, in_channels={}: expected >= 1",
              cfg.num_classes, cfg.in_channels);
+  DUET_CHECK(cfg.version == 1 || cfg.version == 2, "ConvNeXt: version {} given, expected 1 or 2", cfg.version);
   DUET_CHECK(cfg.stochastic_depth_prob >= 0 && cfg.stochastic_depth_prob < 1,
              "ConvNeXt: stochastic_depth_prob {} given, expected [0, 1)", cfg.stochastic_depth_prob);
 
@@ -54,7 +57,7 @@ ConvNeXt::ConvNeXt(const ConvNeXtConfig& cfg) : config(cfg) {
       const double sd = total_blocks > 1 ? cfg.stochastic_depth_prob * static_cast<double>(block_id) /
                                                static_cast<double>(total_blocks - 1)
                                          : 0.0;
-      stage->push_back(std::make_shared<CNBlock>(s.channels, cfg.layer_scale, sd));
+      stage->push_back(std::make_shared<CNBlock>(s.channels, cfg.layer_scale, sd, cfg.version == 2));
     }
     features->push_back(stage);
     if (i + 1 < cfg.stages.size()) {
@@ -102,9 +105,12 @@ ConvNeXtConfig convnext_config(const std::string& name, int64_t num_classes, dou
   else if (name == "convnext_small") depths = {3, 3, 27, 3}, c.stochastic_depth_prob = 0.4;
   else if (name == "convnext_base") w = 128, depths = {3, 3, 27, 3}, c.stochastic_depth_prob = 0.5;
   else if (name == "convnext_large") w = 192, depths = {3, 3, 27, 3}, c.stochastic_depth_prob = 0.5;
+  else if (name == "convnextv2_nano") w = 80, depths = {2, 2, 8, 2}, c.stochastic_depth_prob = 0, c.version = 2;
+  else if (name == "convnextv2_tiny") c.stochastic_depth_prob = 0, c.version = 2;
   else
     throw Error(fmt::format(
-        "convnext: unknown configuration '{}': expected convnext_tiny, convnext_small, convnext_base or convnext_large",
+        "convnext: unknown configuration '{}': expected convnext_tiny, convnext_small, convnext_base, convnext_large, "
+        "convnextv2_nano or convnextv2_tiny",
         name));
   c.stages.clear();
   for (size_t i = 0; i < depths.size(); ++i)

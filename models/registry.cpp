@@ -70,6 +70,10 @@ const std::vector<ModelInfo>& table() {
     v.push_back(imagenet("convnext_small", "convnext", "ConvNeXt-S: widths 96..768, depths (3, 3, 27, 3), 50.2M parameters"));
     v.push_back(imagenet("convnext_base", "convnext", "ConvNeXt-B: widths 128..1024, depths (3, 3, 27, 3), 88.6M parameters"));
     v.push_back(imagenet("convnext_large", "convnext", "ConvNeXt-L: widths 192..1536, depths (3, 3, 27, 3), 197.8M parameters"));
+    v.push_back(imagenet("convnextv2_nano", "convnext",
+                         "ConvNeXt V2-N: GRN blocks, widths 80..640, depths (2, 2, 8, 2), 15.6M parameters (timm's)", false));
+    v.push_back(imagenet("convnextv2_tiny", "convnext",
+                         "ConvNeXt V2-T: GRN blocks, widths 96..768, depths (3, 3, 9, 3), 28.6M parameters (timm's)", false));
     v.push_back(cifar("small_cnn", "small_cnn", "three conv-BN-ReLU stages, width 16 (24k parameters): quick runs"));
     v.push_back(cifar("mlp", "mlp", "two hidden layers of 128 on flattened pixels"));
     return v;

@@ -76,8 +76,9 @@ std::shared_ptr<nn::Module> build(const std::string& name, const json& c) {
     v.num_classes = classes;
     return std::make_shared<models::VisionTransformer>(v);
   }
-  if (name == "convnext") {
+  if (name == "convnext" || name == "convnextv2") {
     models::ConvNeXtConfig x;
+    x.version = c.value("version", 1);
     x.stages.clear();
     for (const auto& s : c.at("stages")) x.stages.push_back({s[0], s[1]});
     x.stochastic_depth_prob = c.at("stochastic_depth_prob");
@@ -197,7 +198,9 @@ void print_errors(const std::string& name, const char* mode, const std::map<std:
   fmt::print("[ golden   ] {} {}: max relative error {:.2e} |{}{}\n", name, mode, all, line, extra);
 }
 
-bool kink_free(const std::string& name) { return name == "vit" || name == "deit_distilled" || name == "convnext"; }
+bool kink_free(const std::string& name) {
+  return name == "vit" || name == "deit_distilled" || name == "convnext" || name == "convnextv2";
+}
 
 class ModelGolden : public ::testing::TestWithParam<std::string> {};
 
@@ -225,7 +228,8 @@ TEST_P(ModelGolden, MatchesPyTorchInFloat32) {
 
 INSTANTIATE_TEST_SUITE_P(Zoo, ModelGolden,
                          ::testing::Values("resnet_basic", "resnet_bottleneck_grouped", "resnet_cifar", "densenet",
-                                           "mobilenet_v1", "mobilenet_v2", "vit", "deit_distilled", "convnext"),
+                                           "mobilenet_v1", "mobilenet_v2", "vit", "deit_distilled", "convnext",
+                                           "convnextv2"),
                          [](const auto& info) { return info.param; });
 
 // ViT position embeddings resized for another image size, against torchvision's

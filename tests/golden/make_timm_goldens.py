@@ -9,8 +9,8 @@ environment: .venv-bench/bin/python tests/golden/make_timm_goldens.py):
                                           in make_model_goldens.py's format (its writer and script
                                           are reused), weights under duet's names
 
-duet's ViT keeps torchvision's parameter names; timm's are mapped to them by DUET_NAMES below,
-the same mapping a user's timm checkpoint needs.
+duet's ViT and ConvNeXt keep torchvision's parameter names; timm's are mapped to them by
+duet_name below, the same mapping a user's timm checkpoint needs.
 """
 import json
 import os
@@ -26,7 +26,7 @@ import make_model_goldens as mg  # noqa: E402  (save_safetensors, run_script, re
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 # timm VisionTransformer(Distilled) name -> duet/torchvision name
-DUET_NAMES = [
+VIT_NAMES = [
     (r"^cls_token$", "class_token"),
     (r"^dist_token$", "dist_token"),
     (r"^pos_embed$", "encoder.pos_embedding"),
@@ -44,8 +44,35 @@ DUET_NAMES = [
 ]
 
 
+# timm ConvNeXt (V2: use_grn, no layer scale) -> torchvision's layout: the stem is features.0,
+# stage i is features.(2i+1), the downsampling before it features.(2i); in a block, torchvision's
+# Sequential indices (dw conv 0, LayerNorm 2, Linear 3, GRN 5, Linear 6).
+BLOCK_PARTS = {"conv_dw": "0", "norm": "2", "mlp.fc1": "3", "mlp.grn": "5", "mlp.fc2": "6"}
+
+
+CONVNEXT_NAMES = [
+    (r"^stem\.(\d)\.(.*)$", lambda m: f"features.0.{m[1]}.{m[2]}"),
+    (r"^stages\.(\d+)\.downsample\.(\d)\.(.*)$", lambda m: f"features.{2 * int(m[1])}.{m[2]}.{m[3]}"),
+    (r"^stages\.(\d+)\.blocks\.(\d+)\.(conv_dw|norm|mlp\.fc1|mlp\.grn|mlp\.fc2)\.(.*)$",
+     lambda m: f"features.{2 * int(m[1]) + 1}.{m[2]}.block.{BLOCK_PARTS[m[3]]}.{m[4]}"),
+    (r"^head\.(norm|fc)\.(.*)$", lambda m: f"classifier.{0 if m[1] == 'norm' else 2}.{m[2]}"),
+]
+
+
+def convnext_name(name):
+    for pattern, to in CONVNEXT_NAMES:
+        m = re.match(pattern, name)
+        if m:
+            return to(m)
+    return None
+
+
 def duet_name(name):
-    for pattern, repl in DUET_NAMES:
+    if name.startswith(("stem.", "stages.", "head.norm.", "head.fc.")):
+        mapped = convnext_name(name)
+        if mapped:
+            return mapped
+    for pattern, repl in VIT_NAMES:
         if re.search(pattern, name):
             return re.sub(pattern, repl, name)
     raise SystemExit(f"no duet name for timm parameter {name}")
@@ -56,7 +83,16 @@ SPECS = {  # duet name: timm name
     "deit_tiny_distilled": "deit_tiny_distilled_patch16_224",
     "deit_small_distilled": "deit_small_distilled_patch16_224",
     "deit_base_distilled": "deit_base_distilled_patch16_224",
+    "convnextv2_nano": "convnextv2_nano", "convnextv2_tiny": "convnextv2_tiny",
 }
+
+
+def duet_shape(duet, shape):
+    """timm builds the small ConvNeXt V2s (atto to nano) with conv_mlp: their MLP 'Linear' weights
+    are 1x1 convolutions, [out, in, 1, 1], the same numbers as duet's Linear [out, in]."""
+    if re.search(r"\.block\.[36]\.weight$", duet) and len(shape) == 4 and shape[2:] == [1, 1]:
+        return shape[:2]
+    return shape
 
 
 def specs():
@@ -67,7 +103,8 @@ def specs():
         out["models"][name] = {
             "timm_name": timm_name,
             "num_parameters": sum(p.numel() for p in m.parameters()),
-            "parameters": sorted([duet_name(n), list(p.shape)] for n, p in m.named_parameters()),
+            "parameters": sorted([duet_name(n), duet_shape(duet_name(n), list(p.shape))]
+                                 for n, p in m.named_parameters()),
         }
     path = os.path.join(HERE, "timm_specs.json")
     with open(path, "w") as f:
@@ -108,10 +145,18 @@ def deit_distilled_reduced():
     return Renamed(inner)
 
 
+def convnextv2_reduced():
+    return Renamed(timm.models.convnext.ConvNeXt(num_classes=10, depths=(2, 1, 1, 1), dims=(8, 12, 16, 24),
+                                                 ls_init_value=None, use_grn=True, drop_path_rate=0.0))
+
+
 FIXTURES = {
     "deit_distilled": (deit_distilled_reduced,
                        {"image_size": 16, "patch_size": 4, "num_layers": 2, "num_heads": 2, "hidden_dim": 32,
                         "mlp_dim": 64, "num_classes": 10, "distilled": True, "timm": timm.__version__}, 16),
+    "convnextv2": (convnextv2_reduced,
+                   {"stages": [[8, 2], [12, 1], [16, 1], [24, 1]], "stochastic_depth_prob": 0.0, "version": 2,
+                    "num_classes": 10, "timm": timm.__version__}, 32),
 }
 
 
