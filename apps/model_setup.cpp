@@ -5,9 +5,11 @@
 #include <CLI/CLI.hpp>
 #include "apps/option_checks.h"
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include "apps/checkpoint.h"
 #include "engine/error.h"
 #include "engine/serialize.h"
+#include "models/hugging_face.h"
 #include "models/registry.h"
 #include "models/vit.h"
 
@@ -43,6 +45,13 @@ std::string head_prefix(const nn::Module& model) {
   return head;
 }
 
+std::vector<std::string> head_prefixes(const nn::Module& model) {
+  std::vector<std::string> heads{head_prefix(model)};
+  for (const auto& [name, p] : model.named_parameters())
+    if (name == "dist_token" && heads[0] == "head_dist") heads.push_back("heads.head");
+  return heads;
+}
+
 namespace {
 // A ViT's weights trained at another image size (or patch grid): resize the file's position
 // embedding to the model's grid, as torchvision's interpolate_embeddings does.
@@ -69,24 +78,29 @@ void adapt_pos_embedding(const nn::Module& model, NamedTensors& tensors, std::os
 void init_from(nn::Module& model, const std::string& path, bool freeze, std::ostream& out) {
   const SafetensorsFile f = read_safetensors(path);
   NamedTensors tensors = model_tensors(f);
+  if (models::is_hugging_face_vit(tensors)) {
+    tensors = models::from_hugging_face_vit(tensors);
+    out << fmt::format("'{}': Hugging Face transformers' ViT/DeiT names mapped to duet's\n", path);
+  }
   adapt_pos_embedding(model, tensors, out);
-  const std::string head = head_prefix(model);
-  // Same head shape: a fine-tune of the same task; else a new head for this dataset's classes.
+  const std::vector<std::string> heads = head_prefixes(model);
+  const std::string& head = heads[0];
+  // Same head shape: a fine-tune of the same task; else new heads for this dataset's classes.
   bool head_fits = false;
   for (const auto& [name, t] : model.named_parameters())
     if (has_prefix(name, head) && name.size() > head.size() && name.substr(head.size()) == ".weight")
       for (const auto& [fname, ft] : tensors)
         if (fname == name) head_fits = ft.shape() == t.shape();
   LoadOptions lo;
-  if (!head_fits) lo.ignore_prefixes = {head};
+  if (!head_fits) lo.ignore_prefixes = heads;
   const LoadReport r = load_state_dict(model, tensors, lo);
   out << fmt::format("initialised from '{}': {} tensors loaded{}{}\n", path, r.loaded.size(),
-                     head_fits ? "" : fmt::format("; new classifier head '{}' ({} tensors left initialised)", head,
-                                                  r.ignored.size()),
+                     head_fits ? "" : fmt::format("; new classifier head '{}' ({} tensors left initialised)",
+                                                  fmt::join(heads, "', '"), r.ignored.size()),
                      r.converted.empty() ? "" : fmt::format("; {} converted ({})", r.converted.size(), r.converted[0]));
   if (freeze) {
-    const int64_t frozen = freeze_backbone(model, head);
-    out << fmt::format("backbone frozen: {} parameters fixed, only '{}' trains\n", frozen, head);
+    const int64_t frozen = freeze_backbone(model, heads);
+    out << fmt::format("backbone frozen: {} parameters fixed, only '{}' trains\n", frozen, fmt::join(heads, "', '"));
   }
 }
 

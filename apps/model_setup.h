@@ -6,6 +6,7 @@
 #include <iosfwd>
 #include <memory>
 #include <string>
+#include <vector>
 #include <nlohmann/json.hpp>
 #include "engine/nn/module.h"
 
@@ -29,6 +30,8 @@ std::shared_ptr<nn::Module> build_model(const ModelConfig& m, int64_t classes, i
 
 // The classifier head: the last Linear module's path ("fc", "classifier.1", "heads.head").
 std::string head_prefix(const nn::Module& model);
+// Every classifier head: the last Linear, and for a distilled DeiT the class token's head too.
+std::vector<std::string> head_prefixes(const nn::Module& model);
 
 // Loads a .safetensors weights file or duet checkpoint into `model`. When the file's head has the
 // model's shape everything loads strictly; otherwise the head keeps its fresh initialisation

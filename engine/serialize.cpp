@@ -433,20 +433,30 @@ LoadReport load_backbone(nn::Module& m, const std::string& path, const std::stri
 }
 
 int64_t freeze_backbone(nn::Module& m, const std::string& head_prefix) {
+  return freeze_backbone(m, std::vector<std::string>{head_prefix});
+}
+
+int64_t freeze_backbone(nn::Module& m, const std::vector<std::string>& head_prefixes) {
   const auto params = m.named_parameters();
-  bool any = false;
-  for (const auto& [name, p] : params) any = any || has_prefix(name, head_prefix);
-  if (!any || head_prefix.empty()) {
+  const auto in_head = [&](const std::string& name) {
+    for (const std::string& h : head_prefixes)
+      if (!h.empty() && has_prefix(name, h)) return true;
+    return false;
+  };
+  for (const std::string& h : head_prefixes) {
+    bool any = false;
+    for (const auto& [name, p] : params) any = any || (!h.empty() && has_prefix(name, h));
+    if (any) continue;
     std::string children;
     for (const auto& [n, c] : m.children()) children += (children.empty() ? "" : ", ") + n;
     throw Error(fmt::format("freeze_backbone: no parameter lies under head prefix '{}' (the model's top-level modules "
                             "are: {})",
-                            head_prefix, children));
+                            h, children));
   }
   int64_t frozen = 0;
   for (const auto& [name, p] : params) {
     Tensor t = p;
-    const bool head = has_prefix(name, head_prefix);
+    const bool head = in_head(name);
     t.set_requires_grad(head);
     if (!head) {
       t.zero_grad();

@@ -75,5 +75,7 @@ LoadReport load_backbone(nn::Module& m, const std::string& path, const std::stri
 // BatchNorm running statistics still update in train mode; call eval() on the backbone's
 // modules to keep them fixed too.
 int64_t freeze_backbone(nn::Module& m, const std::string& head_prefix);
+// The same with several heads (a distilled DeiT's two).
+int64_t freeze_backbone(nn::Module& m, const std::vector<std::string>& head_prefixes);
 
 }  // namespace duet

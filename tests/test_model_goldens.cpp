@@ -21,6 +21,7 @@
 #include "engine/serialize.h"
 #include "models/convnext.h"
 #include "models/densenet.h"
+#include "models/hugging_face.h"
 #include "models/mobilenet.h"
 #include "models/resnet.h"
 #include "models/vit.h"
@@ -73,6 +74,7 @@ std::shared_ptr<nn::Module> build(const std::string& name, const json& c) {
     v.num_heads = c.at("num_heads");
     v.hidden_dim = c.at("hidden_dim");
     v.mlp_dim = c.at("mlp_dim");
+    v.norm_eps = c.value("norm_eps", v.norm_eps);
     v.num_classes = classes;
     return std::make_shared<models::VisionTransformer>(v);
   }
@@ -250,5 +252,61 @@ TEST(ModelGoldens, VitPosEmbeddingInterpolationMatchesTorchvision) {
 }
 
 }  // namespace
-}  // namespace duet
 
+// ---- Hugging Face transformers' files (tests/golden/make_hf_fixtures.py) ---------------------------
+
+namespace {
+struct HfFixture {
+  NamedTensors weights;
+  Tensor input, logits;
+  json config;
+};
+HfFixture load_hf(const std::string& name) {
+  HfFixture h;
+  h.weights = read_safetensors((fixture_dir() / (name + ".safetensors")).string()).tensors;
+  const SafetensorsFile check = read_safetensors((fixture_dir() / (name + ".check.safetensors")).string());
+  for (const auto& [k, v] : check.tensors) (k == "input" ? h.input : h.logits) = v;
+  h.config = json::parse(check.metadata.at("config"));
+  return h;
+}
+}  // namespace
+
+// ViTForImageClassification saved by save_pretrained (the published layout), the same model under
+// transformers 5's in-memory names, and DeiTForImageClassificationWithTeacher: loaded strictly
+// into duet's ViT, they give transformers' logits (eval mode, f32) on every CPU backend.
+TEST(HuggingFace, ViTAndDeiTWeightsReproduceTransformersLogits) {
+  for (const std::string name : {"hf_vit", "hf_vit_state_dict", "hf_deit_distilled"}) {
+    const HfFixture h = load_hf(name);
+    ASSERT_TRUE(models::is_hugging_face_vit(h.weights)) << name;
+    for (Backend b : testing::cpu_backends()) {
+      BackendGuard guard(DeviceType::cpu, b);
+      auto model = build("vit", h.config);  // the config carries transformers' LayerNorm eps
+      load_state_dict(*model, models::from_hugging_face_vit(h.weights), /*strict=*/true);
+      model->eval();
+      NoGradGuard no_grad;
+      const double e = rel_error((*model)(h.input), h.logits);
+      EXPECT_LE(e, 1e-5) << name << " on " << backend_name(b);
+      fmt::print("[ golden   ] {} f32/{}: logits relative error {:.2e} against transformers\n", name, backend_name(b), e);
+    }
+  }
+}
+
+TEST(HuggingFace, WeightsDuetCannotPlaceAreNamed) {
+  HfFixture h = load_hf("hf_deit_distilled");
+  NamedTensors one_head;  // DeiTForImageClassification: the distillation token, one head
+  for (auto [k, v] : h.weights) {
+    if (k.starts_with("distillation_classifier.")) continue;
+    if (k.starts_with("cls_classifier.")) k = "classifier." + k.substr(k.find('.') + 1);
+    one_head.emplace_back(k, v);
+  }
+  EXPECT_ERROR_HAS(models::from_hugging_face_vit(one_head), "DeiTForImageClassification", "deit_*_distilled");
+  NamedTensors pooled = load_hf("hf_vit").weights;
+  pooled.emplace_back("pooler.dense.weight", Tensor::zeros({32, 32}));
+  EXPECT_ERROR_HAS(models::from_hugging_face_vit(pooled), "'pooler.dense.weight'", "pooler");
+  NamedTensors no_key;
+  for (const auto& [k, v] : load_hf("hf_vit").weights)
+    if (k != "vit.encoder.layer.1.attention.attention.key.weight") no_key.emplace_back(k, v);
+  EXPECT_ERROR_HAS(models::from_hugging_face_vit(no_key), "layer 1 has no key weight");
+}
+
+}  // namespace duet

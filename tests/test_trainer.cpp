@@ -22,6 +22,7 @@
 #include "engine/optim/optimizer.h"
 #include "engine/rng.h"
 #include "engine/serialize.h"
+#include "models/vit.h"
 #include "tests/test_support.h"
 #include "tests/trainer_config.h"
 
@@ -255,6 +256,29 @@ TEST(Trainer, CallbacksSeeEveryEpochAndStepInOrder) {
   while (std::getline(log, line)) ++lines;
   EXPECT_EQ(lines, 2);  // and --log's
   fs::remove_all(dir);
+}
+
+// --init-from with a Hugging Face DeiTForImageClassificationWithTeacher file into a distilled DeiT
+// with another class count: the names are mapped, the backbone loads, and both heads (the class
+// token's and the distillation token's) start new and are all that trains with --freeze-backbone.
+TEST(TransferLearning, DistilledDeiTFromHuggingFaceGetsBothHeadsNew) {
+  const std::string path = std::string(DUET_SOURCE_DIR) + "/tests/golden/fixtures/hf_deit_distilled.safetensors";
+  models::ViTConfig v;
+  v.image_size = 16, v.patch_size = 4, v.num_layers = 2, v.num_heads = 2, v.hidden_dim = 32, v.mlp_dim = 64;
+  v.num_classes = 4;  // the file's heads have 10
+  v.distilled = true;
+  auto model = std::make_shared<models::VisionTransformer>(v);
+  std::ostringstream out;
+  init_from(*model, path, /*freeze=*/true, out);
+  EXPECT_NE(out.str().find("Hugging Face transformers' ViT/DeiT names mapped"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("new classifier head 'head_dist', 'heads.head'"), std::string::npos) << out.str();
+  for (const auto& [name, p] : model->named_parameters())
+    EXPECT_EQ(p.requires_grad(), name.starts_with("heads.head.") || name.starts_with("head_dist.")) << name;
+  Tensor file_proj;
+  for (const auto& [name, t] : read_safetensors(path).tensors)
+    if (name == "deit.embeddings.patch_embeddings.projection.weight") file_proj = t;
+  ASSERT_TRUE(file_proj.defined());
+  EXPECT_EQ(model->conv_proj->weight.to_vector<float>(), file_proj.to_vector<float>());
 }
 
 // Checkpoints store the config through the structs' JSON definitions: every stored field comes
