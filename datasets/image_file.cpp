@@ -1,14 +1,20 @@
 #include "datasets/image_file.h"
 #include <cerrno>
+#include <csetjmp>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <jpeglib.h>
 #include <stb_image.h>
 #include <fmt/format.h>
 #include "engine/error.h"
 
-// stb_image's implementation comes from Debian's libstb (linked in CMakeLists.txt), not from a
-// STB_IMAGE_IMPLEMENTATION here; its failure reason is thread-local (v2.27), so workers may
-// decode concurrently.
+// JPEG goes through libjpeg-turbo; PNG through stb_image, whose implementation comes from
+// Debian's libstb (linked in CMakeLists.txt), not from a STB_IMAGE_IMPLEMENTATION here; its
+// failure reason is thread-local (v2.27), so workers may decode concurrently. stb_image 2.27's
+// JPEG decoder is not used: fuzz_image found undefined behaviour in it twice (a Huffman table of
+// more than 256 codes written past its arrays, and a shift by 33 in its bit reader on corrupt
+// entropy-coded data), both fixed upstream after Debian 12's version.
 
 namespace duet::datasets {
 
@@ -18,9 +24,9 @@ bool is_jpeg(const uint8_t* d, size_t n) { return n >= 3 && d[0] == 0xFF && d[1]
 const uint8_t kPngSignature[8] = {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A};
 bool is_png(const uint8_t* d, size_t n) { return n >= 8 && std::memcmp(d, kPngSignature, 8) == 0; }
 
-// Debian 12's stb_image (2.27) trusts a Huffman table's code counts: 16 counts summing to more
-// than 256 codes overflow its 257-byte size and 256-byte value arrays (found by fuzz_image; stb
-// 2.28 refuses such tables). So every DHT segment, before or between scans, is checked here.
+// A Huffman table declares at most 256 codes; a table of more is refused here with a clear message
+// (stb_image 2.27, which once decoded duet's JPEGs, overflowed its arrays on one: fuzz_image).
+// Every DHT segment, before or between scans, is checked.
 std::string check_dht(const uint8_t* d, size_t begin, size_t end) {
   for (size_t p = begin; p < end;) {
     if (p + 17 > end) return fmt::format("corrupt JPEG: Huffman table segment at byte {} is cut short", begin - 4);
@@ -118,16 +124,82 @@ std::vector<uint8_t> read_file_bytes(const std::string& path) {
   return bytes;
 }
 
+namespace {
+// libjpeg reports errors through error_exit, which must not return: it jumps back to read_jpeg's
+// setjmp with the message. Warnings (extraneous bytes before a marker, say) are ignored, as PIL
+// does: the structure check above already refused truncated files.
+struct JpegErrors {
+  jpeg_error_mgr mgr;
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+};
+[[noreturn]] void jpeg_error_exit(j_common_ptr c) {
+  auto* e = reinterpret_cast<JpegErrors*>(c->err);
+  (*c->err->format_message)(c, e->message);
+  std::longjmp(e->jump, 1);
+}
+void jpeg_ignore_message(j_common_ptr, int) {}
+
+enum class JpegRead { ok, failed, too_large };
+
+// Reads the header (and with `pixels`, decodes to RGB, grey replicated). Only trivially
+// destructible objects live in this frame, as a longjmp through it requires.
+JpegRead read_jpeg(const uint8_t* data, size_t n, int64_t max_pixels, std::vector<uint8_t>* pixels, int64_t& w,
+                   int64_t& h, JpegErrors& err) {
+  jpeg_decompress_struct cinfo;
+  cinfo.err = jpeg_std_error(&err.mgr);
+  err.mgr.error_exit = jpeg_error_exit;
+  err.mgr.emit_message = jpeg_ignore_message;
+  err.message[0] = '\0';
+  if (setjmp(err.jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    return JpegRead::failed;
+  }
+  jpeg_create_decompress(&cinfo);
+  jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(n));
+  jpeg_read_header(&cinfo, TRUE);
+  w = cinfo.image_width;
+  h = cinfo.image_height;
+  if (w * h > max_pixels || !pixels) {
+    jpeg_destroy_decompress(&cinfo);
+    return w * h > max_pixels ? JpegRead::too_large : JpegRead::ok;
+  }
+  cinfo.out_color_space = JCS_RGB;
+  jpeg_start_decompress(&cinfo);
+  const size_t row_bytes = static_cast<size_t>(cinfo.output_width) * 3;
+  pixels->resize(row_bytes * cinfo.output_height);
+  while (cinfo.output_scanline < cinfo.output_height) {
+    JSAMPROW row = pixels->data() + row_bytes * cinfo.output_scanline;
+    jpeg_read_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_decompress(&cinfo);
+  jpeg_destroy_decompress(&cinfo);
+  return JpegRead::ok;
+}
+
+std::string too_many_pixels(int64_t w, int64_t h, int64_t max_pixels) {
+  return fmt::format("the image declares {} x {} = {} pixels, more than the limit of {} (--max-image-pixels raises it)",
+                     w, h, w * h, max_pixels);
+}
+}  // namespace
+
 std::string check_image_header(const uint8_t* data, size_t n, int64_t max_pixels) {
   if (n >= (1ull << 31)) return fmt::format("file of {} bytes is too large to decode", n);
+  if (is_jpeg(data, n)) {
+    int64_t w = 0, h = 0;
+    JpegErrors err;
+    switch (read_jpeg(data, n, max_pixels, nullptr, w, h, err)) {
+      case JpegRead::failed: return fmt::format("unreadable JPEG header ({})", err.message);
+      case JpegRead::too_large: return too_many_pixels(w, h, max_pixels);
+      case JpegRead::ok: break;
+    }
+    return w > 0 && h > 0 ? "" : fmt::format("the header declares an image of {} x {} pixels", w, h);
+  }
   int w = 0, h = 0, comp = 0;
   if (!stbi_info_from_memory(data, static_cast<int>(n), &w, &h, &comp))
     return fmt::format("unreadable image header ({})", stbi_failure_reason());
   if (w <= 0 || h <= 0) return fmt::format("the header declares an image of {} x {} pixels", w, h);
-  if (static_cast<int64_t>(w) * h > max_pixels)
-    return fmt::format("the image declares {} x {} = {} pixels, more than the limit of {} (--max-image-pixels raises "
-                       "it)",
-                       w, h, static_cast<int64_t>(w) * h, max_pixels);
+  if (static_cast<int64_t>(w) * h > max_pixels) return too_many_pixels(w, h, max_pixels);
   return "";
 }
 
@@ -147,6 +219,18 @@ Image decode_image_bytes(const uint8_t* data, size_t n, const std::string& name,
   std::string problem = check_image_bytes(data, n);
   if (problem.empty()) problem = check_image_header(data, n, max_pixels);
   DUET_CHECK(problem.empty(), "'{}': {}", name, problem);
+  if (is_jpeg(data, n)) {
+    Image img;
+    int64_t w = 0, h = 0;
+    JpegErrors err;
+    const JpegRead r = read_jpeg(data, n, max_pixels, &img.pixels, w, h, err);
+    DUET_CHECK(r == JpegRead::ok, "'{}': cannot decode ({})", name,
+               r == JpegRead::too_large ? too_many_pixels(w, h, max_pixels) : std::string(err.message));
+    img.h = h;
+    img.w = w;
+    img.c = 3;
+    return img;
+  }
   int w = 0, h = 0, comp = 0;
   uint8_t* px = stbi_load_from_memory(data, static_cast<int>(n), &w, &h, &comp, 3);
   DUET_CHECK(px != nullptr, "'{}': cannot decode ({})", name, stbi_failure_reason());

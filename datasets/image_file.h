@@ -1,6 +1,6 @@
-// Strict JPEG/PNG reading through stb_image. stb_image decodes a truncated JPEG as a partly grey
-// image without complaint, so the file's structure is checked first: a JPEG needs its
-// end-of-image marker after the image data, a PNG its IEND chunk.
+// Strict JPEG/PNG reading: JPEG through libjpeg-turbo, PNG through stb_image. Both decode a
+// truncated file as a partly grey image without complaint, so the file's structure is checked
+// first: a JPEG needs its end-of-image marker after the image data, a PNG its IEND chunk.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -16,15 +16,15 @@ std::string check_image_bytes(const uint8_t* data, size_t n);
 std::vector<uint8_t> read_file_bytes(const std::string& path);
 
 // Images declaring more pixels than this are refused before decoding: a few-KB JPEG may declare
-// 16000 x 16000, which stb_image would allocate (768 MB of RGB) per loader worker. PIL's
+// 16000 x 16000, which a decoder would allocate (768 MB of RGB) per loader worker. PIL's
 // default limit is 89,478,485; this is a 8192 x 8192 photo.
 inline constexpr int64_t kDefaultMaxImagePixels = 8192LL * 8192;
 
-// "" when the bytes' header is a JPEG or PNG that stb_image reads, of at most max_pixels pixels,
-// else the problem. Only the header is read (stbi_info), nothing is decoded.
+// "" when the bytes' header is a JPEG (libjpeg) or PNG (stb_image) header, of at most max_pixels
+// pixels, else the problem. Only the header is read, nothing is decoded.
 std::string check_image_header(const uint8_t* data, size_t n, int64_t max_pixels = kDefaultMaxImagePixels);
 
-// "" when the file is a complete JPEG or PNG whose header stb_image understands, of at most
+// "" when the file is a complete JPEG or PNG whose header its decoder understands, of at most
 // max_pixels pixels, else the problem (the file's name is not part of it). Reads the file.
 std::string check_image_file(const std::string& path, int64_t max_pixels = kDefaultMaxImagePixels);
 

@@ -1,5 +1,5 @@
-// The image checks and stb_image decoding on arbitrary bytes, as the image-folder loader runs
-// them (a pixel limit small enough that libFuzzer's memory limit is not what stops a decode).
+// The image checks and decoding (libjpeg-turbo, stb_image for PNG) on arbitrary bytes, as the
+// image-folder loader runs them (a pixel limit small enough that libFuzzer's memory limit is not what stops a decode).
 #include "datasets/image_file.h"
 #include "fuzz/fuzz_support.h"
 

@@ -514,6 +514,20 @@ TEST(FuzzFinding, JpegHuffmanTableBehindPaddingIsStillChecked) {
   EXPECT_ERROR_HAS(datasets::decode_image_bytes(bytes.data(), bytes.size(), "pad.jpg"), "pad.jpg", "(at most 256)");
 }
 
+// Found by fuzz_image in the campaign of 2026-11-25: corrupt entropy-coded data made stb_image
+// 2.27's JPEG bit reader shift by 33 (UBSan: stbi__grow_buffer_unsafe), undefined behaviour. JPEGs
+// are now decoded by libjpeg-turbo; this file must be a clear error or an image, never a crash.
+TEST(FuzzFinding, JpegWithCorruptEntropyCodedDataIsDecodedSafely) {
+  const std::string path = std::string(DUET_SOURCE_DIR) + "/fuzz/regressions/image_jpeg_bit_reader_shift.jpg";
+  const std::vector<uint8_t> bytes = datasets::read_file_bytes(path);
+  try {
+    const datasets::Image img = datasets::decode_image_bytes(bytes.data(), bytes.size(), "shift.jpg");
+    EXPECT_EQ(img.pixels.size(), static_cast<size_t>(img.h * img.w * img.c));
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("shift.jpg"), std::string::npos) << e.what();
+  }
+}
+
 // Found by fuzz_report: a number beyond a double ("0.005584e88830205156") made nlohmann throw
 // out_of_range, which load_report did not catch ("internal error", or terminate in a fuzzer).
 TEST(FuzzFinding, ReportWithANumberBeyondADoubleIsAClearError) {
