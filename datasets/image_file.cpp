@@ -5,16 +5,16 @@
 #include <cstring>
 #include <fstream>
 #include <jpeglib.h>
-#include <stb_image.h>
+#include <png.h>
 #include <fmt/format.h>
 #include "engine/error.h"
 
-// JPEG goes through libjpeg-turbo; PNG through stb_image, whose implementation comes from
-// Debian's libstb (linked in CMakeLists.txt), not from a STB_IMAGE_IMPLEMENTATION here; its
-// failure reason is thread-local (v2.27), so workers may decode concurrently. stb_image 2.27's
-// JPEG decoder is not used: fuzz_image found undefined behaviour in it twice (a Huffman table of
-// more than 256 codes written past its arrays, and a shift by 33 in its bit reader on corrupt
-// entropy-coded data), both fixed upstream after Debian 12's version.
+// JPEG goes through libjpeg-turbo and PNG through libpng, the decoders PIL uses, both fuzzed
+// upstream by OSS-Fuzz. duet decoded with Debian 12's stb_image 2.27 until fuzz_image found
+// undefined behaviour in it three times (a JPEG Huffman table of more than 256 codes written past
+// its arrays, a shift by 33 in its JPEG bit reader, a memcpy to a null pointer for a PNG whose
+// first IDAT chunk is empty), all of them fixed upstream only after that version. Both decoders
+// keep their state per call, so loader workers decode concurrently.
 
 namespace duet::datasets {
 
@@ -25,8 +25,8 @@ const uint8_t kPngSignature[8] = {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A};
 bool is_png(const uint8_t* d, size_t n) { return n >= 8 && std::memcmp(d, kPngSignature, 8) == 0; }
 
 // A Huffman table declares at most 256 codes; a table of more is refused here with a clear message
-// (stb_image 2.27, which once decoded duet's JPEGs, overflowed its arrays on one: fuzz_image).
-// Every DHT segment, before or between scans, is checked.
+// (stb_image 2.27, which once decoded duet's JPEGs, overflowed its arrays on one: fuzz_image;
+// libjpeg refuses it too). Every DHT segment, before or between scans, is checked.
 std::string check_dht(const uint8_t* d, size_t begin, size_t end) {
   for (size_t p = begin; p < end;) {
     if (p + 17 > end) return fmt::format("corrupt JPEG: Huffman table segment at byte {} is cut short", begin - 4);
@@ -56,10 +56,10 @@ std::string check_jpeg(const uint8_t* d, size_t n) {
                            "short",
                            n);
     }
-    // stb_image skips bytes that are not a marker between header segments ("extra padding"),
-    // so a table it reads may sit behind junk that a strict walk would take for a marker and
-    // skip by a bogus length. Skipping to the next FF everywhere sees every table stb can reach;
-    // after the header stb refuses such junk, so nothing valid is refused here for it.
+    // Decoders skip bytes that are not a marker between header segments ("extra padding"; stb
+    // did, libjpeg does with a warning), so a table may sit behind junk that a strict walk would
+    // take for a marker and skip by a bogus length. Skipping to the next FF everywhere sees every
+    // table a decoder can reach.
     while (pos < n && d[pos] != 0xFF) ++pos;
     while (pos < n && d[pos] == 0xFF) ++pos;  // fill bytes before a marker
     if (pos >= n) return fmt::format("truncated: the file ends in the JPEG header ({} bytes)", n);
@@ -140,12 +140,14 @@ struct JpegErrors {
 }
 void jpeg_ignore_message(j_common_ptr, int) {}
 
-enum class JpegRead { ok, failed, too_large };
+enum class Read { ok, failed, too_large };
 
-// Reads the header (and with `pixels`, decodes to RGB, grey replicated). Only trivially
-// destructible objects live in this frame, as a longjmp through it requires.
-JpegRead read_jpeg(const uint8_t* data, size_t n, int64_t max_pixels, std::vector<uint8_t>* pixels, int64_t& w,
-                   int64_t& h, JpegErrors& err) {
+// Reads the header (and with `pixels`, decodes to RGB, grey replicated); on failure `message`
+// says why. Apart from the caller's objects, only trivially destructible objects live in this
+// frame, as a longjmp through it requires.
+Read read_jpeg(const uint8_t* data, size_t n, int64_t max_pixels, std::vector<uint8_t>* pixels, int64_t& w, int64_t& h,
+               std::string& message) {
+  JpegErrors err;
   jpeg_decompress_struct cinfo;
   cinfo.err = jpeg_std_error(&err.mgr);
   err.mgr.error_exit = jpeg_error_exit;
@@ -153,7 +155,8 @@ JpegRead read_jpeg(const uint8_t* data, size_t n, int64_t max_pixels, std::vecto
   err.message[0] = '\0';
   if (setjmp(err.jump)) {
     jpeg_destroy_decompress(&cinfo);
-    return JpegRead::failed;
+    message = err.message;
+    return Read::failed;
   }
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(n));
@@ -162,7 +165,7 @@ JpegRead read_jpeg(const uint8_t* data, size_t n, int64_t max_pixels, std::vecto
   h = cinfo.image_height;
   if (w * h > max_pixels || !pixels) {
     jpeg_destroy_decompress(&cinfo);
-    return w * h > max_pixels ? JpegRead::too_large : JpegRead::ok;
+    return w * h > max_pixels ? Read::too_large : Read::ok;
   }
   cinfo.out_color_space = JCS_RGB;
   jpeg_start_decompress(&cinfo);
@@ -174,7 +177,81 @@ JpegRead read_jpeg(const uint8_t* data, size_t n, int64_t max_pixels, std::vecto
   }
   jpeg_finish_decompress(&cinfo);
   jpeg_destroy_decompress(&cinfo);
-  return JpegRead::ok;
+  return Read::ok;
+}
+
+// libpng, the same way: errors longjmp back to read_png's setjmp with the message; warnings
+// (a bad CRC in an ancillary chunk, say) are ignored. The transforms give 8-bit RGB as PIL's
+// convert("RGB") does: palette and grey expanded, 16-bit samples reduced to their high byte,
+// alpha dropped (not composited), no gamma applied.
+struct PngErrors {
+  std::jmp_buf jump;
+  char message[200];
+};
+[[noreturn]] void png_error_exit(png_structp png, png_const_charp msg) {
+  auto* e = static_cast<PngErrors*>(png_get_error_ptr(png));
+  std::snprintf(e->message, sizeof e->message, "%s", msg);
+  std::longjmp(e->jump, 1);
+}
+void png_ignore_warning(png_structp, png_const_charp) {}
+
+struct PngSource {
+  const uint8_t* data;
+  size_t size, pos;
+};
+void png_read_memory(png_structp png, png_bytep out, png_size_t n) {
+  auto* src = static_cast<PngSource*>(png_get_io_ptr(png));
+  if (n > src->size - src->pos) png_error(png, "the file ends inside a chunk");
+  std::memcpy(out, src->data + src->pos, n);
+  src->pos += n;
+}
+
+// As read_jpeg, for PNG.
+Read read_png(const uint8_t* data, size_t n, int64_t max_pixels, std::vector<uint8_t>* pixels, int64_t& w, int64_t& h,
+              std::string& message) {
+  PngErrors err;
+  err.message[0] = '\0';
+  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &err, png_error_exit, png_ignore_warning);
+  png_infop info = png ? png_create_info_struct(png) : nullptr;
+  PngSource src{data, n, 0};
+  if (!png || !info) {
+    if (png) png_destroy_read_struct(&png, nullptr, nullptr);
+    message = "libpng could not start";
+    return Read::failed;
+  }
+  if (setjmp(err.jump)) {
+    png_destroy_read_struct(&png, &info, nullptr);
+    message = err.message;
+    return Read::failed;
+  }
+  png_set_read_fn(png, &src, png_read_memory);
+  png_read_info(png, info);
+  w = png_get_image_width(png, info);
+  h = png_get_image_height(png, info);
+  if (w * h > max_pixels || !pixels) {
+    png_destroy_read_struct(&png, &info, nullptr);
+    return w * h > max_pixels ? Read::too_large : Read::ok;
+  }
+  png_set_expand(png);         // palette to RGB, grey below 8 bits to 8, tRNS to alpha
+  png_set_strip_16(png);       // 16-bit samples to their high byte
+  png_set_strip_alpha(png);    // alpha dropped
+  png_set_gray_to_rgb(png);    // grey replicated
+  const int passes = png_set_interlace_handling(png);
+  png_read_update_info(png, info);
+  const size_t row_bytes = static_cast<size_t>(w) * 3;
+  if (png_get_rowbytes(png, info) != row_bytes) png_error(png, "unexpected row size after conversion to RGB");
+  pixels->resize(row_bytes * static_cast<size_t>(h));
+  for (int pass = 0; pass < passes; ++pass)
+    for (int64_t y = 0; y < h; ++y) png_read_row(png, pixels->data() + row_bytes * static_cast<size_t>(y), nullptr);
+  png_read_end(png, nullptr);
+  png_destroy_read_struct(&png, &info, nullptr);
+  return Read::ok;
+}
+
+// The reader of the bytes' format (check_image_bytes has established it is JPEG or PNG).
+Read read_image(const uint8_t* data, size_t n, int64_t max_pixels, std::vector<uint8_t>* pixels, int64_t& w,
+                int64_t& h, std::string& message) {
+  return (is_jpeg(data, n) ? read_jpeg : read_png)(data, n, max_pixels, pixels, w, h, message);
 }
 
 std::string too_many_pixels(int64_t w, int64_t h, int64_t max_pixels) {
@@ -185,22 +262,15 @@ std::string too_many_pixels(int64_t w, int64_t h, int64_t max_pixels) {
 
 std::string check_image_header(const uint8_t* data, size_t n, int64_t max_pixels) {
   if (n >= (1ull << 31)) return fmt::format("file of {} bytes is too large to decode", n);
-  if (is_jpeg(data, n)) {
-    int64_t w = 0, h = 0;
-    JpegErrors err;
-    switch (read_jpeg(data, n, max_pixels, nullptr, w, h, err)) {
-      case JpegRead::failed: return fmt::format("unreadable JPEG header ({})", err.message);
-      case JpegRead::too_large: return too_many_pixels(w, h, max_pixels);
-      case JpegRead::ok: break;
-    }
-    return w > 0 && h > 0 ? "" : fmt::format("the header declares an image of {} x {} pixels", w, h);
+  if (!is_jpeg(data, n) && !is_png(data, n)) return check_image_bytes(data, n);
+  int64_t w = 0, h = 0;
+  std::string message;
+  switch (read_image(data, n, max_pixels, nullptr, w, h, message)) {
+    case Read::failed: return fmt::format("unreadable {} header ({})", is_jpeg(data, n) ? "JPEG" : "PNG", message);
+    case Read::too_large: return too_many_pixels(w, h, max_pixels);
+    case Read::ok: break;
   }
-  int w = 0, h = 0, comp = 0;
-  if (!stbi_info_from_memory(data, static_cast<int>(n), &w, &h, &comp))
-    return fmt::format("unreadable image header ({})", stbi_failure_reason());
-  if (w <= 0 || h <= 0) return fmt::format("the header declares an image of {} x {} pixels", w, h);
-  if (static_cast<int64_t>(w) * h > max_pixels) return too_many_pixels(w, h, max_pixels);
-  return "";
+  return w > 0 && h > 0 ? "" : fmt::format("the header declares an image of {} x {} pixels", w, h);
 }
 
 std::string check_image_file(const std::string& path, int64_t max_pixels) {
@@ -219,27 +289,14 @@ Image decode_image_bytes(const uint8_t* data, size_t n, const std::string& name,
   std::string problem = check_image_bytes(data, n);
   if (problem.empty()) problem = check_image_header(data, n, max_pixels);
   DUET_CHECK(problem.empty(), "'{}': {}", name, problem);
-  if (is_jpeg(data, n)) {
-    Image img;
-    int64_t w = 0, h = 0;
-    JpegErrors err;
-    const JpegRead r = read_jpeg(data, n, max_pixels, &img.pixels, w, h, err);
-    DUET_CHECK(r == JpegRead::ok, "'{}': cannot decode ({})", name,
-               r == JpegRead::too_large ? too_many_pixels(w, h, max_pixels) : std::string(err.message));
-    img.h = h;
-    img.w = w;
-    img.c = 3;
-    return img;
-  }
-  int w = 0, h = 0, comp = 0;
-  uint8_t* px = stbi_load_from_memory(data, static_cast<int>(n), &w, &h, &comp, 3);
-  DUET_CHECK(px != nullptr, "'{}': cannot decode ({})", name, stbi_failure_reason());
   Image img;
+  int64_t w = 0, h = 0;
+  std::string message;
+  const Read r = read_image(data, n, max_pixels, &img.pixels, w, h, message);
+  DUET_CHECK(r == Read::ok, "'{}': cannot decode ({})", name, r == Read::too_large ? too_many_pixels(w, h, max_pixels) : message);
   img.h = h;
   img.w = w;
   img.c = 3;
-  img.pixels.assign(px, px + static_cast<size_t>(w) * static_cast<size_t>(h) * 3);
-  stbi_image_free(px);
   return img;
 }
 

@@ -1,4 +1,4 @@
-// Strict JPEG/PNG reading: JPEG through libjpeg-turbo, PNG through stb_image. Both decode a
+// Strict JPEG/PNG reading: JPEG through libjpeg-turbo, PNG through libpng. Both decode a
 // truncated file as a partly grey image without complaint, so the file's structure is checked
 // first: a JPEG needs its end-of-image marker after the image data, a PNG its IEND chunk.
 #pragma once
@@ -20,7 +20,7 @@ std::vector<uint8_t> read_file_bytes(const std::string& path);
 // default limit is 89,478,485; this is a 8192 x 8192 photo.
 inline constexpr int64_t kDefaultMaxImagePixels = 8192LL * 8192;
 
-// "" when the bytes' header is a JPEG (libjpeg) or PNG (stb_image) header, of at most max_pixels
+// "" when the bytes' header is a JPEG (libjpeg) or PNG (libpng) header, of at most max_pixels
 // pixels, else the problem. Only the header is read, nothing is decoded.
 std::string check_image_header(const uint8_t* data, size_t n, int64_t max_pixels = kDefaultMaxImagePixels);
 

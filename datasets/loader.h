@@ -9,7 +9,7 @@
 //     while (loader.next(b)) train_step(b);
 //   }
 //
-// Workers run pure host code (file reads, stb_image, the u8 transforms, the f32 write); they call
+// Workers run pure host code (file reads, the JPEG/PNG decoders, the u8 transforms, the f32 write); they call
 // no engine op, so they never start OpenMP teams beside the training thread's on a small machine.
 #pragma once
 #include <atomic>

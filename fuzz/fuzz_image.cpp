@@ -1,5 +1,7 @@
-// The image checks and decoding (libjpeg-turbo, stb_image for PNG) on arbitrary bytes, as the
-// image-folder loader runs them (a pixel limit small enough that libFuzzer's memory limit is not what stops a decode).
+// The image checks and decoding (libjpeg-turbo, libpng) on arbitrary bytes, as the image-folder
+// loader runs them. The decoders are Debian's libraries, not instrumented (OSS-Fuzz fuzzes them
+// upstream): this target finds crashes in them and faults in duet's checks and error handling.
+// The pixel limit is small enough that libFuzzer's memory limit is not what stops a decode.
 #include "datasets/image_file.h"
 #include "fuzz/fuzz_support.h"
 

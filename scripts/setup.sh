@@ -3,7 +3,7 @@
 # Safe to run repeatedly; needs root (or sudo) only when something has to be installed.
 # With --fuzz also clang and its libFuzzer runtime, for scripts/fuzz.sh (CI's fuzzing block).
 set -euo pipefail
-packages=(build-essential cmake ninja-build ccache libdnnl-dev libstb-dev libjpeg-dev libgtest-dev libgmock-dev
+packages=(build-essential cmake ninja-build ccache libdnnl-dev libstb-dev libjpeg-dev libpng-dev libgtest-dev libgmock-dev
           libbenchmark-dev libcli11-dev nlohmann-json3-dev libfmt-dev python3
           python3-matplotlib  # matplotlib: the test of scripts/plot_profile.py
           openmpi-bin libopenmpi-dev)  # MPI: data-parallel training across processes (optional to the build)

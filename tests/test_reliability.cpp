@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -461,13 +462,16 @@ TEST(Sizes, ImagesAreBoundedBeforeDecoding) {
   EXPECT_ERROR_HAS(datasets::decode_image_file(png, 1000), "40 x 30 = 1200 pixels", "limit of 1000",
                    "--max-image-pixels");
   EXPECT_NE(datasets::check_image_file(png, 1000), "");
-  // A small file declaring 16000 x 16000 (the IHDR's size patched) is refused from its header.
+  // A small file declaring 16000 x 16000 (the IHDR's size patched, its CRC made right again, as
+  // a crafted file would have it) is refused from its header.
   std::vector<uint8_t> bytes = datasets::read_file_bytes(png);
   ASSERT_EQ(std::memcmp(bytes.data() + 12, "IHDR", 4), 0);
   for (int k : {16, 20}) {
     const uint32_t v = 16000;
     bytes[k] = 0, bytes[k + 1] = 0, bytes[k + 2] = static_cast<uint8_t>(v >> 8), bytes[k + 3] = static_cast<uint8_t>(v);
   }
+  const uLong crc = crc32(crc32(0, nullptr, 0), bytes.data() + 12, 4 + 13);  // over "IHDR" and its 13 bytes
+  for (int i = 0; i < 4; ++i) bytes[29 + i] = static_cast<uint8_t>(crc >> (24 - 8 * i));
   EXPECT_ERROR_HAS(datasets::decode_image_bytes(bytes.data(), bytes.size(), "huge.png"), "16000 x 16000 = 256000000",
                    "huge.png");
   fs::remove_all(dir);
@@ -517,15 +521,28 @@ TEST(FuzzFinding, JpegHuffmanTableBehindPaddingIsStillChecked) {
 // Found by fuzz_image in the campaign of 2026-11-25: corrupt entropy-coded data made stb_image
 // 2.27's JPEG bit reader shift by 33 (UBSan: stbi__grow_buffer_unsafe), undefined behaviour. JPEGs
 // are now decoded by libjpeg-turbo; this file must be a clear error or an image, never a crash.
-TEST(FuzzFinding, JpegWithCorruptEntropyCodedDataIsDecodedSafely) {
-  const std::string path = std::string(DUET_SOURCE_DIR) + "/fuzz/regressions/image_jpeg_bit_reader_shift.jpg";
-  const std::vector<uint8_t> bytes = datasets::read_file_bytes(path);
+namespace {
+// A regression input that once made a decoder misbehave: now an image or a duet::Error naming it.
+void expect_decoded_or_named(const std::string& file) {
+  const std::vector<uint8_t> bytes = datasets::read_file_bytes(std::string(DUET_SOURCE_DIR) + "/fuzz/regressions/" + file);
   try {
-    const datasets::Image img = datasets::decode_image_bytes(bytes.data(), bytes.size(), "shift.jpg");
+    const datasets::Image img = datasets::decode_image_bytes(bytes.data(), bytes.size(), file);
     EXPECT_EQ(img.pixels.size(), static_cast<size_t>(img.h * img.w * img.c));
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("shift.jpg"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(file), std::string::npos) << e.what();
   }
+}
+}  // namespace
+
+TEST(FuzzFinding, JpegWithCorruptEntropyCodedDataIsDecodedSafely) {
+  expect_decoded_or_named("image_jpeg_bit_reader_shift.jpg");
+}
+
+// Found by fuzz_image in the campaign of 2026-11-25: a PNG whose first IDAT chunk is empty made
+// stb_image 2.27 memcpy to a null pointer (UBSan), undefined behaviour. PNGs are now decoded by
+// libpng; this file must be a clear error or an image, never a crash.
+TEST(FuzzFinding, PngWithAnEmptyFirstImageDataChunkIsDecodedSafely) {
+  expect_decoded_or_named("image_png_empty_first_idat.png");
 }
 
 // Found by fuzz_report: a number beyond a double ("0.005584e88830205156") made nlohmann throw

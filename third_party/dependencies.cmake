@@ -32,9 +32,12 @@ duet_require("stb_image (header)" libstb-dev STB_INCLUDE_DIR)
 find_library(STB_LIBRARY stb)
 duet_require("stb (library)" libstb-dev STB_LIBRARY)
 
-# JPEG: libjpeg-turbo (Debian's libjpeg-dev), fuzzed upstream by OSS-Fuzz; stb_image reads PNG.
+# Image decoding: libjpeg-turbo (Debian's libjpeg-dev) and libpng (libpng-dev), both fuzzed
+# upstream by OSS-Fuzz. stb (above) is only the tests' image writer now.
 find_package(JPEG QUIET)
 duet_require("libjpeg (libjpeg-turbo)" libjpeg-dev JPEG_FOUND)
+find_package(PNG QUIET)
+duet_require("libpng" libpng-dev PNG_FOUND)
 
 # oneDNN. duet uses its CPU engine only, so it links the library directly instead of going through
 # dnnl-config.cmake: Debian builds oneDNN with the OpenCL GPU runtime, and that config calls
