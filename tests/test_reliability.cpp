@@ -498,12 +498,19 @@ TEST(Outputs, ProfileCommandProbesItsOutputsBeforeTheSteps) {
 
 // Found by fuzz_image: a JPEG whose Huffman table declares more than 256 codes made Debian's
 // stb_image 2.27 write past its tables (UBSan: index 257 out of bounds in stbi__build_huffman).
-TEST(FuzzFinding, JpegHuffmanTableOfMoreThan256CodesIsRefused) {
-  const std::string path = std::string(DUET_SOURCE_DIR) + "/fuzz/regressions/image_dht_257_codes.jpg";
-  const std::vector<uint8_t> bytes = datasets::read_file_bytes(path);
+namespace {
+// A regression JPEG with a Huffman table of more than 256 codes: refused by the structure check
+// and by decoding, naming the file (`name`) and the limit.
+void expect_huffman_table_refused(const std::string& file, const std::string& name) {
+  const std::vector<uint8_t> bytes = datasets::read_file_bytes(std::string(DUET_SOURCE_DIR) + "/fuzz/regressions/" + file);
   const std::string problem = datasets::check_image_bytes(bytes.data(), bytes.size());
   EXPECT_NE(problem.find("corrupt JPEG: Huffman table at byte"), std::string::npos) << problem;
-  EXPECT_ERROR_HAS(datasets::decode_image_bytes(bytes.data(), bytes.size(), "dht.jpg"), "dht.jpg", "(at most 256)");
+  EXPECT_ERROR_HAS(datasets::decode_image_bytes(bytes.data(), bytes.size(), name), name, "(at most 256)");
+}
+}  // namespace
+
+TEST(FuzzFinding, JpegHuffmanTableOfMoreThan256CodesIsRefused) {
+  expect_huffman_table_refused("image_dht_257_codes.jpg", "dht.jpg");
 }
 
 // Found by fuzz_image in the campaign of 2026-11-25 (same UBSan report as above): the Huffman
@@ -511,11 +518,7 @@ TEST(FuzzFinding, JpegHuffmanTableOfMoreThan256CodesIsRefused) {
 // stb_image skips such padding and read the table; check_jpeg took the junk for a marker and
 // skipped the table by its bogus length.
 TEST(FuzzFinding, JpegHuffmanTableBehindPaddingIsStillChecked) {
-  const std::string path = std::string(DUET_SOURCE_DIR) + "/fuzz/regressions/image_dht_behind_padding.jpg";
-  const std::vector<uint8_t> bytes = datasets::read_file_bytes(path);
-  const std::string problem = datasets::check_image_bytes(bytes.data(), bytes.size());
-  EXPECT_NE(problem.find("corrupt JPEG: Huffman table at byte"), std::string::npos) << problem;
-  EXPECT_ERROR_HAS(datasets::decode_image_bytes(bytes.data(), bytes.size(), "pad.jpg"), "pad.jpg", "(at most 256)");
+  expect_huffman_table_refused("image_dht_behind_padding.jpg", "pad.jpg");
 }
 
 // Found by fuzz_image in the campaign of 2026-11-25: corrupt entropy-coded data made stb_image
