@@ -286,9 +286,10 @@ std::string check_image_file(const std::string& path, int64_t max_pixels) {
 }
 
 Image decode_image_bytes(const uint8_t* data, size_t n, const std::string& name, int64_t max_pixels) {
-  std::string problem = check_image_bytes(data, n);
-  if (problem.empty()) problem = check_image_header(data, n, max_pixels);
+  // The structure check; the header (size, pixel limit) is read once, by the decoder itself.
+  const std::string problem = check_image_bytes(data, n);
   DUET_CHECK(problem.empty(), "'{}': {}", name, problem);
+  DUET_CHECK(n < (1ull << 31), "'{}': file of {} bytes is too large to decode", name, n);
   Image img;
   int64_t w = 0, h = 0;
   std::string message;
