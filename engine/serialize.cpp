@@ -9,10 +9,8 @@
 #include <filesystem>
 #include <map>
 #include <set>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <nlohmann/json.hpp>
+#include "engine/atomic_file.h"
 #include "engine/autograd.h"
 #include "engine/nn/module.h"
 
@@ -52,30 +50,6 @@ bool parse_st_dtype(const std::string& s, DType& out) {
 
 std::string errno_str() { return std::strerror(errno); }
 
-// ---- writing ---------------------------------------------------------------------------------------
-// Writes all of buf or throws; retries short writes (signals, pipes).
-void write_all(int fd, const void* buf, size_t n, const std::string& path) {
-  const char* p = static_cast<const char*>(buf);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) throw Error(fmt::format("save_safetensors: writing '{}' failed: {}", path, errno_str()));
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-// A write killed before its rename leaves ".<name>.tmp-XXXXXX" beside the file (as large as the
-// file); the next write of the same file removes such debris. Writers of one file are one run
-// at a time, so no live write's temporary is taken.
-void remove_stale_temporaries(const std::filesystem::path& dir, const std::string& name) {
-  const std::string prefix = "." + name + ".tmp-";
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string f = e.path().filename().string();
-    if (f.size() == prefix.size() + 6 && f.compare(0, prefix.size(), prefix) == 0 && e.is_regular_file(ec))
-      std::filesystem::remove(e.path(), ec);
-  }
-}
 }  // namespace
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata) {
@@ -117,40 +91,12 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors, cons
   unsigned char len[8];
   std::memcpy(len, &n, 8);
 
-  const std::filesystem::path target(path);
-  const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
-  remove_stale_temporaries(dir, target.filename().string());
-  std::string tmp = (dir / fmt::format(".{}.tmp-XXXXXX", target.filename().string())).string();
-  const int fd = ::mkstemp(tmp.data());
-  if (fd < 0)
-    throw Error(fmt::format("save_safetensors: cannot create a temporary file in '{}' for '{}': {}", dir.string(), path,
-                            errno_str()));
-  bool open = true;
-  try {
-    ::fchmod(fd, 0644);  // mkstemp makes 0600; weights are not secrets
-    write_all(fd, len, 8, path);
-    write_all(fd, text.data(), text.size(), path);
+  write_file_atomically(path, "save_safetensors", [&](const FileSink& out) {
+    out.write(len, 8);
+    out.write(text.data(), text.size());
     for (const Tensor& h : host)
-      if (h.numel() > 0) write_all(fd, h.raw_data(), h.nbytes(), path);
-    if (::fsync(fd) != 0) throw Error(fmt::format("save_safetensors: fsync of '{}' failed: {}", tmp, errno_str()));
-    open = false;  // close() releases the descriptor even when it reports an error
-    if (::close(fd) != 0) throw Error(fmt::format("save_safetensors: closing '{}' failed: {}", tmp, errno_str()));
-  } catch (...) {
-    if (open) ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = errno_str();
-    ::unlink(tmp.c_str());
-    throw Error(fmt::format("save_safetensors: renaming '{}' to '{}' failed: {}", tmp, path, why));
-  }
-  // Make the rename itself durable.
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+      if (h.numel() > 0) out.write(h.raw_data(), h.nbytes());
+  });
 }
 
 // ---- reading ---------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include "engine/atomic_file.h"
 #include "engine/error.h"
 
 namespace duet::profiler {
@@ -21,24 +22,7 @@ void write_file_atomic(const std::string& path, std::string_view content) {
     fs::create_directories(target.parent_path(), ec);
     DUET_CHECK(!ec, "cannot create folder '{}' for '{}': {}", target.parent_path().string(), path, ec.message());
   }
-  const std::string tmp = fmt::format("{}.tmp-{}", path, static_cast<long>(::getpid()));
-  {
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    DUET_CHECK(f != nullptr, "cannot write '{}': {}", tmp, std::strerror(errno));
-    const size_t n = std::fwrite(content.data(), 1, content.size(), f);
-    const bool flushed = std::fflush(f) == 0;
-    const bool closed = std::fclose(f) == 0;
-    if (n != content.size() || !flushed || !closed) {
-      const std::string why = std::strerror(errno);
-      std::remove(tmp.c_str());
-      throw Error(fmt::format("cannot write '{}': wrote {} of {} bytes ({})", path, n, content.size(), why));
-    }
-  }
-  fs::rename(tmp, target, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    throw Error(fmt::format("cannot write '{}': renaming the temporary file failed: {}", path, ec.message()));
-  }
+  write_file_atomically(path, "cannot write the file", [&](const FileSink& out) { out.write(content.data(), content.size()); });
 }
 
 std::string read_file(const std::string& path, const char* what) {

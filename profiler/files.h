@@ -1,12 +1,12 @@
-// Files the profiler reads and writes. Reports are written atomically (a temporary file in the same
-// folder, then rename), so a crash or a full disk never leaves a half-written report behind.
+// Files the profiler reads and writes. Reports are written atomically (engine/atomic_file.h), so a
+// crash or a full disk never leaves a half-written report behind.
 #pragma once
 #include <string>
 #include <string_view>
 
 namespace duet::profiler {
 
-// Writes `content` to `path` via path.tmp-<pid> + rename; creates missing parent folders.
+// Writes `content` to `path` atomically; creates missing parent folders.
 // Throws duet::Error naming the path and the reason.
 void write_file_atomic(const std::string& path, std::string_view content);
 // The whole file; throws duet::Error "<what> '<path>' ..." when it is missing or unreadable.

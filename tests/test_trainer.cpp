@@ -18,6 +18,7 @@
 #include "apps/predict.h"
 #include "apps/progress.h"
 #include "apps/trainer.h"
+#include "engine/atomic_file.h"
 #include "engine/nn/layers.h"
 #include "engine/optim/optimizer.h"
 #include "engine/rng.h"
@@ -424,7 +425,33 @@ TEST(Checkpoint, InitFromViTAtAnotherImageSize) {
   fs::remove_all(dir);
 }
 
-TEST(Checkpoint, SurvivesAKillMidWrite) {
+namespace {
+// Whether process `pid` holds open a file without a name in `dir` (an O_TMPFILE write in progress:
+// /proc shows such a file as "<dir>/#<inode> (deleted)").
+bool writes_nameless_file(pid_t pid, const fs::path& dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+    const std::string target = fs::read_symlink(e.path(), ec).string();
+    if (!ec && target.rfind(dir.string() + "/#", 0) == 0 && target.find("(deleted)") != std::string::npos) return true;
+  }
+  return false;
+}
+
+size_t temporaries_in(const fs::path& dir) {
+  size_t n = 0;
+  for (const auto& e : fs::directory_iterator(dir)) n += e.path().filename().string().rfind(".ck.safetensors.tmp-", 0) == 0;
+  return n;
+}
+}  // namespace
+
+// A checkpoint write killed at a random moment, with a nameless temporary file (O_TMPFILE, the
+// default where the file system has it) and with a named one: the checkpoint is always a whole old
+// or a whole new one; a killed nameless write leaves no file at all.
+class KillMidWrite : public ::testing::TestWithParam<bool> {};
+
+TEST_P(KillMidWrite, LeavesAWholeCheckpoint) {
+  const bool anonymous = GetParam();
+  const bool before = set_anonymous_temporaries(anonymous);
   const fs::path dir = temp_dir("kill");
   const std::string path = (dir / "ck.safetensors").string();
   auto small = build_model({.name = "small_cnn", .width_mult = 0.25}, 3, 8);
@@ -436,7 +463,7 @@ TEST(Checkpoint, SurvivesAKillMidWrite) {
   auto big = build_model({.name = "small_cnn", .width_mult = 16}, 3, 8);
   CheckpointState new_state;
   new_state.epoch = 2;
-  bool saw_temp = false;
+  int caught_mid_write = 0, caught_and_left_nothing = 0;
   for (int attempt = 0; attempt < 3; ++attempt) {
     const pid_t child = ::fork();
     ASSERT_GE(child, 0);
@@ -445,21 +472,31 @@ TEST(Checkpoint, SurvivesAKillMidWrite) {
       for (;;) save_checkpoint(path, *big, nullptr, new_state);
     }
     ::usleep(static_cast<useconds_t>(20000 + 30000 * attempt));
-    for (const auto& e : fs::directory_iterator(dir))
-      saw_temp = saw_temp || e.path().filename().string().rfind(".ck.safetensors.tmp-", 0) == 0;
+    const bool mid_write = anonymous ? writes_nameless_file(child, dir) : temporaries_in(dir) > 0;
     ::kill(child, SIGKILL);
     int status = 0;
     ::waitpid(child, &status, 0);
     ASSERT_TRUE(WIFSIGNALED(status));
+    caught_mid_write += mid_write;
+    caught_and_left_nothing += mid_write && temporaries_in(dir) == 0;
     // Whatever the moment of the kill, the checkpoint is a whole old or a whole new one.
     const Checkpoint c = read_checkpoint(path);
     EXPECT_TRUE(c.state.epoch == 1 || c.state.epoch == 2) << c.state.epoch;
     const size_t expected = state_dict(c.state.epoch == 1 ? *small : *big).size();
     EXPECT_EQ(c.model.size(), expected);
   }
-  EXPECT_TRUE(saw_temp) << "the kill never caught a write in progress";
+  EXPECT_GT(caught_mid_write, 0) << "the kill never caught a write in progress";
+  // A nameless file is freed with the killed process (only a kill in the microseconds between
+  // linkat and rename could leave a name, which the next write removes).
+  if (anonymous) {
+    EXPECT_GT(caught_and_left_nothing, 0) << "a killed nameless write left a temporary file";
+  }
+  set_anonymous_temporaries(before);
   fs::remove_all(dir);
 }
+
+INSTANTIATE_TEST_SUITE_P(Checkpoint, KillMidWrite, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "NamelessTemporary" : "NamedTemporary"; });
 
 // ---- a non-finite loss ---------------------------------------------------------------------------
 
