@@ -41,6 +41,19 @@ template <class T> DUET_HD inline T max_nan(T a, T b) { return is_nan(a) ? a : i
 template <class T> DUET_HD inline T min_nan(T a, T b) { return is_nan(a) ? a : is_nan(b) ? b : (b < a ? b : a); }
 
 
+// ---- batch norm's statistics ------------------------------------------------------------------------
+// The batch is normalised with its biased variance: invstd = 1 / sqrt(var + eps).
+DUET_HD inline double inv_std(double biased_var, double eps) { return 1.0 / k_sqrt(biased_var + eps); }
+// The running statistics follow PyTorch: r <- (1 - momentum) r + momentum * batch value, where the
+// variance that goes in is the unbiased estimate var * n / (n - 1) of the n values per channel (the
+// biased one when n is 1). cuDNN's exponentialAverageFactor = momentum does the same.
+DUET_HD inline double running_update(double running, double batch, double momentum) {
+  return (1.0 - momentum) * running + momentum * batch;
+}
+DUET_HD inline double unbiased_var(double biased_var, int64_t n) {
+  return n > 1 ? biased_var * double(n) / double(n - 1) : biased_var;
+}
+
 // ---- pooling windows --------------------------------------------------------------------------------
 // Input rows [h0, h1) a pooling window covers, padding removed (same along the width).
 struct PoolRange {

@@ -6,6 +6,7 @@
 // forward's invstd exactly without knowing eps.
 #include <cmath>
 #include "backends/cpu/common.h"
+#include "engine/scalar_math.h"
 
 namespace duet {
 using namespace cpu;
@@ -99,6 +100,20 @@ inline void span_dot(const float* dy, const float* x, int64_t n, double& sdy, do
   for (int j = 0; j < 8; ++j) sdy += a[j], sdyx += b[j];
 }
 
+// The running statistics from the batch's mean and biased variance (engine/scalar_math.h has the rule).
+void update_running_stats(const Tensor& running_mean, const Tensor& running_var, const std::vector<float>& mean,
+                          const std::vector<float>& var, int64_t count, double momentum) {
+  if (!running_mean.defined() || !running_var.defined()) return;
+  float* rm = running_mean.data<float>();
+  float* rv = running_var.data<float>();
+  const int64_t sm = running_mean.stride(0), sv = running_var.stride(0);
+  for (size_t c = 0; c < mean.size(); ++c) {
+    const int64_t i = static_cast<int64_t>(c);
+    rm[i * sm] = static_cast<float>(running_update(rm[i * sm], mean[c], momentum));
+    rv[i * sv] = static_cast<float>(running_update(rv[i * sv], unbiased_var(var[c], count), momentum));
+  }
+}
+
 // y = x * scale[c] + shift[c] over every plane, then max(y, 0) when relu.
 void affine_planes(const float* x, float* y, int64_t N, int64_t C, int64_t HW, const float* scale, const float* shift,
                    bool relu) {
@@ -153,7 +168,7 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
     }
     std::vector<float> scale(static_cast<size_t>(C)), shift(static_cast<size_t>(C));
     for (int64_t c = 0; c < C; ++c) {
-      const double inv = 1.0 / std::sqrt(double(var[c]) + p.eps);
+      const double inv = inv_std(var[c], p.eps);
       invstd[c] = static_cast<float>(inv);
       scale[c] = static_cast<float>(inv * g[c]);
       shift[c] = static_cast<float>(b[c] - mean[c] * inv * g[c]);
@@ -161,16 +176,7 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
     affine_planes(px, y.data<float>(), N, C, HW, scale.data(), shift.data(), p.relu);
     if (save_mean.defined()) store_vec(save_mean, mean.data());
     if (save_invstd.defined()) store_vec(save_invstd, invstd.data());
-    if (p.training && running_mean.defined() && running_var.defined()) {
-      const double unbias = count > 1 ? double(count) / double(count - 1) : 1.0;
-      float* rm = running_mean.data<float>();
-      float* rv = running_var.data<float>();
-      const int64_t sm = running_mean.stride(0), sv = running_var.stride(0);
-      for (int64_t c = 0; c < C; ++c) {
-        rm[c * sm] = static_cast<float>((1.0 - p.momentum) * rm[c * sm] + p.momentum * mean[c]);
-        rv[c * sv] = static_cast<float>((1.0 - p.momentum) * rv[c * sv] + p.momentum * var[c] * unbias);
-      }
-    }
+    if (p.training) update_running_stats(running_mean, running_var, mean, var, count, p.momentum);
     return;
   }
   guarded("batch_norm", {&x, &gamma, &beta}, [&] {
@@ -211,20 +217,11 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
       }
       e->prim.execute(stream(), args);
       std::vector<float> invstd(static_cast<size_t>(C));
-      for (int64_t c = 0; c < C; ++c) invstd[c] = static_cast<float>(1.0 / std::sqrt(double(var[c]) + p.eps));
+      for (int64_t c = 0; c < C; ++c) invstd[c] = static_cast<float>(inv_std(var[c], p.eps));
       if (save_mean.defined()) store_vec(save_mean, mean.data());
       if (save_invstd.defined()) store_vec(save_invstd, invstd.data());
-      if (running_mean.defined() && running_var.defined()) {
-        // oneDNN normalises with the biased variance; the running estimate is unbiased (PyTorch).
-        const double unbias = count > 1 ? double(count) / double(count - 1) : 1.0;
-        float* rm = running_mean.data<float>();
-        float* rv = running_var.data<float>();
-        const int64_t sm = running_mean.stride(0), sv = running_var.stride(0);
-        for (int64_t c = 0; c < C; ++c) {
-          rm[c * sm] = static_cast<float>((1.0 - p.momentum) * rm[c * sm] + p.momentum * mean[c]);
-          rv[c * sv] = static_cast<float>((1.0 - p.momentum) * rv[c * sv] + p.momentum * var[c] * unbias);
-        }
-      }
+      // oneDNN normalises with the biased variance and gives it back; the running estimate is unbiased.
+      update_running_stats(running_mean, running_var, mean, var, count, p.momentum);
     } else {
       const float* m = contiguous_vec(running_mean, mbuf);
       const float* v = contiguous_vec(running_var, vbuf);
@@ -233,7 +230,7 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
       e->prim.execute(stream(), args);
       // The eval-mode gradient (written by the front-end with elementwise ops) reads these.
       std::vector<float> invstd(static_cast<size_t>(C));
-      for (int64_t c = 0; c < C; ++c) invstd[c] = static_cast<float>(1.0 / std::sqrt(double(v[c]) + p.eps));
+      for (int64_t c = 0; c < C; ++c) invstd[c] = static_cast<float>(inv_std(v[c], p.eps));
       if (save_mean.defined()) store_vec(save_mean, m);
       if (save_invstd.defined()) store_vec(save_invstd, invstd.data());
     }
@@ -371,7 +368,7 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
       float* pr = rstd.data<float>();
       const int64_t sr = rstd.dim() == 0 ? 0 : rstd.stride(0);
       parallel_for(rows, rows * 8, [&](int64_t b, int64_t en) {
-        for (int64_t i = b; i < en; ++i) pr[i * sr] = static_cast<float>(1.0 / std::sqrt(double(var[i]) + eps));
+        for (int64_t i = b; i < en; ++i) pr[i * sr] = static_cast<float>(inv_std(var[i], eps));
       });
     }
   });

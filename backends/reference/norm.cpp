@@ -49,7 +49,7 @@ void batch_norm_kernel(const Tensor& x, const Tensor& gamma, const Tensor& beta,
       mean = at1<T>(running_mean, c);
       var = at1<T>(running_var, c);
     }
-    const double invstd = 1.0 / std::sqrt(var + p.eps);
+    const double invstd = inv_std(var, p.eps);
     // y = (x - mean) * invstd * gamma + beta, folded into one multiply-add per element.
     const double scale = invstd * double(at1<T>(gamma, c));
     const double shift = double(at1<T>(beta, c)) - mean * scale;
@@ -59,12 +59,10 @@ void batch_norm_kernel(const Tensor& x, const Tensor& gamma, const Tensor& beta,
     if (save_mean.defined()) at1<T>(save_mean, c) = static_cast<T>(mean);
     if (save_invstd.defined()) at1<T>(save_invstd, c) = static_cast<T>(invstd);
     if (p.training && running_mean.defined() && running_var.defined()) {
-      // The running variance is the unbiased estimate, as in PyTorch (biased when count is 1).
-      const double unbiased = count > 1 ? var * double(count) / double(count - 1) : var;
       T& rm = at1<T>(running_mean, c);
       T& rv = at1<T>(running_var, c);
-      rm = static_cast<T>((1.0 - p.momentum) * rm + p.momentum * mean);
-      rv = static_cast<T>((1.0 - p.momentum) * rv + p.momentum * unbiased);
+      rm = static_cast<T>(running_update(double(rm), mean, p.momentum));
+      rv = static_cast<T>(running_update(double(rv), unbiased_var(var, count), p.momentum));
     }
   }
 }
@@ -126,7 +124,7 @@ void layer_norm_kernel(const Tensor& x, const Tensor& gamma, const Tensor& beta,
     const double mean = sum / double(D);
     double sq = 0.0;
     for (int64_t d = 0; d < D; ++d) sq += (xr[d * sx] - mean) * (xr[d * sx] - mean);
-    const double rstd = 1.0 / std::sqrt(sq / double(D) + eps);  // biased variance, as PyTorch
+    const double rstd = inv_std(sq / double(D), eps);  // biased variance, as PyTorch
     for (int64_t d = 0; d < D; ++d) {
       double v = (xr[d * sx] - mean) * rstd;
       if (pg) v *= pg[d * sg];
