@@ -14,6 +14,7 @@
 #include "engine/duet.h"
 #include "engine/op_cost.h"
 #include "engine/profiler.h"
+#include "opcheck/op_check.h"
 
 namespace duet {
 namespace {
@@ -303,11 +304,30 @@ void dispatch_overhead(benchmark::State& st, bool profile) {
   profiler::clear();
 }
 
+// The op table's timed cases (opcheck/op_table.h, perf_cases: the shapes above that matter most),
+// as "optable/<case>/<backend>": the same runs `duet selftest --mode perf` times, on any backend.
+void register_op_table() {
+  for (const opcheck::Case& c : opcheck::perf_cases()) {
+    for (Backend b : {Backend::cpu}) {
+      if (!backend_available(b)) continue;
+      const std::string name = "optable/" + c.name + "/" + backend_name(b);
+      benchmark::RegisterBenchmark(name.c_str(), [c, b](benchmark::State& st) {
+        opcheck::Prepared p(c, opcheck::cpu_target(b));
+        p.step();
+        const auto [flops, bytes] = p.cost();
+        for (auto _ : st) p.step();
+        set_counters(st, OpCost{flops, bytes});
+      })->UseRealTime()->Unit(benchmark::kMicrosecond);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace duet
 
 int main(int argc, char** argv) {
   duet::register_all();
+  duet::register_op_table();
   benchmark::RegisterBenchmark("dispatch_add16/profiling_off", duet::dispatch_overhead, false)->Unit(benchmark::kNanosecond);
   benchmark::RegisterBenchmark("dispatch_add16/profiling_on", duet::dispatch_overhead, true)->Unit(benchmark::kNanosecond);
   benchmark::Initialize(&argc, argv);

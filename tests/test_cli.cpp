@@ -167,8 +167,27 @@ TEST(Cli, SelftestWithoutCudaSaysSo) {
   const CliResult r = duet_cli({"selftest", "--device", "cuda"});
   EXPECT_NE(r.status, 0);
   EXPECT_TRUE(contains(r.out + r.err, "built without the CUDA backend")) << r.out << r.err;
+#else
+  if (device_count(DeviceType::cuda) == 0) {  // built with the backend, on a machine without a GPU
+    const CliResult r = duet_cli({"selftest", "--device", "cuda"});
+    EXPECT_EQ(r.status, 2);
+    EXPECT_TRUE(contains(r.out, "no CUDA device")) << r.out << r.err;
+  }
 #endif
-  EXPECT_EQ(duet_cli({"selftest", "--device", "cpu"}).status, 1);
+  EXPECT_EQ(duet_cli({"selftest", "--mode", "fast"}).status, 1);
+}
+
+// The op table on the CPU from the command line, in each of its modes.
+TEST(Cli, SelftestRunsTheOpTableOnTheCpu) {
+  CliResult r = duet_cli({"selftest", "--device", "cpu", "--filter", "matmul_2d"});
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "1 of 1 cases passed")) << r.out;
+  r = duet_cli({"selftest", "--device", "cpu", "--backend", "reference", "--mode", "gradient", "--filter", "conv_1x1"});
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "gradient mode")) << r.out;
+  r = duet_cli({"selftest", "--device", "cpu", "--mode", "perf", "--filter", "linear_bias"});
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "GFLOP/s") && contains(r.out, "1 cases timed")) << r.out;
 }
 
 TEST(Cli, CudaDeviceWithoutTheBackendIsAnError) {

@@ -1,764 +1,117 @@
-// Conformance of the `cpu` backend (oneDNN + OpenMP) against the `reference` backend (plain loops):
-// every op, through the public front-ends, forward and backward, on shapes chosen to reach the
-// awkward paths (odd sizes, batch 1, 1x1/3x3/7x7 kernels, stride, dilation, groups, depthwise,
-// channels-last, transposed and strided views, broadcasting, sizes past the OpenMP grain).
-// Each case builds the same f32 leaves under both backends, runs the op, backpropagates
-// sum(out * R) for a fixed random R, and compares outputs and gradients.
-//
-// The same table is run in a second mode, GradientMatchesFiniteDifferences: each case's gradients
-// in f64 on the reference backend against central differences along random directions. So a case
-// added to the table is checked both ways.
+// The op table (opcheck/op_table.h) on the CPU: every case's outputs and gradients on the `cpu`
+// backend (oneDNN + OpenMP) against the `reference` backend (plain loops), and every case's gradients
+// in f64 against central differences (opcheck/op_check.h has both modes). So a case added to the
+// table is checked both ways here, on a GPU by tests/test_cuda_device.cpp, and timed by
+// `duet selftest --mode perf` and bench_ops. Below the table: properties of the cpu backend itself
+// (its kernel policies forced on, NaN handling, caching, threads).
 #include <cmath>
 #include <cstring>
+#include <set>
 #include <functional>
 #include <string>
 #include <vector>
+#include "opcheck/op_check.h"
 #include "tests/test_support.h"
 #ifdef DUET_HAVE_DNNL
 #include "backends/cpu/conv_algorithm.h"
+#include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/depthwise.h"
 #include "backends/cpu/small_gemm.h"
-#endif
-#ifdef DUET_HAVE_DNNL
-#include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/threads.h"
 #endif
 
 namespace duet {
+namespace opcheck {
+// gtest prints a parameter with this (found by argument-dependent lookup) instead of its bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+}  // namespace opcheck
+
 namespace {
 
+using opcheck::Case;
+using opcheck::Mode;
 using testing::all_close;
 using testing::random_tensor;
 
-// How a leaf becomes the op's input: the leaf holds the gradient, the view is what the op sees.
-enum class Layout { plain, channels_last, transposed, strided, expanded };
-
-struct In {
-  Shape shape;
-  Layout layout = Layout::plain;
-  bool grad = true;
-  double lo = -1.0, hi = 1.0;
-  Shape expand_to = {};     // Layout::expanded: the broadcast shape
-  int64_t classes = 0;      // > 0: i64 labels in [0, classes) (no gradient)
-};
-
-using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
-
-struct Case {
-  std::string name;
-  std::vector<In> ins;
-  Fn f;
-  double tol = 1.0;  // multiplies atol 1e-5 and rtol 1e-4 (long f32 reductions)
-  // Also checked against finite differences in f64 (false where the case rounds to a narrower
-  // dtype on purpose, which no finite difference survives).
-  bool gradient_check = true;
-};
-
-struct Result {
-  std::vector<Tensor> outs, grads;
-};
-
-Tensor make_leaf(const In& in, uint64_t seed, DType dtype = DType::f32) {
-  if (in.classes > 0) {
-    std::vector<int64_t> v(static_cast<size_t>(numel_of(in.shape)));
-    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int64_t>((i * 7 + seed * 3) % in.classes);
-    return Tensor::from_vector<int64_t>(v, in.shape, TensorOptions(DType::i64));
-  }
-  Shape s = in.shape;
-  if (in.layout == Layout::transposed) std::swap(s[s.size() - 1], s[s.size() - 2]);
-  if (in.layout == Layout::strided) s.back() *= 2;
-  Tensor t = random_tensor(s, seed, dtype, in.lo, in.hi);
-  if (in.layout == Layout::channels_last) {
-    BackendGuard ref(DeviceType::cpu, Backend::reference);
-    t = t.contiguous(MemoryFormat::channels_last).detach();
-  }
-  if (in.grad) t.set_requires_grad(true);
-  return t;
+void expect_cpu_matches_reference(const Case& c) {
+  const opcheck::Outcome o = opcheck::check_conformance(c, opcheck::cpu_target(Backend::cpu));
+  for (const std::string& p : o.problems) ADD_FAILURE() << p;
 }
 
-Tensor view_of(const In& in, const Tensor& leaf) {
-  switch (in.layout) {
-    case Layout::transposed: return leaf.transpose(-1, -2);
-    case Layout::strided: return leaf.slice(-1, 0, leaf.size(-1), 2);
-    case Layout::expanded: return leaf.expand(in.expand_to);
-    default: return leaf;
-  }
+std::vector<Case> cases_of(Mode m) {
+  std::vector<Case> v;
+  for (Case& c : opcheck::all_cases())
+    if (opcheck::skip_reason(c, opcheck::cpu_target(Backend::cpu), m).empty()) v.push_back(std::move(c));
+  return v;
 }
 
-Result run(const Case& c, Backend b) {
-  std::vector<Tensor> leaves, views;
-  for (size_t i = 0; i < c.ins.size(); ++i) leaves.push_back(make_leaf(c.ins[i], 1000 + 17 * i));
-  // Fixed random weights for the backward seed, made once with the reference backend.
-  BackendGuard guard(DeviceType::cpu, b);
-  for (size_t i = 0; i < c.ins.size(); ++i) views.push_back(view_of(c.ins[i], leaves[i]));
-  Result r;
-  r.outs = c.f(views);
-  Tensor loss;
-  for (size_t i = 0; i < r.outs.size(); ++i) {
-    const Tensor& o = r.outs[i];
-    if (!o.requires_grad() || !is_floating(o.dtype())) continue;
-    Tensor R;
-    {
-      BackendGuard ref(DeviceType::cpu, Backend::reference);
-      R = random_tensor(o.shape(), 77 + i, o.dtype());
-    }
-    Tensor term = sum(mul(o, R));
-    loss = loss.defined() ? add(loss, term) : term;
-  }
-  if (loss.defined()) loss.backward();
-  for (const Tensor& l : leaves) r.grads.push_back(l.requires_grad() ? l.grad() : Tensor());
-  for (Tensor& o : r.outs) o = o.detach();
-  return r;
-}
-
-// gtest prints a parameter with this instead of its bytes.
-void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+std::string case_name(const ::testing::TestParamInfo<Case>& info) { return info.param.name; }
 
 class Conformance : public ::testing::TestWithParam<Case> {};
-
-void expect_cpu_matches_reference(const Case& c) {
-  const Result ref = run(c, Backend::reference);
-  const Result cpu = run(c, Backend::cpu);
-  const double atol = 1e-5 * c.tol, rtol = 1e-4 * c.tol;
-  ASSERT_EQ(ref.outs.size(), cpu.outs.size());
-  for (size_t i = 0; i < ref.outs.size(); ++i) {
-    ASSERT_EQ(ref.outs[i].dtype(), cpu.outs[i].dtype()) << "output " << i;
-    EXPECT_EQ(ref.outs[i].shape(), cpu.outs[i].shape()) << "output " << i;
-    if (ref.outs[i].dtype() == DType::i64)
-      EXPECT_EQ(ref.outs[i].to_vector<int64_t>(), cpu.outs[i].to_vector<int64_t>()) << "output " << i;
-    else
-      EXPECT_TRUE(all_close(cpu.outs[i], ref.outs[i], atol, rtol)) << "output " << i;
-  }
-  for (size_t i = 0; i < ref.grads.size(); ++i) {
-    ASSERT_EQ(ref.grads[i].defined(), cpu.grads[i].defined()) << "gradient of input " << i;
-    if (ref.grads[i].defined()) {
-      EXPECT_TRUE(all_close(cpu.grads[i], ref.grads[i], atol, rtol)) << "gradient of input " << i;
-    }
-  }
-}
 
 TEST_P(Conformance, CpuMatchesReference) {
   if (!backend_available(Backend::cpu)) GTEST_SKIP() << "the cpu backend (oneDNN) is not built into this binary";
   expect_cpu_matches_reference(GetParam());
 }
 
-// ---- the cases ---------------------------------------------------------------------------------------
-
-Fn one(std::function<Tensor(const std::vector<Tensor>&)> f) {
-  return [f](const std::vector<Tensor>& v) { return std::vector<Tensor>{f(v)}; };
-}
-
-In cl(Shape s) { return In{s, Layout::channels_last}; }
-In tr(Shape s) { return In{s, Layout::transposed}; }
-In st(Shape s) { return In{s, Layout::strided}; }
-In ex(Shape s, Shape to) { return In{s, Layout::expanded, true, -1, 1, to}; }
-In pos(Shape s) { return In{s, Layout::plain, true, 0.2, 2.0}; }
-In wide(Shape s, double lo, double hi) { return In{s, Layout::plain, true, lo, hi}; }
-
-std::vector<Case> elementwise_cases() {
-  std::vector<Case> v;
-  const std::pair<const char*, BinaryOp> bins[] = {{"add", BinaryOp::add}, {"sub", BinaryOp::sub},
-                                                   {"mul", BinaryOp::mul}, {"maximum", BinaryOp::maximum},
-                                                   {"minimum", BinaryOp::minimum}};
-  for (auto [name, op] : bins) {
-    auto f = one([op = op](const std::vector<Tensor>& x) { return binary(op, x[0], x[1]); });
-    const std::string n = name;
-    v.push_back({n + "_same", {In{{5, 7}}, In{{5, 7}}}, f});
-    v.push_back({n + "_row_broadcast", {In{{5, 7}}, In{{7}}}, f});
-    v.push_back({n + "_col_broadcast", {In{{3, 1}}, In{{3, 6}}}, f});
-    v.push_back({n + "_bias_nchw", {In{{2, 3, 5, 4}}, In{{1, 3, 1, 1}}}, f});
-    v.push_back({n + "_bias_nhwc", {cl({2, 3, 5, 4}), In{{1, 3, 1, 1}}}, f});
-    v.push_back({n + "_transposed", {tr({6, 9}), In{{6, 9}}}, f});
-    v.push_back({n + "_strided", {st({4, 5}), In{{4, 5}}}, f});
-    v.push_back({n + "_scalar", {In{{}}, In{{4, 3}}}, f});
-    v.push_back({n + "_big_broadcast", {In{{64, 33, 40}}, In{{33, 1}}}, f});
-  }
-  auto div_f = one([](const std::vector<Tensor>& x) { return div(x[0], x[1]); });
-  v.push_back({"div_same", {In{{5, 7}}, pos({5, 7})}, div_f});
-  v.push_back({"div_broadcast", {cl({2, 3, 5, 4}), pos({3, 1, 1})}, div_f});
-  v.push_back({"div_big", {In{{300, 257}}, pos({300, 257})}, div_f});
-  // Dense operands simplify to one row, which the cpu loops cut into pieces per thread.
-  v.push_back({"add_big_dense_nhwc", {cl({4, 37, 17, 19}), cl({4, 37, 17, 19})},
-               one([](const std::vector<Tensor>& x) { return add(x[0], x[1]); })});
-  v.push_back({"add_expanded_operand", {ex({1, 5}, {4, 5}), In{{4, 5}}},
-               one([](const std::vector<Tensor>& x) { return add(x[0], x[1]); })});
-  for (BinaryOp op : {BinaryOp::eq, BinaryOp::gt, BinaryOp::lt}) {
-    In a{{6, 5}, Layout::plain, false}, b{{5}, Layout::plain, false};
-    v.push_back({std::string("cmp_") + binary_name(op), {a, b},
-                 one([op](const std::vector<Tensor>& x) { return binary(op, x[0], x[1]); })});
-  }
-  v.push_back({"eq_with_self", {In{{6, 5}, Layout::plain, false}},
-               one([](const std::vector<Tensor>& x) { return eq(x[0], x[0]); })});
-
-  const std::pair<const char*, std::function<Tensor(const Tensor&)>> scal[] = {
-      {"add_scalar", [](const Tensor& x) { return add(x, 0.75); }},
-      {"mul_scalar", [](const Tensor& x) { return mul(x, -1.5); }},
-      {"pow2", [](const Tensor& x) { return pow(x, 2.0); }},
-      {"pow3", [](const Tensor& x) { return pow(x, 3.0); }},
-      {"rsub", [](const Tensor& x) { return rsub(x, 2.0); }},
-      {"clamp_min", [](const Tensor& x) { return clamp_min(x, 0.1); }},
-      {"clamp_max", [](const Tensor& x) { return clamp_max(x, -0.2); }},
-      {"neg", [](const Tensor& x) { return neg(x); }},
-      {"abs", [](const Tensor& x) { return abs(x); }},
-      {"tanh", [](const Tensor& x) { return tanh(x); }},
-      {"exp", [](const Tensor& x) { return exp(x); }},
-      {"square", [](const Tensor& x) { return square(x); }},
-  };
-  for (auto& [name, fn] : scal) {
-    auto f = one([fn = fn](const std::vector<Tensor>& x) { return fn(x[0]); });
-    v.push_back({std::string(name) + "_small", {In{{3, 5}}}, f});
-    v.push_back({std::string(name) + "_nhwc", {cl({2, 3, 4, 5})}, f});
-    v.push_back({std::string(name) + "_strided", {st({7, 6})}, f});
-    v.push_back({std::string(name) + "_big", {In{{64, 1031}}}, f});
-  }
-  const std::pair<const char*, std::function<Tensor(const Tensor&)>> positive[] = {
-      {"log", [](const Tensor& x) { return log(x); }},
-      {"sqrt", [](const Tensor& x) { return sqrt(x); }},
-      {"rsqrt", [](const Tensor& x) { return rsqrt(x); }},
-      {"rdiv", [](const Tensor& x) { return rdiv(x, 1.5); }},
-      {"pow_half", [](const Tensor& x) { return pow(x, 0.5); }},
-  };
-  for (auto& [name, fn] : positive) {
-    auto f = one([fn = fn](const std::vector<Tensor>& x) { return fn(x[0]); });
-    v.push_back({std::string(name) + "_small", {pos({3, 5})}, f});
-    v.push_back({std::string(name) + "_big", {pos({50, 1001})}, f});
-  }
-  for (Activation a : all_activations()) {
-    auto f = one([a](const std::vector<Tensor>& x) { return activation(a, x[0]); });
-    const std::string n = std::string("act_") + activation_name(a);
-    v.push_back({n + "_small", {wide({3, 7}, -8, 8)}, f});
-    v.push_back({n + "_nhwc", {In{{2, 5, 3, 3}, Layout::channels_last, true, -8, 8}}, f});
-    v.push_back({n + "_strided", {In{{5, 4}, Layout::strided, true, -8, 8}}, f});
-    v.push_back({n + "_big", {wide({8, 64, 129}, -8, 8)}, f});
-  }
-  return v;
-}
-
-std::vector<Case> reduction_cases() {
-  std::vector<Case> v;
-  const std::pair<const char*, std::vector<int64_t>> dims[] = {
-      {"all", {}}, {"d0", {0}}, {"d1", {1}}, {"dlast", {-1}}, {"d023", {0, 2, 3}}, {"d12", {1, 2}}, {"d13", {1, 3}}};
-  const std::pair<const char*, std::function<Tensor(const Tensor&, std::vector<int64_t>)>> ops[] = {
-      {"sum", [](const Tensor& x, std::vector<int64_t> d) { return sum(x, d); }},
-      {"mean", [](const Tensor& x, std::vector<int64_t> d) { return mean(x, d, true); }},
-      {"amax", [](const Tensor& x, std::vector<int64_t> d) { return amax(x, d); }},
-      {"amin", [](const Tensor& x, std::vector<int64_t> d) { return amin(x, d); }},
-  };
-  for (auto& [oname, fn] : ops)
-    for (auto& [dname, d] : dims) {
-      auto f = one([fn = fn, d = d](const std::vector<Tensor>& x) { return fn(x[0], d); });
-      const std::string n = std::string(oname) + "_" + dname;
-      v.push_back({n, {In{{3, 4, 5, 6}}}, f});
-      v.push_back({n + "_nhwc", {cl({3, 4, 5, 6})}, f});
-      v.push_back({n + "_big", {In{{16, 32, 12, 13}}}, f, 2.0});
-      v.push_back({n + "_nhwc_big", {cl({16, 32, 12, 13})}, f, 2.0});  // past the OpenMP grain, no copy
-    }
-  // Channels-last bias-gradient pattern (N, H, W reduced: rows of C), wide C, and a transposed view.
-  v.push_back({"sum_nhwc_bias_grad", {cl({8, 300, 9, 11})}, one([](const std::vector<Tensor>& x) { return sum(x[0], {0, 2, 3}); }), 2.0});
-  v.push_back({"mean_nhwc_hw", {cl({4, 40, 33, 35})}, one([](const std::vector<Tensor>& x) { return mean(x[0], {2, 3}); }), 2.0});
-  v.push_back({"sum_transposed_d0", {tr({300, 257})}, one([](const std::vector<Tensor>& x) { return sum(x[0], {0}); }), 2.0});
-  v.push_back({"amax_transposed_d1", {tr({300, 257})}, one([](const std::vector<Tensor>& x) { return amax(x[0], {1}); })});
-  auto sum_rows = one([](const std::vector<Tensor>& x) { return sum(x[0], {0}); });
-  v.push_back({"sum_bias_grad_shape", {In{{4096, 24}}}, sum_rows, 2.0});
-  v.push_back({"sum_few_long_rows", {In{{2, 70000}}}, one([](const std::vector<Tensor>& x) { return sum(x[0], {1}); }), 2.0});
-  v.push_back({"sum_to_broadcast", {In{{2, 3, 4}}}, one([](const std::vector<Tensor>& x) { return sum_to(x[0], {3, 1}); })});
-  for (int64_t d : {0, 1, -1}) {
-    In a{{7, 9, 11}, Layout::plain, false};
-    v.push_back({"argmax_d" + std::to_string(d + 1), {a},
-                 one([d](const std::vector<Tensor>& x) { return argmax(x[0], d); })});
-  }
-  v.push_back({"argmax_big", {In{{256, 1000}, Layout::plain, false}},
-               one([](const std::vector<Tensor>& x) { return argmax(x[0], 1); })});
-  // One output row of 40,000: the cpu loops cut a single row into pieces per thread.
-  v.push_back({"argmax_dim0_wide", {In{{3, 40000}, Layout::plain, false}},
-               one([](const std::vector<Tensor>& x) { return argmax(x[0], 0); })});
-  for (int64_t d : {0, 1, 2, 3}) {
-    In a{{4, 19, 6, 7}, Layout::channels_last, false};
-    v.push_back({"argmax_nhwc_d" + std::to_string(d), {a}, one([d](const std::vector<Tensor>& x) { return argmax(x[0], d); })});
-  }
-  v.push_back({"argmax_nchw_channels_big", {In{{8, 21, 33, 35}, Layout::plain, false}},
-               one([](const std::vector<Tensor>& x) { return argmax(x[0], 1); })});
-  v.push_back({"argmax_nhwc_channels_big", {In{{8, 21, 33, 35}, Layout::channels_last, false}},
-               one([](const std::vector<Tensor>& x) { return argmax(x[0], 1); })});
-  return v;
-}
-
-std::vector<Case> linalg_cases() {
-  std::vector<Case> v;
-  auto mm = one([](const std::vector<Tensor>& x) { return matmul(x[0], x[1]); });
-  v.push_back({"matmul_2d", {In{{7, 5}}, In{{5, 3}}}, mm});
-  v.push_back({"matmul_1x1", {In{{1, 1}}, In{{1, 1}}}, mm});
-  v.push_back({"matmul_batched", {In{{3, 4, 5}}, In{{3, 5, 6}}}, mm});
-  v.push_back({"matmul_broadcast_a", {In{{4, 5}}, In{{3, 5, 6}}}, mm});
-  v.push_back({"matmul_broadcast_b", {In{{3, 4, 5}}, In{{5, 6}}}, mm});
-  v.push_back({"matmul_broadcast_4d", {In{{2, 1, 4, 5}}, In{{3, 5, 2}}}, mm});
-  v.push_back({"matmul_transposed_b", {In{{2, 9, 8}}, tr({2, 8, 9})}, mm});
-  v.push_back({"matmul_transposed_a", {tr({2, 9, 8}), In{{2, 8, 9}}}, mm});
-  v.push_back({"matmul_strided", {st({6, 8}), In{{8, 5}}}, mm});
-  v.push_back({"matmul_attention", {In{{2, 3, 17, 16}}, tr({2, 3, 16, 17})}, mm, 2.0});
-  v.push_back({"matmul_mlp", {In{{2, 65, 48}}, In{{48, 96}}}, mm, 2.0});
-  // The paths of the small-matrix kernel (backends/cpu/small_gemm.h): ViT's 65 rows (blocks of 5)
-  // with one tail column (dot products along K), tail columns with A transposed (broadcasts over
-  // rows), 5 tail columns (masked vectors), K not a multiple of 16 in the transposed packing.
-  v.push_back({"matmul_vit_qk", {In{{2, 3, 65, 32}}, tr({2, 3, 32, 65})}, mm, 2.0});
-  v.push_back({"matmul_vit_av", {In{{2, 3, 65, 65}}, In{{2, 3, 65, 32}}}, mm, 2.0});
-  v.push_back({"matmul_tail_cols_a_transposed", {tr({3, 19, 7}), In{{3, 7, 34}}}, mm});
-  v.push_back({"matmul_masked_tail_cols", {In{{3, 6, 21}}, tr({3, 21, 37})}, mm});
-  v.push_back({"matmul_transposed_b_k_tail", {In{{4, 11, 20}}, tr({4, 20, 35})}, mm});
-  auto lin = one([](const std::vector<Tensor>& x) { return linear(x[0], x[1], x.size() > 2 ? x[2] : Tensor()); });
-  v.push_back({"linear_bias", {In{{9, 17}}, In{{13, 17}}, In{{13}}}, lin});
-  v.push_back({"linear_nobias", {In{{9, 17}}, In{{13, 17}}}, lin});
-  v.push_back({"linear_3d", {In{{2, 5, 17}}, In{{13, 17}}, In{{13}}}, lin});
-  v.push_back({"linear_batch1", {In{{1, 4}}, In{{3, 4}}, In{{3}}}, lin});
-  v.push_back({"linear_transposed_x", {tr({5, 17}), In{{13, 17}}, In{{13}}}, lin});
-  v.push_back({"linear_vit_mlp", {In{{2, 65, 64}}, In{{256, 64}}, In{{256}}}, lin, 2.0});
-  return v;
-}
-
-struct ConvSpec {
-  const char* name;
-  int64_t N, C, H, W, O, K;
-  Conv2dParams p;
-  bool bias;
-};
-
-std::vector<Case> conv_cases() {
-  std::vector<Case> v;
-  auto P = [](int64_t s, int64_t pad, int64_t d, int64_t g) {
-    Conv2dParams p;
-    p.stride_h = p.stride_w = s;
-    p.pad_h = p.pad_w = pad;
-    p.dilation_h = p.dilation_w = d;
-    p.groups = g;
-    return p;
-  };
-  const ConvSpec specs[] = {
-      {"3x3_same", 2, 3, 9, 9, 8, 3, P(1, 1, 1, 1), true},
-      {"1x1", 1, 4, 8, 7, 6, 1, P(1, 0, 1, 1), false},
-      {"1x1_stride2", 2, 8, 9, 9, 16, 1, P(2, 0, 1, 1), false},
-      {"7x7_stem", 2, 3, 15, 14, 8, 7, P(2, 3, 1, 1), false},
-      {"3x3_stride2_odd", 2, 4, 7, 7, 6, 3, P(2, 0, 1, 1), true},
-      {"3x3_stride2_pad", 1, 5, 10, 11, 7, 3, P(2, 1, 1, 1), false},
-      {"depthwise", 2, 8, 9, 9, 8, 3, P(1, 1, 1, 8), false},
-      {"depthwise_stride2", 2, 16, 10, 10, 16, 3, P(2, 1, 1, 16), true},
-      // MobileNet's last stages at 32x32 inputs: maps smaller than the kernel.
-      {"depthwise_1x1_spatial", 3, 24, 1, 1, 24, 3, P(1, 1, 1, 24), true},
-      {"depthwise_2x2_stride2", 2, 20, 2, 2, 20, 3, P(2, 1, 1, 20), false},
-      {"depthwise_dilation2_5x5", 2, 17, 9, 8, 17, 5, P(1, 4, 2, 17), true},
-      {"groups2_dilation2", 2, 8, 10, 10, 4, 3, P(1, 2, 2, 2), false},
-      {"dilation2", 1, 3, 11, 9, 5, 3, P(1, 0, 2, 1), true},
-      {"batch1_5x5", 1, 6, 8, 8, 4, 5, P(1, 2, 1, 1), true},
-      {"1x1_spatial", 3, 5, 1, 1, 7, 1, P(1, 0, 1, 1), true},
-      {"resnet_block", 4, 16, 8, 8, 16, 3, P(1, 1, 1, 1), false},
-      // Outputs of at most 16 pixels: the cpu backend's forward runs these in oneDNN's blocked
-      // layout (reorders around the primitive), the backward passes in NHWC.
-      {"3x3_4x4_out", 3, 24, 4, 4, 20, 3, P(1, 1, 1, 1), true},
-      {"3x3_stride2_to_2x2", 2, 16, 4, 3, 12, 3, P(2, 1, 1, 1), false},
-      {"3x3_on_1x1_spatial", 2, 16, 1, 1, 8, 3, P(1, 1, 1, 1), false},
-      // ResNet-like channel counts on an odd map: the cpu backend's Winograd path.
-      {"3x3_32ch_odd_map", 2, 32, 9, 7, 48, 3, P(1, 1, 1, 1), true},
-  };
-  for (const ConvSpec& s : specs) {
-    const Conv2dParams p = s.p;
-    auto f = one([p](const std::vector<Tensor>& x) { return conv2d(x[0], x[1], x.size() > 2 ? x[2] : Tensor(), p); });
-    std::vector<In> ins{In{{s.N, s.C, s.H, s.W}}, In{{s.O, s.C / s.p.groups, s.K, s.K}}};
-    if (s.bias) ins.push_back(In{{s.O}});
-    const double tol = s.C * s.K * s.K / s.p.groups > 64 ? 3.0 : 1.0;
-    v.push_back({std::string("conv_") + s.name, ins, f, tol});
-    ins[0].layout = Layout::channels_last;
-    v.push_back({std::string("conv_") + s.name + "_nhwc", ins, f, tol});
-    ins[1].layout = Layout::channels_last;
-    v.push_back({std::string("conv_") + s.name + "_nhwc_weights", ins, f, tol});
-  }
-  // conv + bias + ReLU fused (a oneDNN post-op; Winograd, direct and duet's depthwise kernels).
-  for (const ConvSpec& s : specs) {
-    if (s.name != std::string("3x3_same") && s.name != std::string("3x3_32ch_odd_map") &&
-        s.name != std::string("depthwise_stride2") && s.name != std::string("1x1"))
-      continue;
-    Conv2dParams p = s.p;
-    p.relu = true;
-    auto f = one([p](const std::vector<Tensor>& x) { return conv2d(x[0], x[1], x.size() > 2 ? x[2] : Tensor(), p); });
-    std::vector<In> ins{cl({s.N, s.C, s.H, s.W}), In{{s.O, s.C / s.p.groups, s.K, s.K}}};
-    if (s.bias) ins.push_back(In{{s.O}});
-    v.push_back({std::string("conv_relu_") + s.name + "_nhwc", ins, f, s.C * s.K * s.K / s.p.groups > 64 ? 3.0 : 1.0});
-    ins[0].layout = Layout::plain;
-    v.push_back({std::string("conv_relu_") + s.name, ins, f, s.C * s.K * s.K / s.p.groups > 64 ? 3.0 : 1.0});
-  }
-  // Frozen weight: only dx (and a bias-only gradient through the sum path).
-  {
-    In x{{2, 4, 6, 6}}, w{{5, 4, 3, 3}, Layout::plain, false}, b{{5}};
-    v.push_back({"conv_frozen_weight", {x, w, b},
-                 one([](const std::vector<Tensor>& t) { return conv2d(t[0], t[1], t[2], Conv2dParams{1, 1, 1, 1}); })});
-    In xi{{2, 4, 6, 6}, Layout::plain, false};
-    v.push_back({"conv_input_no_grad", {xi, In{{5, 4, 3, 3}}},
-                 one([](const std::vector<Tensor>& t) { return conv2d(t[0], t[1], Tensor(), Conv2dParams{}); })});
-  }
-  return v;
-}
-
-std::vector<Case> norm_cases() {
-  std::vector<Case> v;
-  for (bool training : {true, false}) {
-    // Layouts: NCHW, NHWC, [N, C], and NHWC maps of 1x1 (whose strides of size-1 dims differ from
-    // a contiguous tensor's although the memory order is the same: MobileNet's last stage at 32 px).
-    for (int layout = 0; layout < 4; ++layout) {
-      BatchNormParams p;
-      p.training = training;
-      Shape xs = layout == 2 ? Shape{12, 5} : layout == 3 ? Shape{6, 1, 1, 5} : Shape{3, 5, 4, 7};
-      In x{xs, layout == 1 ? Layout::channels_last : Layout::plain, true, -2, 3};
-      In rm{{5}, Layout::plain, false, -0.5, 0.5}, rv{{5}, Layout::plain, false, 0.5, 1.5};
-      const std::string n = std::string("batch_norm_") + (training ? "train" : "eval") +
-                            (layout == 0 ? "_nchw" : layout == 1 ? "_nhwc" : layout == 2 ? "_2d" : "_nhwc_1x1");
-      const bool nhwc_1x1 = layout == 3;
-      v.push_back({n, {x, In{{5}}, In{{5}}, rm, rv}, [p, nhwc_1x1](const std::vector<Tensor>& t) {
-                     // The running statistics are outputs too: training updates them in place.
-                     Tensor rmean = t[3].clone(), rvar = t[4].clone();
-                     // [6, 1, 1, 5] permuted: strides [5, 1, 5, 5], as a channels-last conv writes it.
-                     const Tensor x = nhwc_1x1 ? t[0].permute({0, 3, 1, 2}) : t[0];
-                     Tensor y = batch_norm(x, t[1], t[2], rmean, rvar, p);
-                     return std::vector<Tensor>{y, rmean, rvar};
-                   }});
-    }
-  }
-  {
-    BatchNormParams p;
-    v.push_back({"batch_norm_no_running_stats", {In{{2, 3, 5, 5}}, In{{3}}, In{{3}}},
-                 one([p](const std::vector<Tensor>& t) { return batch_norm(t[0], t[1], t[2], Tensor(), Tensor(), p); })});
-    v.push_back({"batch_norm_big_nhwc", {cl({16, 32, 9, 9}), In{{32}}, In{{32}}},
-                 one([p](const std::vector<Tensor>& t) { return batch_norm(t[0], t[1], t[2], Tensor(), Tensor(), p); }),
-                 3.0});
-  }
-  // batch norm + ReLU fused (oneDNN's fuse_norm_relu on NHWC, duet's loop on NCHW), train and eval.
-  for (bool training : {true, false}) {
-    for (int layout = 0; layout < 3; ++layout) {
-      BatchNormParams p;
-      p.training = training;
-      p.relu = true;
-      const Shape xs = layout == 2 ? Shape{12, 5} : Shape{3, 5, 4, 7};
-      In x{xs, layout == 1 ? Layout::channels_last : Layout::plain, true, -2, 3};
-      In rm{{5}, Layout::plain, false, -0.5, 0.5}, rv{{5}, Layout::plain, false, 0.5, 1.5};
-      const std::string n = std::string("batch_norm_relu_") + (training ? "train" : "eval") +
-                            (layout == 0 ? "_nchw" : layout == 1 ? "_nhwc" : "_2d");
-      v.push_back({n, {x, In{{5}}, In{{5}}, rm, rv}, [p](const std::vector<Tensor>& t) {
-                     Tensor rmean = t[3].clone(), rvar = t[4].clone();
-                     Tensor y = batch_norm(t[0], t[1], t[2], rmean, rvar, p);
-                     return std::vector<Tensor>{y, rmean, rvar};
-                   }});
-    }
-  }
-  auto ln = one([](const std::vector<Tensor>& t) {
-    return layer_norm(t[0], t.size() > 1 ? t[1] : Tensor(), t.size() > 2 ? t[2] : Tensor(), 1e-5);
-  });
-  v.push_back({"layer_norm_affine", {In{{6, 10}, Layout::plain, true, -2, 3}, In{{10}}, In{{10}}}, ln});
-  v.push_back({"layer_norm_3d", {In{{2, 7, 24}}, In{{24}}, In{{24}}}, ln});
-  v.push_back({"layer_norm_plain", {In{{5, 9}}}, ln});
-  v.push_back({"layer_norm_gamma_only", {In{{5, 9}}, In{{9}}}, ln});
-  v.push_back({"layer_norm_transposed", {tr({8, 12}), In{{12}}, In{{12}}}, ln});
-  v.push_back({"layer_norm_vit", {In{{4, 65, 192}}, In{{192}}, In{{192}}}, ln, 2.0});
-  v.push_back({"layer_norm_frozen_affine",
-               {In{{6, 10}}, In{{10}, Layout::plain, false}, In{{10}, Layout::plain, false}}, ln});
-  return v;
-}
-
-std::vector<Case> pool_cases() {
-  std::vector<Case> v;
-  auto P = [](int64_t k, int64_t s, int64_t pad, bool ceil, bool incl) {
-    Pool2dParams p;
-    p.kernel_h = p.kernel_w = k;
-    p.stride_h = p.stride_w = s;
-    p.pad_h = p.pad_w = pad;
-    p.ceil_mode = ceil;
-    p.count_include_pad = incl;
-    return p;
-  };
-  const std::pair<const char*, Pool2dParams> specs[] = {
-      {"2x2s2", P(2, 2, 0, false, true)},   {"3x3s2p1", P(3, 2, 1, false, true)}, {"3x3s1p1", P(3, 1, 1, false, true)},
-      {"3x3s1p1_excl", P(3, 1, 1, false, false)}, {"3x3s2_ceil", P(3, 2, 0, true, true)},
-      {"2x2s2_ceil_excl", P(2, 2, 0, true, false)}, {"3x3s2p1_ceil", P(3, 2, 1, true, true)},
-  };
-  for (auto& [name, p] : specs) {
-    for (int kind = 0; kind < 2; ++kind) {
-      const Pool2dParams pp = p;
-      auto f = kind == 0 ? one([pp](const std::vector<Tensor>& t) { return max_pool2d(t[0], pp); })
-                         : one([pp](const std::vector<Tensor>& t) { return avg_pool2d(t[0], pp); });
-      const std::string n = std::string(kind == 0 ? "max_pool_" : "avg_pool_") + name;
-      v.push_back({n, {In{{2, 3, 9, 8}}}, f});
-      v.push_back({n + "_nhwc", {cl({2, 5, 7, 7})}, f});
-    }
-  }
-  {
-    const Pool2dParams p = P(3, 2, 1, false, true);
-    v.push_back({"max_pool_big_nhwc", {cl({8, 32, 16, 16})},
-                 one([p](const std::vector<Tensor>& t) { return max_pool2d(t[0], p); })});
-  }
-  auto ad = [](int64_t oh, int64_t ow) {
-    return one([oh, ow](const std::vector<Tensor>& t) { return adaptive_avg_pool2d(t[0], oh, ow); });
-  };
-  v.push_back({"adaptive_global", {In{{3, 5, 6, 7}}}, ad(1, 1)});
-  v.push_back({"adaptive_global_nhwc", {cl({3, 5, 6, 7})}, ad(1, 1)});
-  v.push_back({"adaptive_global_big_nhwc", {cl({16, 64, 8, 8})}, ad(1, 1)});
-  v.push_back({"adaptive_3x2", {In{{2, 3, 7, 5}}}, ad(3, 2)});
-  v.push_back({"adaptive_3x2_nhwc", {cl({2, 3, 7, 5})}, ad(3, 2)});
-  v.push_back({"adaptive_upsample", {In{{1, 2, 2, 3}}}, ad(4, 5)});
-  return v;
-}
-
-std::vector<Case> softmax_loss_cases() {
-  std::vector<Case> v;
-  for (bool lg : {false, true}) {
-    for (int64_t d : {-1, 0, 1}) {
-      auto f = one([lg, d](const std::vector<Tensor>& t) { return lg ? log_softmax(t[0], d) : softmax(t[0], d); });
-      const std::string n = std::string(lg ? "log_softmax" : "softmax") + "_d" + std::to_string(d + 1);
-      v.push_back({n, {wide({3, 4, 5}, -3, 3)}, f});
-    }
-    auto f = one([lg](const std::vector<Tensor>& t) { return lg ? log_softmax(t[0], -1) : softmax(t[0], -1); });
-    v.push_back({std::string(lg ? "log_softmax" : "softmax") + "_attention", {wide({2, 3, 65, 65}, -4, 4)}, f});
-    v.push_back({std::string(lg ? "log_softmax" : "softmax") + "_transposed", {tr({6, 7})}, f});
-  }
-  for (double ls : {0.0, 0.1}) {
-    auto f = one([ls](const std::vector<Tensor>& t) { return cross_entropy(t[0], t[1], ls); });
-    const std::string n = ls == 0.0 ? "cross_entropy" : "cross_entropy_smooth";
-    In labels{{16}};
-    labels.classes = 10;
-    v.push_back({n, {wide({16, 10}, -3, 3), labels}, f});
-    In labels1{{1}};
-    labels1.classes = 3;
-    v.push_back({n + "_batch1", {wide({1, 3}, -3, 3), labels1}, f});
-    In labels_big{{256}};
-    labels_big.classes = 1000;
-    v.push_back({n + "_big", {wide({256, 1000}, -3, 3), labels_big}, f});
-  }
-  for (double p : {0.1, 0.5}) {
-    v.push_back({"dropout_p" + std::to_string(int(p * 10)), {In{{33, 65}}}, one([p](const std::vector<Tensor>& t) {
-                   Generator g(4242);
-                   return dropout(t[0], p, true, &g);
-                 })});
-  }
-  v.push_back({"dropout_nhwc", {cl({2, 3, 4, 5})}, one([](const std::vector<Tensor>& t) {
-                 Generator g(7);
-                 return dropout(t[0], 0.3, true, &g);
-               })});
-  return v;
-}
-
-std::vector<Case> memory_cases() {
-  std::vector<Case> v;
-  auto catf = [](int64_t d) { return one([d](const std::vector<Tensor>& t) { return cat(t, d); }); };
-  v.push_back({"cat_d0", {In{{2, 3}}, In{{4, 3}}}, catf(0)});
-  v.push_back({"cat_d1", {In{{2, 3}}, In{{2, 5}}, In{{2, 1}}}, catf(1)});
-  v.push_back({"cat_channels_nhwc", {cl({2, 3, 4, 5}), cl({2, 6, 4, 5})}, catf(1)});
-  v.push_back({"cat_channels_big_nhwc", {cl({8, 32, 8, 8}), cl({8, 16, 8, 8})}, catf(1)});
-  v.push_back({"cat_transposed", {tr({4, 5}), In{{4, 2}}}, catf(1)});
-  v.push_back({"contiguous_of_transposed", {tr({33, 47})}, one([](const std::vector<Tensor>& t) { return t[0].contiguous(); })});
-  v.push_back({"to_channels_last_big", {In{{8, 24, 17, 19}}},
-               one([](const std::vector<Tensor>& t) { return t[0].contiguous(MemoryFormat::channels_last); })});
-  v.push_back({"to_nchw_big", {cl({8, 24, 17, 19})}, one([](const std::vector<Tensor>& t) { return t[0].contiguous(); })});
-  v.push_back({"cast_f64_roundtrip", {In{{5, 6}}}, one([](const std::vector<Tensor>& t) { return t[0].to(DType::f64).to(DType::f32); }),
-               1.0, false});
-  v.push_back({"cast_bf16", {In{{5, 6}, Layout::plain, false, -100, 100}},
-               one([](const std::vector<Tensor>& t) { return t[0].to(DType::bf16).to(DType::f32); })});
-  v.push_back({"cast_f16", {In{{5, 6}, Layout::plain, false, -100, 100}},
-               one([](const std::vector<Tensor>& t) { return t[0].to(DType::f16).to(DType::f32); })});
-  v.push_back({"cast_u8_i64", {In{{5, 6}, Layout::plain, false, 0, 255}}, [](const std::vector<Tensor>& t) {
-                 return std::vector<Tensor>{t[0].to(DType::u8).to(DType::f32), t[0].to(DType::i64)};
-               }});
-  v.push_back({"fill_and_full", {}, [](const std::vector<Tensor>&) {
-                 Tensor a = Tensor::full({7, 300, 20}, 2.5);
-                 Tensor b = Tensor::zeros({3, 4}).transpose(0, 1);
-                 b.fill_(-1.25);
-                 return std::vector<Tensor>{a, b.contiguous()};
-               }});
-  v.push_back({"rand_randn", {}, [](const std::vector<Tensor>&) {
-                 Generator g(123);
-                 Tensor u = Tensor::rand({70001}, {}, &g);
-                 Tensor n = Tensor::randn({301, 7}, {}, &g);
-                 return std::vector<Tensor>{u, n};
-               }});
-  return v;
-}
-
-std::vector<Case> optimizer_cases() {
-  std::vector<Case> v;
-  auto sgd = [](SgdParams p) {
-    return [p](const std::vector<Tensor>& t) {
-      Tensor w = t[0].detach().clone(), g = t[1].detach(), buf = Tensor::zeros(w.shape());
-      sgd_step_(w, g, p.momentum != 0.0 ? buf : Tensor(), p, true);
-      sgd_step_(w, g, p.momentum != 0.0 ? buf : Tensor(), p, false);
-      return std::vector<Tensor>{w, buf};
-    };
-  };
-  SgdParams plain;
-  plain.lr = 0.1;
-  SgdParams mom;
-  mom.lr = 0.05, mom.momentum = 0.9, mom.weight_decay = 5e-4, mom.dampening = 0.1;
-  SgdParams nest = mom;
-  nest.nesterov = true, nest.dampening = 0;
-  // The optimizer steps must match the reference to 1e-6 relative (tol 0.01), on sizes that reach
-  // the vector body, its remainder and the OpenMP split. Not bit for bit: built for the native ISA
-  // (DUET_NATIVE), the compiler fuses a*b+c into FMAs in one backend's loop and not the other's.
-  v.push_back({"sgd_plain", {In{{1000, 37}, Layout::plain, false}, In{{1000, 37}, Layout::plain, false}}, sgd(plain), 0.01});
-  v.push_back({"sgd_momentum", {In{{1000, 37}, Layout::plain, false}, In{{1000, 37}, Layout::plain, false}}, sgd(mom), 0.01});
-  v.push_back({"sgd_nesterov", {In{{13}, Layout::plain, false}, In{{13}, Layout::plain, false}}, sgd(nest), 0.01});
-  v.push_back({"sgd_nesterov_large", {In{{70001}, Layout::plain, false}, In{{70001}, Layout::plain, false}}, sgd(nest), 0.01});
-  auto adam = [](AdamParams p) {
-    return [p](const std::vector<Tensor>& t) {
-      Tensor w = t[0].detach().clone(), g = t[1].detach(), m = Tensor::zeros(w.shape()), s = Tensor::zeros(w.shape());
-      AdamParams q = p;
-      for (int64_t step = 1; step <= 3; ++step) {
-        q.step = step;
-        adam_step_(w, g, m, s, q);
-      }
-      return std::vector<Tensor>{w, m, s};
-    };
-  };
-  AdamParams a;
-  a.weight_decay = 0.01;
-  AdamParams aw = a;
-  aw.decoupled = true;
-  v.push_back({"adam", {In{{999, 41}, Layout::plain, false}, In{{999, 41}, Layout::plain, false}}, adam(a), 0.01});
-  v.push_back({"adamw", {In{{7, 3}, Layout::plain, false}, In{{7, 3}, Layout::plain, false}}, adam(aw), 0.01});
-  v.push_back({"adamw_large", {In{{257, 301}, Layout::plain, false}, In{{257, 301}, Layout::plain, false}}, adam(aw), 0.01});
-  return v;
-}
-
-std::vector<Case> composite_cases() {
-  std::vector<Case> v;
-  // A small conv net end to end in channels-last, and an attention block, to catch layout
-  // mismatches between ops that each pass alone.
-  v.push_back({"small_convnet_nhwc",
-               {cl({4, 3, 12, 12}), In{{8, 3, 3, 3}}, In{{8}}, In{{8}}, In{{8, 1, 3, 3}}, In{{10, 8}}, In{{10}}},
-               one([](const std::vector<Tensor>& t) {
-                 BatchNormParams bp;
-                 Tensor h = conv2d(t[0], t[1], Tensor(), Conv2dParams{1, 1, 1, 1});
-                 h = relu(batch_norm(h, t[2], t[3], Tensor(), Tensor(), bp));
-                 Conv2dParams dw{2, 2, 1, 1};
-                 dw.groups = 8;
-                 h = relu6(conv2d(h, t[4], Tensor(), dw));
-                 h = max_pool2d(h, Pool2dParams{});
-                 h = adaptive_avg_pool2d(h, 1, 1).flatten(1);
-                 return linear(h, t[5], t[6]);
-               }),
-               2.0});
-  // DenseNet's tail on 32x32 inputs: NHWC maps pooled to [N, C, 1, 1], whose gradient comes back
-  // from a 1x1 convolution with NCHW strides ([N, C, 1, 1] is both layouts). oneDNN matched the
-  // two layouts by their strides and ran its reference pooling kernel until md_of() gave size-1
-  // dims canonical strides; this pins the values of that path.
-  v.push_back({"densenet_tail_pool_to_1x1_nhwc", {cl({3, 16, 2, 2}), In{{16}}, In{{16}}, In{{8, 16, 1, 1}}},
-               one([](const std::vector<Tensor>& t) {
-                 BatchNormParams bp;
-                 Tensor h = avg_pool2d(t[0], Pool2dParams{});
-                 h = relu(batch_norm(h, t[1], t[2], Tensor(), Tensor(), bp));
-                 h = conv2d(h, t[3], Tensor(), Conv2dParams{});
-                 return adaptive_avg_pool2d(h, 1, 1).flatten(1);
-               }),
-               2.0});
-  v.push_back({"attention_block", {In{{2, 9, 16}}, In{{48, 16}}, In{{48}}, In{{16}}, In{{16}}},
-               one([](const std::vector<Tensor>& t) {
-                 Tensor h = layer_norm(t[0], t[3], t[4]);
-                 Tensor qkv = linear(h, t[1], t[2]).reshape({2, 9, 3, 2, 8}).permute({2, 0, 3, 1, 4});
-                 Tensor q = qkv.select(0, 0), k = qkv.select(0, 1), vv = qkv.select(0, 2);
-                 Tensor att = softmax(mul(matmul(q, k.transpose(-1, -2)), 1.0 / std::sqrt(8.0)), -1);
-                 return gelu(matmul(att, vv).permute({0, 2, 1, 3}).reshape({2, 9, 16}));
-               }),
-               2.0});
-  return v;
-}
-
-// ---- mode 2: the table's gradients against finite differences ------------------------------------
-
-// L = sum_i <out_i, R_i> over the case's differentiable outputs, for leaves `leaves` (f64, reference
-// backend). The first call (backward = true) picks those outputs (the ones gradients flow from: a
-// batch norm's updated running statistics are outputs without one) and makes their fixed random
-// R_i; later calls evaluate L at other leaves with the same terms.
-double weighted_sum(const Case& c, const std::vector<Tensor>& leaves, std::vector<Tensor>& R, bool backward) {
-  std::vector<Tensor> views;
-  for (size_t i = 0; i < c.ins.size(); ++i) views.push_back(view_of(c.ins[i], leaves[i]));
-  const std::vector<Tensor> outs = c.f(views);
-  if (backward) {
-    R.assign(outs.size(), Tensor());
-    for (size_t i = 0; i < outs.size(); ++i)
-      if (is_floating(outs[i].dtype()) && outs[i].requires_grad()) R[i] = random_tensor(outs[i].shape(), 77 + i, DType::f64);
-  }
-  Tensor loss;
-  for (size_t i = 0; i < outs.size(); ++i) {
-    if (!R[i].defined()) continue;
-    const Tensor term = sum(mul(outs[i], R[i]));
-    loss = loss.defined() ? add(loss, term) : term;
-  }
-  if (!loss.defined()) return 0.0;
-  if (backward) loss.backward();
-  return loss.item();
-}
+INSTANTIATE_TEST_SUITE_P(Ops, Conformance, ::testing::ValuesIn(cases_of(Mode::conformance)), case_name);
 
 class Gradients : public ::testing::TestWithParam<Case> {};
 
-// The directional derivative of L along random directions V (one per differentiable leaf), from
-// the analytic gradients (sum_j <grad_j, V_j>), against (L(x + eps V) - L(x - eps V)) / (2 eps).
-// Two directions per case, so every element's gradient takes part: one forward and backward pass
-// and four forward passes, whatever the case's size.
 TEST_P(Gradients, MatchFiniteDifferencesInF64) {
-  const Case& c = GetParam();
-  BackendGuard guard(DeviceType::cpu, Backend::reference);
-  std::vector<Tensor> leaves;
-  for (size_t i = 0; i < c.ins.size(); ++i) leaves.push_back(make_leaf(c.ins[i], 1000 + 17 * i, DType::f64));
-  std::vector<Tensor> R;
-  weighted_sum(c, leaves, R, true);
-  std::vector<size_t> with_grad;
-  for (size_t i = 0; i < leaves.size(); ++i)
-    if (leaves[i].requires_grad() && leaves[i].grad().defined()) with_grad.push_back(i);
-  ASSERT_FALSE(with_grad.empty()) << "no gradient reached an input: the case belongs to the conformance mode only";
-  // eps balances the rounding of L's long sums (divided by 2 eps) against the curvature; the
-  // tolerance is relative to the size of the terms summed, |grad_j| |V_j|, not to their sum, which
-  // cancels.
-  const double eps = 1e-6;
-  for (uint64_t d = 0; d < 2; ++d) {
-    NoGradGuard no_grad;
-    double analytic = 0, scale = 0;
-    std::vector<Tensor> plus, minus;
-    for (size_t i = 0; i < leaves.size(); ++i) {
-      plus.push_back(leaves[i].detach());
-      minus.push_back(leaves[i].detach());
+  const opcheck::Outcome o = opcheck::check_gradients(GetParam());
+  for (const std::string& p : o.problems) ADD_FAILURE() << p;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, Gradients, ::testing::ValuesIn(cases_of(Mode::gradient)), case_name);
+
+// The table's perf mode runs (a timed case gives a time, FLOPs from the cost model and bytes).
+TEST(OpTable, PerfModeTimesACaseAndCountsItsCost) {
+  for (const Case& c : opcheck::linalg_cases()) {
+    if (c.name != "matmul_2d") continue;
+    const opcheck::Timing t = opcheck::time_case(c, opcheck::cpu_target(Backend::reference), 0.0, 3);
+    EXPECT_GE(t.reps, 3);
+    EXPECT_GT(t.median_ms, 0.0);
+    // [7, 5] x [5, 3]: 2*7*5*3 FLOPs forward, twice that backward, plus nothing else timed (one
+    // output takes its weights as the gradient directly).
+    EXPECT_DOUBLE_EQ(t.flops, 3 * 2.0 * 7 * 5 * 3);
+    EXPECT_GT(t.bytes, 0.0);
+    return;
+  }
+  FAIL() << "matmul_2d is not in the table";
+}
+
+// The table's names are unique (they name gtest cases and selftest lines), and every case runs in
+// some mode on some backend.
+TEST(OpTable, NamesAreUniqueAndEveryCaseHasAMode) {
+  std::set<std::string> names;
+  for (const Case& c : opcheck::all_cases()) {
+    EXPECT_TRUE(names.insert(c.name).second) << "duplicate case name " << c.name;
+    bool some_mode = false;
+    for (Mode m : {Mode::conformance, Mode::gradient, Mode::perf})
+      for (Backend b : {Backend::reference, Backend::cpu, Backend::cuda})
+        some_mode = some_mode || opcheck::skip_reason(c, opcheck::Target{Device::cpu(), b}, m).empty();
+    EXPECT_TRUE(some_mode) << c.name;
+  }
+  EXPECT_GT(names.size(), 450u);
+}
+
+// Every case runs on the reference backend, those of the other backends only too (the f64 matrix
+// cases of a GPU): a case that is itself broken shows up here, not first on somebody's GPU.
+TEST(OpTable, EveryCaseRunsOnTheReferenceBackend) {
+  for (const Case& c : opcheck::all_cases()) {
+    if (c.perf_only) continue;
+    try {
+      const opcheck::Run r = opcheck::run_case(c, opcheck::cpu_target(Backend::reference));
+      EXPECT_FALSE(r.outs.empty()) << c.name;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << c.name << ": " << e.what();
     }
-    for (size_t i : with_grad) {
-      const Tensor V = random_tensor(leaves[i].shape(), 500 + 31 * d + i, DType::f64);
-      analytic += sum(mul(leaves[i].grad(), V)).item();
-      scale += sum(abs(mul(leaves[i].grad(), V))).item();
-      // leaf +- eps V keeps the leaf's layout (channels-last, the strided or transposed storage),
-      // so the case's view of it is the same view.
-      plus[i] = add(leaves[i].detach(), mul(V, eps));
-      minus[i] = sub(leaves[i].detach(), mul(V, eps));
-    }
-    const double numeric = (weighted_sum(c, plus, R, false) - weighted_sum(c, minus, R, false)) / (2 * eps);
-    EXPECT_NEAR(analytic, numeric, 1e-7 * scale + 1e-9) << "direction " << d << ", terms summing to " << scale;
   }
 }
 
-// Cases with a gradient: at least one input that requires one and a floating-point output.
-std::vector<Case> differentiable_cases();
-
-std::vector<Case> all_cases() {
-  std::vector<Case> all;
-  for (auto gen : {elementwise_cases, reduction_cases, linalg_cases, conv_cases, norm_cases, pool_cases,
-                   softmax_loss_cases, memory_cases, optimizer_cases, composite_cases})
-    for (Case& c : gen()) all.push_back(std::move(c));
-  return all;
-}
-
-INSTANTIATE_TEST_SUITE_P(Ops, Conformance, ::testing::ValuesIn(all_cases()),
-                         [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
-
-std::vector<Case> differentiable_cases() {
-  std::vector<Case> v;
-  for (Case& c : all_cases()) {
-    bool grad = false;
-    for (const In& in : c.ins) grad = grad || (in.grad && in.classes == 0);
-    if (grad && c.gradient_check) v.push_back(std::move(c));
-  }
-  return v;
-}
-
-INSTANTIATE_TEST_SUITE_P(Ops, Gradients, ::testing::ValuesIn(differentiable_cases()),
-                         [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+using opcheck::conv_cases;
+using opcheck::linalg_cases;
 
 // ---- backend properties --------------------------------------------------------------------------------
 

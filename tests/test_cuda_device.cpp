@@ -1,5 +1,5 @@
-// The CUDA backend on a real GPU: every op against the reference backend on random shapes (the
-// self-test's cases, two seeds), the caching allocator's reuse on the device, stream timing, the
+// The CUDA backend on a real GPU: every case of the op table (opcheck/) against the reference
+// backend, with two sets of input values, the caching allocator's reuse on the device, stream timing, the
 // convolution-algorithm cache, and the errors that need a device to happen. Without a GPU each test
 // reports itself as skipped, with the reason, never as passed (and fails with DUET_REQUIRE_CUDA=1).
 #include <gtest/gtest.h>
@@ -16,8 +16,8 @@
 #include "backends/cuda/event_timer.h"
 #include "backends/cuda/nvml_telemetry.h"
 #include "backends/cuda/selftest.h"
-#include "backends/cuda/cuda_backend.h"
 #include "engine/duet.h"
+#include "opcheck/op_check.h"
 
 using namespace duet;
 
@@ -29,10 +29,11 @@ using namespace duet;
 namespace {
 
 void run_cases(uint64_t seed) {
-  for (const CudaSelftestCase& c : cuda_selftest_cases(seed)) {
-    const CudaSelftestResult r = run_cuda_selftest_case(c);
-    EXPECT_TRUE(r.passed) << c.name << " " << r.shapes << ": forward error " << r.forward_error << ", backward error "
-                          << r.backward_error << (r.error.empty() ? "" : ", error: " + r.error);
+  const opcheck::Target gpu = opcheck::device_target(Device::cuda(0));
+  for (const opcheck::Case& c : opcheck::all_cases()) {
+    if (!opcheck::skip_reason(c, gpu, opcheck::Mode::conformance).empty()) continue;
+    const opcheck::Outcome o = opcheck::check_conformance(c, gpu, seed);
+    for (const std::string& p : o.problems) ADD_FAILURE() << c.name << ": " << p;
   }
 }
 
@@ -264,10 +265,15 @@ TEST(CudaDevice, TelemetryReadsThePresentGpu) {
   std::cout << cuda::format_telemetry(t) << "\n";
 }
 
+// The whole table as `duet selftest --device cuda` prints it, plus the device's header and footer.
 TEST(CudaDevice, SelftestPasses) {
   DUET_REQUIRE_CUDA_DEVICE();
   std::ostringstream os;
-  EXPECT_EQ(cuda_selftest(os, 3), 0) << os.str();
+  os << cuda_selftest_header(0);
+  EXPECT_EQ(opcheck::run_table(os, opcheck::all_cases(), opcheck::device_target(cuda0()), opcheck::Mode::conformance, "", 3), 0)
+      << os.str();
+  os << cuda_selftest_footer(0);
+  std::cout << os.str();
 }
 
 #else

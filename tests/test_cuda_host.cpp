@@ -24,7 +24,6 @@
 #include "backends/cuda/indexing.h"
 #include "backends/cuda/kernel_math.h"
 #include "backends/cuda/nvml_telemetry.h"
-#include "backends/cuda/selftest.h"
 #include "backends/cuda/cuda_backend.h"
 #include "engine/duet.h"
 #include "engine/rng.h"
@@ -529,40 +528,6 @@ TEST(CudaHostTelemetry, AbsentValuesAreAbsentNotZero) {
   full.sm_clock_mhz = 1755;
   EXPECT_EQ(format_telemetry(full), "cuda:0 util 87% | mem 10.00 GiB / 80.00 GiB | 64 C | 310 W | SM 1755 MHz");
   EXPECT_FALSE(nvml_status().empty());
-}
-
-TEST(CudaHostSelftest, ReportsMissingDevice) {
-  if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present: the device tests run the self-test";
-  std::ostringstream os;
-  EXPECT_EQ(cuda_selftest(os), 2);
-  EXPECT_NE(os.str().find("no CUDA device"), std::string::npos) << os.str();
-  EXPECT_GT(cuda_selftest_cases(1).size(), 50u);  // the case list builds on the host alone
-}
-
-// The self-test's case list runs on the host alone (the reference side of every comparison), so
-// a case that is itself broken shows up here, not first on somebody's GPU.
-TEST(CudaHostSelftest, CasesRunOnTheReferenceBackend) {
-  BackendGuard guard(DeviceType::cpu, Backend::reference);
-  for (const CudaSelftestCase& c : cuda_selftest_cases(5)) {
-    std::vector<Tensor> in;
-    for (size_t i = 0; i < c.inputs.size(); ++i) {
-      Tensor t = c.inputs[i].clone().detach();
-      if (c.differentiate[i]) t.set_requires_grad(true);
-      in.push_back(t);
-    }
-    ASSERT_EQ(c.differentiate.size(), c.inputs.size()) << c.name;
-    try {
-      const Tensor out = c.fn(in);
-      if (out.requires_grad()) sum(out).backward();
-      for (size_t i = 0; i < in.size(); ++i) {
-        if (c.differentiate[i]) {
-          EXPECT_TRUE(in[i].grad().defined()) << c.name << " input " << i;
-        }
-      }
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << c.name << ": " << e.what();
-    }
-  }
 }
 
 TEST(CudaHostSettings, Tf32Switch) {
