@@ -1,4 +1,5 @@
 #include "tests/test_support.h"
+#include "opcheck/op_check.h"
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -55,16 +56,7 @@ std::string gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f
   return worst;
 }
 
-double closeness(const Tensor& a, const Tensor& b, double atol, double rtol) {
-  const std::vector<double> va = a.to_vector<double>(), vb = b.to_vector<double>();
-  double worst = 0;
-  for (size_t i = 0; i < va.size(); ++i) {
-    if (std::isnan(va[i]) != std::isnan(vb[i])) return 1e300;
-    if (std::isnan(va[i])) continue;
-    worst = std::max(worst, std::abs(va[i] - vb[i]) / (atol + rtol * std::abs(vb[i])));
-  }
-  return worst;
-}
+double closeness(const Tensor& a, const Tensor& b, double atol, double rtol) { return opcheck::closeness(a, b, atol, rtol); }
 
 ::testing::AssertionResult all_close(const Tensor& a, const Tensor& b, double atol, double rtol) {
   if (a.shape() != b.shape())
@@ -80,11 +72,7 @@ double closeness(const Tensor& a, const Tensor& b, double atol, double rtol) {
 }
 
 Tensor random_tensor(const Shape& shape, uint64_t seed, DType dtype, double lo, double hi) {
-  Generator g(seed);
-  BackendGuard ref(DeviceType::cpu, Backend::reference);
-  NoGradGuard ng;
-  Tensor u = Tensor::rand(shape, TensorOptions(dtype), &g);
-  return add(mul(u, hi - lo), lo).detach();
+  return opcheck::random_values(shape, seed, dtype, lo, hi);
 }
 
 std::vector<Backend> cpu_backends() {

@@ -17,11 +17,11 @@ namespace duet::testing {
 std::string gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& inputs,
                       double eps = 1e-6, double atol = 1e-6, double rtol = 1e-5);
 
-// Max |a - b| / (atol + rtol * |b|) over elements; <= 1 means close. Shapes must match.
+// Max |a - b| / (atol + rtol * |b|) over elements; <= 1 means close (opcheck::closeness).
 double closeness(const Tensor& a, const Tensor& b, double atol, double rtol);
 ::testing::AssertionResult all_close(const Tensor& a, const Tensor& b, double atol = 1e-5, double rtol = 1e-4);
 
-// Random f64/f32 tensor in [lo, hi) with a fixed seed.
+// Random f64/f32 tensor in [lo, hi) with a fixed seed (opcheck::random_values: the op table's values).
 Tensor random_tensor(const Shape& shape, uint64_t seed, DType dtype = DType::f64, double lo = -1.0, double hi = 1.0);
 
 // Backends present in this build (reference always).
