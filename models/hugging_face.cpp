@@ -134,9 +134,11 @@ const char* model_name(int version) {
   return version == 1 ? "ConvNextForImageClassification" : "ConvNextV2ForImageClassification";
 }
 
-// Names after the "convnext."/"convnextv2." prefix.
-const std::regex kBlock(R"(encoder\.stages\.(\d+)\.layers\.(\d+)\.(.+))");
-const std::regex kDownsample(R"(encoder\.stages\.(\d+)\.downsampling_layer\.([01])\.(weight|bias))");
+// Names after the "convnext."/"convnextv2." prefix. Indices have at most three digits (published
+// ConvNeXts have 4 stages of at most 30 blocks), so that a corrupt name cannot overflow std::stoll
+// or ask the completeness check below for millions of blocks; a longer one has no place.
+const std::regex kBlock(R"(encoder\.stages\.(\d{1,3})\.layers\.(\d{1,3})\.(.+))");
+const std::regex kDownsample(R"(encoder\.stages\.(\d{1,3})\.downsampling_layer\.([01])\.(weight|bias))");
 const std::regex kStem(R"(embeddings\.(patch_embeddings|layernorm)\.(weight|bias))");
 const std::regex kFinalNorm(R"(layernorm\.(weight|bias))");
 }  // namespace

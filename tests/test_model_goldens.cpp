@@ -368,6 +368,8 @@ TEST(HuggingFace, ConvNeXtTensorsDuetCannotPlaceOrLacksAreNamed) {
                    "'" + s1 + "1.layers.0.grn.weight'", "no place in duet's ConvNeXt block");
   EXPECT_ERROR_HAS(map(with(v2, s2 + "0.layers.0.layer_scale_parameter", Tensor::ones({8}))),
                    "'" + s2 + "0.layers.0.layer_scale_parameter'", "ConvNeXt V2 block");
+  EXPECT_ERROR_HAS(map(with(v1, s1 + "99999999999999999999.layers.0.dwconv.bias", Tensor::ones({8}))),
+                   "no place in duet's ConvNeXt for tensor '" + s1 + "99999999999999999999.layers.0.dwconv.bias'");
   EXPECT_ERROR_HAS(map(with(v1, "convnext.pooler.weight", Tensor::ones({16}))),
                    "no place in duet's ConvNeXt for tensor 'convnext.pooler.weight'");
   EXPECT_ERROR_HAS(map(with(v1, "hidden_states_norms.stage3.weight", Tensor::ones({16}))),
