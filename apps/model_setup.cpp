@@ -9,6 +9,7 @@
 #include "apps/checkpoint.h"
 #include "engine/error.h"
 #include "engine/serialize.h"
+#include "models/convnext.h"
 #include "models/hugging_face.h"
 #include "models/registry.h"
 #include "models/vit.h"
@@ -81,6 +82,19 @@ void init_from(nn::Module& model, const std::string& path, bool freeze, std::ost
   if (models::is_hugging_face_vit(tensors)) {
     tensors = models::from_hugging_face_vit(tensors);
     out << fmt::format("'{}': Hugging Face transformers' ViT/DeiT names mapped to duet's\n", path);
+  } else if (const int version = models::hugging_face_convnext_version(tensors)) {
+    // V1 and V2 files differ in the blocks' middle (a GRN, no layer scale), which the loader would
+    // report as a list of missing, unexpected and mis-shaped names; say what to pick instead.
+    const auto* convnext = dynamic_cast<const models::ConvNeXt*>(&model);
+    DUET_CHECK(convnext != nullptr && convnext->config.version == version,
+               "'{}' holds a Hugging Face ConvNeXt{} (transformers' {}ForImageClassification): it loads into duet's "
+               "{} models, not into this {}{}",
+               path, version == 1 ? "" : " V2", version == 1 ? "ConvNext" : "ConvNextV2",
+               version == 1 ? "ConvNeXt (convnext_tiny, convnext_small, ...)" : "ConvNeXt V2 (convnextv2_nano, ...)",
+               model.type_name(), convnext != nullptr ? fmt::format(" V{}", convnext->config.version) : "");
+    tensors = models::from_hugging_face_convnext(tensors);
+    out << fmt::format("'{}': Hugging Face transformers' ConvNeXt{} names mapped to duet's\n", path,
+                       version == 1 ? "" : " V2");
   }
   adapt_pos_embedding(model, tensors, out);
   const std::vector<std::string> heads = head_prefixes(model);

@@ -39,6 +39,7 @@ ConvNeXt::ConvNeXt(const ConvNeXtConfig& cfg) : config(cfg) {
   DUET_CHECK(cfg.num_classes >= 1 && cfg.in_channels >= 1, "ConvNeXt: num_classes={}, in_channels={}: expected >= 1",
              cfg.num_classes, cfg.in_channels);
   DUET_CHECK(cfg.version == 1 || cfg.version == 2, "ConvNeXt: version {} given, expected 1 or 2", cfg.version);
+  DUET_CHECK(cfg.head_norm_eps > 0, "ConvNeXt: head_norm_eps {} given, expected > 0", cfg.head_norm_eps);
   DUET_CHECK(cfg.stochastic_depth_prob >= 0 && cfg.stochastic_depth_prob < 1,
              "ConvNeXt: stochastic_depth_prob {} given, expected [0, 1)", cfg.stochastic_depth_prob);
 
@@ -71,7 +72,7 @@ ConvNeXt::ConvNeXt(const ConvNeXtConfig& cfg) : config(cfg) {
   avgpool = register_module("avgpool", std::make_shared<nn::AdaptiveAvgPool2d>(1, 1));
   const int64_t last = cfg.stages.back().channels;
   classifier = register_module("classifier", std::make_shared<nn::Sequential>());
-  classifier->push_back(std::make_shared<LayerNorm2d>(last, 1e-6));
+  classifier->push_back(std::make_shared<LayerNorm2d>(last, cfg.head_norm_eps));
   classifier->push_back(std::make_shared<nn::Flatten>(1));
   classifier->push_back(std::make_shared<nn::Linear>(last, cfg.num_classes));
 

@@ -24,6 +24,10 @@ struct ConvNeXtConfig {
   double stochastic_depth_prob = 0.1;  // torchvision's convnext_tiny default; linear in block index
   double layer_scale = 1e-6;  // V1 only
   int version = 1;            // 2: ConvNeXt V2 (GRN, no layer scale)
+  // eps of the classifier's LayerNorm2d (classifier.0): torchvision's 1e-6. transformers' ConvNext
+  // takes its config's layer_norm_eps there (1e-12 by default); the block and downsampling norms are
+  // 1e-6 in all three.
+  double head_norm_eps = 1e-6;
   int64_t num_classes = 1000;
   int64_t in_channels = 3;
   bool init = true;  // false: skip torchvision's re-initialisation (layers keep torch.nn defaults); for loading weights

@@ -84,6 +84,7 @@ std::shared_ptr<nn::Module> build(const std::string& name, const json& c) {
     x.stages.clear();
     for (const auto& s : c.at("stages")) x.stages.push_back({s[0], s[1]});
     x.stochastic_depth_prob = c.at("stochastic_depth_prob");
+    x.head_norm_eps = c.value("head_norm_eps", x.head_norm_eps);  // transformers' files: its 1e-12
     x.num_classes = classes;
     return std::make_shared<models::ConvNeXt>(x);
   }
@@ -307,6 +308,109 @@ TEST(HuggingFace, WeightsDuetCannotPlaceAreNamed) {
   for (const auto& [k, v] : load_hf("hf_vit").weights)
     if (k != "vit.encoder.layer.1.attention.attention.key.weight") no_key.emplace_back(k, v);
   EXPECT_ERROR_HAS(models::from_hugging_face_vit(no_key), "layer 1 has no key weight");
+}
+
+// ConvNextForImageClassification (with and without layer scale) and ConvNextV2ForImageClassification
+// saved by save_pretrained, three stages: loaded strictly into duet's ConvNeXt they give transformers'
+// logits (eval mode, f32) on every CPU backend: within 1e-5 when the model's head norm has
+// transformers' eps (the fixture's config: 1e-12), which leaves only f32 rounding in different
+// summation orders (measured ~1e-7). Built as --init-from builds it, with duet's (torchvision's)
+// 1e-6 there, each normalised pooled feature moves by a relative 5e-7 / var, var being their variance
+// over the channels (about 0.09 in the V1 fixtures, 0.72 in V2's: 5.5e-6 and 7e-7), so those logits
+// are held to 2e-5. A misplaced block tensor (two blocks' weights swapped) moves them by ~2e-3.
+TEST(HuggingFace, ConvNeXtWeightsReproduceTransformersLogits) {
+  for (const std::string name : {"hf_convnext", "hf_convnext_no_layer_scale", "hf_convnextv2"}) {
+    const HfFixture h = load_hf(name);
+    const int version = h.config.at("version");
+    ASSERT_EQ(models::hugging_face_convnext_version(h.weights), version) << name;
+    ASSERT_FALSE(models::is_hugging_face_vit(h.weights)) << name;
+    const NamedTensors mapped = models::from_hugging_face_convnext(h.weights);
+    json duet_eps = h.config;
+    duet_eps.erase("head_norm_eps");
+    for (Backend b : testing::cpu_backends()) {
+      BackendGuard guard(DeviceType::cpu, b);
+      NoGradGuard no_grad;
+      for (const auto& [config, tol, what] : {std::tuple{h.config, 1e-5, "transformers' head eps"},
+                                               std::tuple{duet_eps, 2e-5, "duet's head eps 1e-6"}}) {
+        auto model = build(version == 1 ? "convnext" : "convnextv2", config);
+        load_state_dict(*model, mapped, /*strict=*/true);
+        model->eval();
+        const double e = rel_error((*model)(h.input), h.logits);
+        EXPECT_LE(e, tol) << name << " on " << backend_name(b) << " with " << what;
+        fmt::print("[ golden   ] {} f32/{} ({}): logits relative error {:.2e} against transformers\n", name,
+                   backend_name(b), what, e);
+      }
+    }
+  }
+}
+
+// A file of another model, a tensor duet has no place for, a missing one, or V1's and V2's names
+// mixed: duet::Error naming the tensor (in transformers' names), before anything is loaded.
+TEST(HuggingFace, ConvNeXtTensorsDuetCannotPlaceOrLacksAreNamed) {
+  const NamedTensors v1 = load_hf("hf_convnext").weights, v2 = load_hf("hf_convnextv2").weights;
+  auto without = [](const NamedTensors& w, const std::string& drop) {
+    NamedTensors out;
+    for (const auto& [k, v] : w)
+      if (k != drop) out.emplace_back(k, v);
+    EXPECT_EQ(out.size() + 1, w.size()) << drop;
+    return out;
+  };
+  auto with = [](NamedTensors w, const std::string& add, const Tensor& t) {
+    w.emplace_back(add, t);
+    return w;
+  };
+  auto map = [](const NamedTensors& w) { return models::from_hugging_face_convnext(w); };
+  const std::string s1 = "convnext.encoder.stages.", s2 = "convnextv2.encoder.stages.";
+  EXPECT_EQ(models::hugging_face_convnext_version(load_hf("hf_vit").weights), 0);
+  EXPECT_ERROR_HAS(map(load_hf("hf_vit").weights), "ConvNextForImageClassification");
+  // Unknown names: inside a block, a model-level one, one without the prefix (a backbone's norms).
+  EXPECT_ERROR_HAS(map(with(v1, s1 + "1.layers.0.grn.weight", Tensor::zeros({1, 1, 1, 48}))),
+                   "'" + s1 + "1.layers.0.grn.weight'", "no place in duet's ConvNeXt block");
+  EXPECT_ERROR_HAS(map(with(v2, s2 + "0.layers.0.layer_scale_parameter", Tensor::ones({8}))),
+                   "'" + s2 + "0.layers.0.layer_scale_parameter'", "ConvNeXt V2 block");
+  EXPECT_ERROR_HAS(map(with(v1, s1 + "99999999999999999999.layers.0.dwconv.bias", Tensor::ones({8}))),
+                   "no place in duet's ConvNeXt for tensor '" + s1 + "99999999999999999999.layers.0.dwconv.bias'");
+  EXPECT_ERROR_HAS(map(with(v1, "convnext.pooler.weight", Tensor::ones({16}))),
+                   "no place in duet's ConvNeXt for tensor 'convnext.pooler.weight'");
+  EXPECT_ERROR_HAS(map(with(v1, "hidden_states_norms.stage3.weight", Tensor::ones({16}))),
+                   "'hidden_states_norms.stage3.weight' is not part of a ConvNextForImageClassification");
+  EXPECT_ERROR_HAS(map(with(v1, s1 + "0.downsampling_layer.0.weight", Tensor::ones({8}))),
+                   "'" + s1 + "0.downsampling_layer.0.weight'", "no downsampling before stage 0");
+  // V1's names in a V2 file.
+  EXPECT_ERROR_HAS(map(with(v2, "convnext.layernorm.weight", Tensor::ones({16}))),
+                   "'convnext.layernorm.weight' is not part of a ConvNextV2ForImageClassification");
+  // Missing tensors: one of a block, one block's layer scale where the others have theirs, a GRN's,
+  // a downsampling layer's, the stem's.
+  EXPECT_ERROR_HAS(map(without(v1, s1 + "1.layers.0.pwconv1.weight")),
+                   "1 tensor of a ConvNextForImageClassification missing", "'" + s1 + "1.layers.0.pwconv1.weight'");
+  EXPECT_ERROR_HAS(map(without(v1, s1 + "0.layers.1.layer_scale_parameter")),
+                   "'" + s1 + "0.layers.1.layer_scale_parameter'");
+  EXPECT_ERROR_HAS(map(without(v2, s2 + "0.layers.1.grn.bias")), "ConvNextV2ForImageClassification missing",
+                   "'" + s2 + "0.layers.1.grn.bias'");
+  EXPECT_ERROR_HAS(map(without(v2, s2 + "2.downsampling_layer.1.bias")), "'" + s2 + "2.downsampling_layer.1.bias'");
+  EXPECT_ERROR_HAS(map(without(v1, "convnext.embeddings.layernorm.weight")), "'convnext.embeddings.layernorm.weight'");
+  // A whole block missing (the file's depths are not the model's): the strict loader names duet's
+  // tensors.
+  NamedTensors no_block;
+  for (const auto& [k, v] : v1)
+    if (!k.starts_with(s1 + "0.layers.1.")) no_block.emplace_back(k, v);
+  auto model = build("convnext", load_hf("hf_convnext").config);
+  EXPECT_ERROR_HAS(load_state_dict(*model, map(no_block), /*strict=*/true), "features.1.1.block.0.weight");
+}
+
+// What a V1 without layer scale becomes: a layer scale of exactly 1 per block, shaped as duet's.
+TEST(HuggingFace, ConvNeXtWithoutLayerScaleGetsScaleOne) {
+  const HfFixture h = load_hf("hf_convnext_no_layer_scale");
+  const NamedTensors mapped = models::from_hugging_face_convnext(h.weights);
+  int scales = 0;
+  for (const auto& [k, v] : mapped)
+    if (k.ends_with(".layer_scale")) {
+      ++scales;
+      const int64_t channels = k.starts_with("features.1.") ? 8 : k.starts_with("features.3.") ? 12 : 16;
+      EXPECT_EQ(v.shape(), (Shape{channels, 1, 1})) << k;
+      for (float x : v.to_vector<float>()) EXPECT_EQ(x, 1.0f) << k;
+    }
+  EXPECT_EQ(scales, 4);  // blocks (2, 1, 1)
 }
 
 }  // namespace duet

@@ -23,6 +23,7 @@
 #include "engine/optim/optimizer.h"
 #include "engine/rng.h"
 #include "engine/serialize.h"
+#include "models/convnext.h"
 #include "models/vit.h"
 #include "tests/test_support.h"
 #include "tests/trainer_config.h"
@@ -280,6 +281,56 @@ TEST(TransferLearning, DistilledDeiTFromHuggingFaceGetsBothHeadsNew) {
     if (name == "deit.embeddings.patch_embeddings.projection.weight") file_proj = t;
   ASSERT_TRUE(file_proj.defined());
   EXPECT_EQ(model->conv_proj->weight.to_vector<float>(), file_proj.to_vector<float>());
+}
+
+// --init-from with Hugging Face ConvNeXt files (tests/golden/make_hf_fixtures.py): into a duet
+// ConvNeXt of the file's version, stages and classes every tensor loads (a V1 without layer scale
+// gets scales of 1) and the logits are transformers' up to the head norm's eps (duet's 1e-6 against
+// transformers' 1e-12: about 3e-6 here, see test_model_goldens' HuggingFace tests); a file of the
+// other version, or for another family, is refused with the models it fits.
+TEST(TransferLearning, ConvNeXtFromHuggingFaceReproducesTransformersLogits) {
+  const std::string dir = std::string(DUET_SOURCE_DIR) + "/tests/golden/fixtures/";
+  auto make = [](int version) {
+    models::ConvNeXtConfig c;
+    c.version = version;
+    c.stages = {{8, 2}, {12, 1}, {16, 1}};
+    c.stochastic_depth_prob = 0;
+    c.num_classes = 10;
+    return std::make_shared<models::ConvNeXt>(c);
+  };
+  for (const auto& [name, version, count] :
+       {std::tuple{"hf_convnext", 1, 52}, std::tuple{"hf_convnext_no_layer_scale", 1, 52},
+        std::tuple{"hf_convnextv2", 2, 56}}) {
+    auto model = make(version);
+    std::ostringstream out;
+    init_from(*model, dir + name + ".safetensors", /*freeze=*/false, out);
+    EXPECT_NE(out.str().find(version == 1 ? "ConvNeXt names mapped" : "ConvNeXt V2 names mapped"), std::string::npos)
+        << out.str();
+    EXPECT_NE(out.str().find(fmt::format(": {} tensors loaded\n", count)), std::string::npos) << out.str();
+    Tensor input, logits;
+    for (const auto& [k, v] : read_safetensors(dir + name + ".check.safetensors").tensors)
+      (k == "input" ? input : logits) = v;
+    model->eval();
+    NoGradGuard no_grad;
+    const std::vector<float> got = (*model)(input).to_vector<float>(), want = logits.to_vector<float>();
+    ASSERT_EQ(got.size(), want.size());
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      diff = std::max(diff, std::abs(static_cast<double>(got[i]) - want[i]));
+      scale = std::max(scale, std::abs(static_cast<double>(want[i])));
+    }
+    EXPECT_LE(diff / scale, 2e-5) << name;
+  }
+  std::ostringstream out;
+  EXPECT_ERROR_HAS(init_from(*make(2), dir + "hf_convnext.safetensors", false, out),
+                   "holds a Hugging Face ConvNeXt (transformers' ConvNextForImageClassification)", "convnext_tiny",
+                   "not into this ConvNeXt V2");
+  EXPECT_ERROR_HAS(init_from(*make(1), dir + "hf_convnextv2.safetensors", false, out),
+                   "ConvNextV2ForImageClassification", "convnextv2_nano", "not into this ConvNeXt V1");
+  models::ViTConfig v;
+  v.image_size = 16, v.patch_size = 4, v.num_layers = 2, v.num_heads = 2, v.hidden_dim = 32, v.mlp_dim = 64;
+  auto vit = std::make_shared<models::VisionTransformer>(v);
+  EXPECT_ERROR_HAS(init_from(*vit, dir + "hf_convnext.safetensors", false, out), "not into this VisionTransformer");
 }
 
 // Checkpoints store the config through the structs' JSON definitions: every stored field comes
