@@ -26,6 +26,7 @@
 #include "backends/cuda/nvml_telemetry.h"
 #include "backends/cuda/cuda_backend.h"
 #include "engine/duet.h"
+#include "engine/half.h"
 #include "engine/rng.h"
 #include "engine/profiler/machine.h"
 
@@ -226,6 +227,45 @@ TEST(CudaHostMath, UniformValuesEqualTheReferenceBits) {
   const double z = m::box_muller(0.5, 0.25);  // cos(pi / 2) = 0
   EXPECT_NEAR(z, 0.0, 1e-12);
   EXPECT_NEAR(m::box_muller(1 - std::exp(-0.5), 0.0), 1.0, 1e-12);  // sqrt(-2 log(e^-0.5)) * cos(0)
+}
+
+// The GPU kernels round to f16 and bf16 with CUDA's intrinsics (__float2half_rn, __float2bfloat16_rn:
+// hardware instructions on the device, the same functions on the host), the reference and cpu
+// backends with engine/half.h: both must be round-to-nearest-even, bit for bit, over every exponent,
+// subnormals, ties, overflow and NaN; and the widening back must be exact.
+TEST(CudaHostMath, HalfAndBFloat16ConversionsMatchEngineHalf) {
+  int64_t checked = 0;
+  auto check = [&](uint32_t bits) {
+    const float f = std::bit_cast<float>(bits);
+    const uint16_t h = std::bit_cast<uint16_t>(__float2half_rn(f));
+    const uint16_t b = std::bit_cast<uint16_t>(__float2bfloat16_rn(f));
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(f16_to_float(h)) && std::isnan(f16_to_float(float_to_f16(f)))) << std::hex << bits;
+      EXPECT_TRUE(std::isnan(bf16_to_float(b)) && std::isnan(bf16_to_float(float_to_bf16(f)))) << std::hex << bits;
+    } else {
+      ASSERT_EQ(h, float_to_f16(f)) << "f16 of " << f << " (bits " << std::hex << bits << ")";
+      ASSERT_EQ(b, float_to_bf16(f)) << "bf16 of " << f << " (bits " << std::hex << bits << ")";
+    }
+    ++checked;
+  };
+  // Every 257th bit pattern (all exponents, both signs), and around each f16/bf16 rounding boundary
+  // of the f16 range: the ties and their neighbours.
+  for (uint64_t bits = 0; bits <= 0xffffffffull; bits += 257) check(static_cast<uint32_t>(bits));
+  for (uint32_t e = 0x33000000u; e < 0x47800000u; e += 0x2000u)
+    for (uint32_t d : {0x0fffu, 0x1000u, 0x1001u, 0x2fffu, 0x3000u, 0x3001u, 0x7fffu, 0x8000u, 0x8001u})
+      check(e + d), check(0x80000000u | (e + d));
+  EXPECT_GT(checked, 16000000);
+  for (uint32_t v = 0; v <= 0xffffu; ++v) {
+    const float wide_h = __half2float(std::bit_cast<__half>(static_cast<uint16_t>(v)));
+    const float wide_b = __bfloat162float(std::bit_cast<__nv_bfloat16>(static_cast<uint16_t>(v)));
+    if (std::isnan(wide_h)) {
+      EXPECT_TRUE(std::isnan(f16_to_float(static_cast<uint16_t>(v))));
+    } else {
+      ASSERT_EQ(std::bit_cast<uint32_t>(wide_h), std::bit_cast<uint32_t>(f16_to_float(static_cast<uint16_t>(v)))) << v;
+    }
+    if (!std::isnan(wide_b))
+      ASSERT_EQ(std::bit_cast<uint32_t>(wide_b), std::bit_cast<uint32_t>(bf16_to_float(static_cast<uint16_t>(v)))) << v;
+  }
 }
 
 TEST(CudaHostMath, AdamMatchesPyTorchFormula) {
