@@ -29,6 +29,10 @@ public:
   virtual bool implements(OpId op) const = 0;
   // Blocks until all queued work is done (no-op on synchronous backends).
   virtual void synchronize() {}
+  // Whether max_pool2d_backward prefers the forward's argmax (ops.def: max_pool2d's indices) to
+  // finding it again from x and y; then a training forward is given an indices tensor to fill, and
+  // backward keeps that (a quarter of y's bytes) instead of x and y.
+  virtual bool keeps_max_pool_indices() const { return false; }
 
 #define DUET_OP(name, params, ...) virtual void name params;
 #include "engine/ops.def"

@@ -108,6 +108,18 @@ DUET_HD inline int64_t avg_divisor(const Pool2dParams& p, int64_t oh, int64_t ow
   return avg_divisor(oh, ow, H, W, p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.count_include_pad);
 }
 
+// Max pooling's argmax as stored (ops.def: max_pool2d's indices): the offset kh * kernel_w + kw of
+// input (h, w) within output (oh, ow)'s window, padding counted (oneDNN's workspace convention).
+DUET_HD inline int64_t window_offset(const Pool2dParams& p, int64_t oh, int64_t ow, int64_t h, int64_t w) {
+  return (h - (oh * p.stride_h - p.pad_h)) * p.kernel_w + (w - (ow * p.stride_w - p.pad_w));
+}
+struct WindowPos {
+  int64_t h, w;
+};
+DUET_HD inline WindowPos window_position(const Pool2dParams& p, int64_t oh, int64_t ow, int64_t offset) {
+  return {oh * p.stride_h - p.pad_h + offset / p.kernel_w, ow * p.stride_w - p.pad_w + offset % p.kernel_w};
+}
+
 // Whether v is the maximum m of its window, for max pooling's gradient (which goes to the first
 // such position): a NaN maximum is matched by a NaN.
 template <class T> DUET_HD inline bool is_window_max(T v, T m) { return v == m || (is_nan(v) && is_nan(m)); }

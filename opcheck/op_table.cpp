@@ -367,6 +367,10 @@ std::vector<Case> pool_cases() {
     const Pool2dParams p = P(3, 2, 1, false, true);
     v.push_back({"max_pool_big_nhwc", {cl({8, 32, 16, 16})},
                  one([p](const std::vector<Tensor>& t) { return max_pool2d(t[0], p); })});
+    // A window of more than 256 positions: no u8 argmax, so backward finds the maximum again.
+    const Pool2dParams g = P(17, 1, 0, false, true);
+    v.push_back({"max_pool_17x17_window", {In{{2, 3, 17, 18}}}, one([g](const std::vector<Tensor>& t) { return max_pool2d(t[0], g); })});
+    v.push_back({"max_pool_17x17_window_nhwc", {cl({2, 5, 18, 17})}, one([g](const std::vector<Tensor>& t) { return max_pool2d(t[0], g); })});
   }
   auto ad = [](int64_t oh, int64_t ow) {
     return one([oh, ow](const std::vector<Tensor>& t) { return adaptive_avg_pool2d(t[0], oh, ow); });

@@ -263,8 +263,9 @@ TEST(CudaHostMath, HalfAndBFloat16ConversionsMatchEngineHalf) {
     } else {
       ASSERT_EQ(std::bit_cast<uint32_t>(wide_h), std::bit_cast<uint32_t>(f16_to_float(static_cast<uint16_t>(v)))) << v;
     }
-    if (!std::isnan(wide_b))
+    if (!std::isnan(wide_b)) {
       ASSERT_EQ(std::bit_cast<uint32_t>(wide_b), std::bit_cast<uint32_t>(bf16_to_float(static_cast<uint16_t>(v)))) << v;
+    }
   }
 }
 

@@ -131,6 +131,7 @@ inline dt dt_of(DType t) {
     case DType::f32: return dt::f32;
     case DType::bf16: return dt::bf16;
     case DType::f16: return dt::f16;
+    case DType::u8: return dt::u8;  // max pooling's argmax workspace
     default: throw Error(fmt::format("backend 'cpu': dtype {} has no oneDNN data type here", dtype_name(t)));
   }
 }

@@ -14,6 +14,8 @@ class CpuBackend final : public BackendImpl {
 public:
   Backend kind() const override { return Backend::cpu; }
   bool implements(OpId) const override { return true; }
+  // oneDNN's max-pool backward scatters through its forward's workspace: the indices are that workspace.
+  bool keeps_max_pool_indices() const override { return true; }
 
   // One override per line of ops.def; the bodies live in the .cpp file named for the op family.
 #define DUET_OP(name, params, ...) void name params override;

@@ -1,8 +1,8 @@
 // Pooling on the cpu backend: oneDNN pooling primitives (jit AVX-512) on the tensors' own
-// NCHW/NHWC strides. Max-pool backward needs oneDNN's argmax workspace, which our op signature
-// (x, y, dy, dx) does not carry, so it reruns a training-mode forward into scratch to get it and
-// then scatters dy: measured 2x faster than the best OpenMP loop that re-finds each window's first
-// maximum from (x, y) (7 vs 15 ms on 64x64x32x32 NHWC, one thread). Average pooling whose
+// NCHW/NHWC strides. Max-pool backward scatters dy through oneDNN's argmax workspace (u8 window
+// offsets laid out like y): in training the forward writes it into the op's indices tensor, which
+// autograd keeps instead of x and y. Without indices (windows of more than 256 positions), the
+// backward reruns a training forward into scratch to get the workspace first. Average pooling whose
 // ceil-mode windows overhang the padded border (PyTorch clips that divisor, oneDNN does not) and
 // adaptive pooling are OpenMP loops.
 #include <algorithm>
@@ -236,26 +236,51 @@ void adaptive_backward(const Tensor& dy, const Tensor& dx) {
 
 }  // namespace
 
-void CpuBackend::max_pool2d(const Tensor& x, const Tensor& y, const Pool2dParams& p) {
-  require_f32("max_pool2d", x);
-  if (y.numel() == 0) return;
-  pool_forward("max_pool2d", dnnl::algorithm::pooling_max, x, y, p);
+// The workspace must be the indices tensor itself: u8, y's shape and strides.
+void check_workspace(const dnnl::memory::desc& ws, const dnnl::memory::desc& indices) {
+  DUET_CHECK(ws == indices, "max_pool2d on backend 'cpu': oneDNN's argmax workspace is not laid out like the output "
+             "({} bytes); expected u8 in the output's layout",
+             ws.get_size());
 }
 
-void CpuBackend::max_pool2d_backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx,
-                                     const Pool2dParams& p) {
-  require_f32("max_pool2d_backward", x);
-  if (dx.numel() == 0) return;
-  guarded("max_pool2d_backward", {&x, &dy}, [&] {
-    auto e = cached<MaxPoolBwd>(pool_key("max_pool2d_bwd", x, dy, p), [&] {
-      MaxPoolBwd r;
+void CpuBackend::max_pool2d(const Tensor& x, const Tensor& y, const Tensor& indices, const Pool2dParams& p) {
+  require_f32("max_pool2d", x);
+  if (y.numel() == 0) return;
+  if (!indices.defined()) return pool_forward("max_pool2d", dnnl::algorithm::pooling_max, x, y, p);
+  guarded("max_pool2d", {&x, &y}, [&] {
+    auto e = cached<PoolFwd>(pool_key("max_pool2d_train", x, y, p), [&] {
+      PoolFwd r;
       r.x = md_of(x);
       r.y = md_of(y);
+      r.pd = pool_fwd_pd(dnnl::algorithm::pooling_max, r.x, r.y, pool_geometry(p, x, y), dnnl::prop_kind::forward_training);
+      check_workspace(r.pd.workspace_desc(), md_of(indices));
+      r.prim = dnnl::pooling_forward(r.pd);
+      return r;
+    });
+    note(e->pd);
+    e->prim.execute(stream(), {{DNNL_ARG_SRC, mem(e->x, x)},
+                               {DNNL_ARG_DST, mem(e->y, y)},
+                               {DNNL_ARG_WORKSPACE, mem(e->pd.workspace_desc(), indices.raw_data())}});
+  });
+}
+
+void CpuBackend::max_pool2d_backward(const Tensor& x, const Tensor& /*y: the recomputed forward writes its own*/,
+                                     const Tensor& indices, const Tensor& dy,
+                                     const Tensor& dx, const Pool2dParams& p) {
+  require_f32("max_pool2d_backward", dy);
+  if (dx.numel() == 0) return;
+  guarded("max_pool2d_backward", {&dy, &dx}, [&] {
+    auto e = cached<MaxPoolBwd>(pool_key(indices.defined() ? "max_pool2d_bwd_ws" : "max_pool2d_bwd", dx, dy, p), [&] {
+      MaxPoolBwd r;
       r.dy = md_of(dy);
       r.dx = md_of(dx);
-      const PoolGeometry g = pool_geometry(p, x, y);
+      // The backward's hint: a training forward on dx's and dy's layouts (x and y share them).
+      r.x = r.dx;
+      r.y = r.dy;
+      const PoolGeometry g = pool_geometry(p, dx, dy);
       r.fwd_pd = pool_fwd_pd(dnnl::algorithm::pooling_max, r.x, r.y, g, dnnl::prop_kind::forward_training);
-      r.fwd = dnnl::pooling_forward(r.fwd_pd);
+      if (indices.defined()) check_workspace(r.fwd_pd.workspace_desc(), md_of(indices));
+      else r.fwd = dnnl::pooling_forward(r.fwd_pd);
       r.pd = dnnl::pooling_backward::primitive_desc(
           dnnl::pooling_backward::desc(dnnl::algorithm::pooling_max, r.dx, r.dy, g.strides, g.kernel, g.pad_l, g.pad_r),
           engine(), r.fwd_pd);
@@ -264,9 +289,14 @@ void CpuBackend::max_pool2d_backward(const Tensor& x, const Tensor& y, const Ten
     });
     note(e->pd);
     const auto ws_md = e->fwd_pd.workspace_desc();
-    dnnl::memory ws = mem(ws_md, scratch(ws_md.get_size(), 3));
-    dnnl::memory ym = mem(e->y, scratch(e->y.get_size(), 4));  // recomputed y, discarded
-    e->fwd.execute(stream(), {{DNNL_ARG_SRC, mem(e->x, x)}, {DNNL_ARG_DST, ym}, {DNNL_ARG_WORKSPACE, ws}});
+    dnnl::memory ws;
+    if (indices.defined()) {
+      ws = mem(ws_md, indices.raw_data());
+    } else {
+      ws = mem(ws_md, scratch(ws_md.get_size(), 3));
+      dnnl::memory ym = mem(e->y, scratch(e->y.get_size(), 4));  // recomputed y, discarded
+      e->fwd.execute(stream(), {{DNNL_ARG_SRC, mem(e->x, x)}, {DNNL_ARG_DST, ym}, {DNNL_ARG_WORKSPACE, ws}});
+    }
     e->prim.execute(stream(), {{DNNL_ARG_DIFF_DST, mem(e->dy, dy)}, {DNNL_ARG_WORKSPACE, ws}, {DNNL_ARG_DIFF_SRC, mem(e->dx, dx)}});
   });
 }

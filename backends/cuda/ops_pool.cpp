@@ -40,7 +40,9 @@ void cudnn_pool_forward(OpGuard& g, cudnnPoolingMode_t mode, const Tensor& x, co
 
 }  // namespace
 
-void CudaBackend::max_pool2d(const Tensor& x, const Tensor& y, const Pool2dParams& p) {
+// The CUDA backend keeps no indices (keeps_max_pool_indices() is false): its backward finds each
+// window's first maximum again from x and y.
+void CudaBackend::max_pool2d(const Tensor& x, const Tensor& y, const Tensor& /*indices*/, const Pool2dParams& p) {
   OpGuard g("max_pool2d", x);
   check_float(g.op, "input", x);
   check_4d(g.op, "input", x);
@@ -50,8 +52,8 @@ void CudaBackend::max_pool2d(const Tensor& x, const Tensor& y, const Pool2dParam
   DUET_CUDA_CHECK(kern::max_pool2d(x.dtype(), x.raw_data(), dims4(x), y.raw_data(), dims4(y), p, g.stream()), g.op);
 }
 
-void CudaBackend::max_pool2d_backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx,
-                                      const Pool2dParams& p) {
+void CudaBackend::max_pool2d_backward(const Tensor& x, const Tensor& y, const Tensor& /*indices*/, const Tensor& dy,
+                                      const Tensor& dx, const Pool2dParams& p) {
   OpGuard g("max_pool2d.backward", dy);
   check_float(g.op, "grad_output", dy);
   for (const auto& [arg, t] : {std::pair<const char*, const Tensor*>{"input", &x}, {"output", &y}, {"grad_output", &dy},

@@ -33,33 +33,46 @@ void zero(const Tensor& t) {
 // Padding acts as -infinity: only real input elements can win. A NaN wins over everything, as
 // in PyTorch.
 template <class T>
-void max_pool2d_kernel(const Tensor& x, const Tensor& y, const Pool2dParams& p) {
+void max_pool2d_kernel(const Tensor& x, const Tensor& y, const Tensor& indices, const Pool2dParams& p) {
   const View4 X(x), Y(y);
   const T* px = x.data<T>();
   T* py = y.data<T>();
+  uint8_t* pi = indices.defined() ? indices.data<uint8_t>() : nullptr;
   for_each_output(Y, [&](int64_t n, int64_t c, int64_t oh, int64_t ow) {
     const PoolWindow win = pool_window(p, oh, ow, X.H, X.W);
     T best = -std::numeric_limits<T>::infinity();
+    int64_t bh = win.h0, bw = win.w0;  // the first position, should every value be -inf
     for (int64_t h = win.h0; h < win.h1; ++h)
       for (int64_t w = win.w0; w < win.w1; ++w) {
         const T v = px[X.at(n, c, h, w)];
-        if (v > best || std::isnan(v)) best = v;
+        if (v > best || (std::isnan(v) && !std::isnan(best))) best = v, bh = h, bw = w;
       }
     py[Y.at(n, c, oh, ow)] = best;
+    if (pi) pi[Y.at(n, c, oh, ow)] = static_cast<uint8_t>(window_offset(p, oh, ow, bh, bw));
   });
 }
 
-// The gradient of each output goes to the first window position (row-major) holding the maximum,
-// found again by comparing x with the forward output instead of storing indices.
+// The gradient of each output goes to the first window position (row-major) holding the maximum:
+// the one the forward recorded, or, without indices, found again by comparing x with y.
 template <class T>
-void max_pool2d_backward_kernel(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx,
-                                const Pool2dParams& p) {
-  const View4 X(x), Y(y), DY(dy), DX(dx);
-  const T* px = x.data<T>();
-  const T* py = y.data<T>();
+void max_pool2d_backward_kernel(const Tensor& x, const Tensor& y, const Tensor& indices, const Tensor& dy,
+                                const Tensor& dx, const Pool2dParams& p) {
+  const View4 DY(dy), DX(dx);
   const T* pdy = dy.data<T>();
   T* pdx = dx.data<T>();
   zero<T>(dx);
+  if (indices.defined()) {
+    const View4 I(indices);
+    const uint8_t* pi = indices.data<uint8_t>();
+    for_each_output(DY, [&](int64_t n, int64_t c, int64_t oh, int64_t ow) {
+      const WindowPos at = window_position(p, oh, ow, pi[I.at(n, c, oh, ow)]);
+      pdx[DX.at(n, c, at.h, at.w)] += pdy[DY.at(n, c, oh, ow)];
+    });
+    return;
+  }
+  const View4 X(x), Y(y);
+  const T* px = x.data<T>();
+  const T* py = y.data<T>();
   for_each_output(Y, [&](int64_t n, int64_t c, int64_t oh, int64_t ow) {
     const PoolWindow win = pool_window(p, oh, ow, X.H, X.W);
     const T target = py[Y.at(n, c, oh, ow)];
@@ -139,14 +152,14 @@ void adaptive_avg_pool2d_backward_kernel(const Tensor& dy, const Tensor& dx) {
 
 }  // namespace
 
-void ReferenceBackend::max_pool2d(const Tensor& x, const Tensor& y, const Pool2dParams& p) {
-  dispatch_float(x.dtype(), "max_pool2d", [&](auto tag) { max_pool2d_kernel<decltype(tag)>(x, y, p); });
+void ReferenceBackend::max_pool2d(const Tensor& x, const Tensor& y, const Tensor& indices, const Pool2dParams& p) {
+  dispatch_float(x.dtype(), "max_pool2d", [&](auto tag) { max_pool2d_kernel<decltype(tag)>(x, y, indices, p); });
 }
 
-void ReferenceBackend::max_pool2d_backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx,
-                                           const Pool2dParams& p) {
-  dispatch_float(x.dtype(), "max_pool2d_backward",
-                 [&](auto tag) { max_pool2d_backward_kernel<decltype(tag)>(x, y, dy, dx, p); });
+void ReferenceBackend::max_pool2d_backward(const Tensor& x, const Tensor& y, const Tensor& indices, const Tensor& dy,
+                                           const Tensor& dx, const Pool2dParams& p) {
+  dispatch_float(dx.dtype(), "max_pool2d_backward",
+                 [&](auto tag) { max_pool2d_backward_kernel<decltype(tag)>(x, y, indices, dy, dx, p); });
 }
 
 void ReferenceBackend::avg_pool2d(const Tensor& x, const Tensor& y, const Pool2dParams& p) {

@@ -10,6 +10,7 @@ class ReferenceBackend final : public BackendImpl {
 public:
   Backend kind() const override { return Backend::reference; }
   bool implements(OpId) const override { return true; }
+  bool keeps_max_pool_indices() const override { return true; }  // the backward reads them
 
   // One override per line of ops.def; the bodies live in the .cpp file named for the op family.
 #define DUET_OP(name, params, ...) void name params override;

@@ -27,19 +27,29 @@ Tensor max_pool2d(const Tensor& x_in, const Pool2dParams& p) {
   const Shape ys = pooled_shape("max_pool2d", x_in, p);
   const MemoryFormat f = format_of(x_in);
   const Tensor x = in_format(x_in.detach(), f);
-  Tensor y;
+  const bool grad = should_record({&x_in});
+  BackendImpl& be = backend_of(x);
+  // Training on a backend that keeps the argmax: the forward writes it (u8 window offsets, so for
+  // windows of at most 256 positions), and backward needs nothing else.
+  const bool indices = grad && be.keeps_max_pool_indices() && p.kernel_h * p.kernel_w <= 256;
+  Tensor y, idx;
   {
-    Dispatch<OpId::max_pool2d> kernel(backend_of(x), {&x});
+    Dispatch<OpId::max_pool2d> kernel(be, {&x});
     y = Tensor::empty(ys, TensorOptions(x.dtype()).with_device(x.device()), f);
-    kernel(x, y, p);
+    if (indices) idx = Tensor::empty(ys, TensorOptions(DType::u8).with_device(x.device()), f);
+    kernel(x, y, idx, p);
   }
-  if (should_record({&x_in})) {
-    const Tensor yd = y.detach();
+  if (grad) {
+    // Saved: the argmax, or x and y to find it again.
+    const Tensor xs = indices ? Tensor() : x, yd = indices ? Tensor() : y.detach();
+    const Shape shape = x.shape();
+    const DType dt = x.dtype();
+    const Device dev = x.device();
     record("max_pool2d", {&x_in}, {&y}, [=](const std::vector<Tensor>& gs) {
       const Tensor dy = in_format(gs[0], f);
-      Dispatch<OpId::max_pool2d_backward> kernel(backend_of(dy), {&dy, &x});
-      Tensor dx = Tensor::empty(x.shape(), TensorOptions(x.dtype()).with_device(x.device()), f);
-      kernel(x, yd, dy, dx, p);
+      Dispatch<OpId::max_pool2d_backward> kernel(backend_of(dy), {&dy});
+      Tensor dx = Tensor::empty(shape, TensorOptions(dt).with_device(dev), f);
+      kernel(xs, yd, idx, dy, dx, p);
       return std::vector<Tensor>{dx};
     });
   }
