@@ -4,6 +4,7 @@
 #include <ostream>
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include "apps/amp.h"
 #include "apps/evaluate.h"
 #include "apps/output_check.h"
 #include "apps/profile_cmds.h"
@@ -13,6 +14,7 @@
 #include "engine/backend.h"
 #include "engine/error.h"
 #include "engine/functional.h"
+#include "engine/optim/grad_scaler.h"
 #include "engine/optim/optimizer.h"
 #include "engine/profiler/capture.h"
 #include "profiler/report.h"
@@ -42,6 +44,7 @@ nlohmann::json run_config_of(const ProfileConfig& c, const RunEnv& env, int64_t 
           {"steps", c.steps},
           {"warmup", c.warmup},
           {"optimizer", c.optimizer},
+          {"amp", c.amp},
           {"memory_format", memory_format_label(input_memory_format(c.memory_format, env))},
           {"device", env.device.str()},
           {"backend", backend_name(env.backend)},
@@ -82,18 +85,22 @@ ProfileRunResult profile_batch(const ProfileConfig& c, const GlobalOptions& g, i
   for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>(i) % sz.classes;
   const Tensor y = Tensor::from_vector(labels, {batch}).to(env.device);
 
+  // The step of duet train: autocast in the forward pass with --amp, loss scaling for fp16.
+  const std::optional<DType> low = amp_dtype(c.amp);
+  optim::GradScaler scaler(optim::GradScaler::Options{.enabled = c.amp == "fp16"});
   const auto step = [&](int64_t i) {
     profiler::step_begin(i, batch, env.device);
     Tensor loss;
     {
       profiler::PhaseGuard phase(Phase::forward);
+      const AmpScope amp(low);
       loss = cross_entropy((*model)(x), y);
     }
     const double v = loss.item();  // a real step reads its loss (and waits for the device)
     DUET_CHECK(std::isfinite(v), "profile: the loss of {} is {} at step {}", c.model.name, v, i);
     opt->zero_grad();
-    loss.backward();
-    opt->step();
+    scaler.scale_loss(loss).backward();
+    scaler.step(*opt);
     profiler::step_end();
   };
   for (int64_t i = 0; i < c.warmup; ++i) step(i);
@@ -179,6 +186,9 @@ Command add_profile_command(CLI::App& app, GlobalOptions& g) {
   cmd->add_option("--image-size", c->image_size, "Input height and width (default: the model's)")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   cmd->add_option("--batch", c->batches, "Batch size, or a list for a sweep: 16,32,64,128")->capture_default_str();
+  cmd->add_option("--amp", c->amp, "Mixed precision as in duet train: off, bf16 or fp16 (with loss scaling)")
+      ->check(CLI::IsMember({"off", "bf16", "fp16"}))
+      ->capture_default_str();
   cmd->add_option("--steps", c->steps, "Timed steps per batch size")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1000000}));

@@ -23,6 +23,7 @@ struct ProfileConfig {
   int64_t steps = 10;          // timed steps per batch size
   int64_t warmup = 2;          // untimed steps first (primitive caches, allocator, first touch)
   std::string optimizer = "sgd";
+  std::string amp = "off";     // off | bf16 | fp16 (with loss scaling), as duet train's --amp
   std::string mode = "auto";  // per-op | throughput | auto (per-op for one batch size, throughput for a sweep)
   std::string memory_format = "auto";
   std::string out, trace;  // report (one batch size) or sweep (several) JSON; Chrome trace

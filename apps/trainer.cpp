@@ -10,6 +10,7 @@
 #include <set>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include "apps/amp.h"
 #include "apps/checkpoint.h"
 #include "apps/distributed.h"
 #include "apps/evaluate.h"
@@ -44,21 +45,6 @@ std::string with_commas(int64_t v) {
   return s;
 }
 
-// --amp: the autocast dtype (none for "off") and the loss scaler, which only fp16 needs.
-std::optional<DType> amp_dtype(const std::string& amp) {
-  if (amp == "off") return std::nullopt;
-  if (amp == "bf16") return DType::bf16;
-  if (amp == "fp16") return DType::f16;
-  throw Error(fmt::format("--amp {}: expected off, bf16 or fp16", amp));
-}
-
-// Autocast for the scope of a forward pass when the run uses mixed precision.
-struct AmpScope {
-  std::optional<AutocastGuard> guard;
-  explicit AmpScope(std::optional<DType> low) {
-    if (low) guard.emplace(*low);
-  }
-};
 }  // namespace
 
 Trainer::Trainer(TrainConfig config, RunEnv env, TrainData data, std::shared_ptr<nn::Module> model, std::ostream& out,

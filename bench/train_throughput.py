@@ -14,8 +14,16 @@ same direct-convolution algorithms PyTorch runs.
 
 PyTorch runs at its best: torch.set_num_threads(threads), and for conv nets both NCHW and
 channels-last inputs and weights are timed and the faster is kept (the table says which).
+Stronger peers, each a column of its own in the same run:
+  --compile  PyTorch with torch.compile (inductor, default mode; compilation happens in the warm-up
+             steps and is not timed; a model whose compilation takes over --compile-timeout seconds
+             gets no number);
+  --bf16     duet with --amp bf16 against PyTorch under torch.autocast("cpu", torch.bfloat16), the
+             same mixed-precision policy (matrix ops in bf16, the rest in f32).
+The CPU's model name and the instruction sets that matter (AVX-512, AVX-512 BF16/FP16, AMX) are
+printed and kept in the JSON.
 
-  .venv-bench/bin/python bench/train_throughput.py --duet build/duet --threads 2 \
+  .venv-bench/bin/python bench/train_throughput.py --duet build/duet --threads 2 --compile --bf16 \
       --json bench/results/train_throughput.json
 
 Needs torch and torchvision (model definitions only). Rows: resnet18_cifar, resnet50_cifar,
@@ -31,6 +39,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 MODELS = {
@@ -71,21 +80,30 @@ def torch_worker(a):
     model = model.to(a.device, memory_format=fmt).train()
     x = torch.randn(a.batch, 3, a.image_size, a.image_size, device=a.device).contiguous(memory_format=fmt)
     y = torch.arange(a.batch, device=a.device) % a.classes
-    times = time_torch_steps(model, x, y, a.warmup, a.steps, a.device)
+    if a.compile:
+        model = torch.compile(model)
+    autocast = torch.bfloat16 if a.amp == "bf16" else None
+    # torch.compile compiles the forward and the backward at the first step and may recompile at
+    # the second: at least two warm-up steps, untimed.
+    warmup = max(a.warmup, 2) if a.compile else a.warmup
+    times = time_torch_steps(model, x, y, warmup, a.steps, a.device, autocast)
     print(json.dumps({"median_step_s": statistics.median(times), "parameters": params, "torch": torch.__version__}))
 
 
-def time_torch_steps(model, x, y, warmup, steps, device="cpu"):
+def time_torch_steps(model, x, y, warmup, steps, device="cpu", autocast=None):
     """Seconds of each step after `warmup`: forward, cross-entropy, loss.item(), zero_grad,
-    backward and an SGD step (momentum 0.9, weight decay 5e-4) on one batch. Also used by
+    backward and an SGD step (momentum 0.9, weight decay 5e-4) on one batch; with `autocast` (a
+    torch dtype) the forward and the loss run under torch.autocast. Also used by
     bench/dist_overlap.py (there `model` may be wrapped in DistributedDataParallel)."""
+    import contextlib
     import torch
     import torch.nn.functional as F
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
     times = []
     for i in range(warmup + steps):
         t0 = time.perf_counter()
-        loss = F.cross_entropy(model(x), y)
+        with torch.autocast(device, dtype=autocast) if autocast else contextlib.nullcontext():
+            loss = F.cross_entropy(model(x), y)
         loss.item()
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -98,11 +116,37 @@ def time_torch_steps(model, x, y, warmup, steps, device="cpu"):
 
 
 # ---- the driver ----
-def run_measured(cmd, env=None):
-    """Runs cmd with os.wait4 to get its own peak RSS; returns (stdout, peak_rss_bytes)."""
+def machine():
+    """The CPU's model name and the instruction sets that decide the fast paths (from /proc/cpuinfo)."""
+    model, flags = "unknown", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and model == "unknown":
+                    model = value.strip()
+                elif key.strip() == "flags" and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    isa = [i for i in ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile") if i in flags]
+    return {"cpu": model, "isa": isa, "cores": os.cpu_count()}
+
+
+def run_measured(cmd, env=None, timeout=None):
+    """Runs cmd with os.wait4 to get its own peak RSS; returns (stdout, peak_rss_bytes). Past
+    `timeout` seconds the process is killed and TimeoutError raised."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         p = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env)
+        # A timer kills it past the timeout; os.wait4 (not Popen.wait) reaps it, for its rusage.
+        timer = threading.Timer(timeout, p.kill) if timeout is not None else None
+        if timer:
+            timer.start()
         _, status, ru = os.wait4(p.pid, 0)
+        if timer:
+            timer.cancel()
+            if status == 9 or os.waitstatus_to_exitcode(status) == -9:
+                raise TimeoutError(f"{' '.join(cmd[:6])} ... took over {timeout} s")
         p.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
@@ -111,12 +155,12 @@ def run_measured(cmd, env=None):
         return out.read(), ru.ru_maxrss * 1024  # Linux reports KiB
 
 
-def duet_side(a, model, image_size, classes, env=None):
+def duet_side(a, model, image_size, classes, env=None, amp="off"):
     with tempfile.TemporaryDirectory() as d:
         report = os.path.join(d, "r.json")
         cmd = [a.duet, "profile", "--model", model, "--image-size", str(image_size), "--classes", str(classes),
                "--batch", str(a.batch), "--steps", str(a.steps), "--warmup", str(a.warmup), "--mode", "throughput",
-               "--threads", str(a.threads), "--device", a.device, "--out", report]
+               "--threads", str(a.threads), "--device", a.device, "--amp", amp, "--out", report]
         _, rss = run_measured(cmd, env)
         with open(report) as f:
             r = json.load(f)
@@ -125,15 +169,16 @@ def duet_side(a, model, image_size, classes, env=None):
             "peak_rss": rss, "allocator_peak": peak}
 
 
-def torch_side(a, model, image_size, classes, channels_last):
+def torch_side(a, model, image_size, classes, channels_last, compile=False, amp="off", timeout=None):
     cmd = [a.python, os.path.abspath(__file__), "--torch-worker", "--model", model, "--image-size", str(image_size),
            "--classes", str(classes), "--batch", str(a.batch), "--steps", str(a.steps), "--warmup", str(a.warmup),
-           "--threads", str(a.threads), "--device", a.device] + (["--channels-last"] if channels_last else [])
+           "--threads", str(a.threads), "--device", a.device, "--amp", amp] + (["--channels-last"] if channels_last else []) \
+        + (["--compile"] if compile else [])
     env = dict(os.environ)
     # Pinning OpenBLAS (CI sets these for Debian's torch 1.13) halves a wheel's GEMM speed: unset.
     env.pop("OPENBLAS_CORETYPE", None)
     env.pop("OPENBLAS_L2_SIZE", None)
-    out, rss = run_measured(cmd, env)
+    out, rss = run_measured(cmd, env, timeout)
     r = json.loads(out.strip().splitlines()[-1])
     r["peak_rss"] = rss
     r["channels_last"] = channels_last
@@ -155,6 +200,12 @@ def main():
     ap.add_argument("--json", help="write the table as JSON here")
     ap.add_argument("--also-direct", action="store_true",
                     help="also time duet with DUET_WINOGRAD=0 (direct convolution only), as a third column")
+    ap.add_argument("--compile", action="store_true", help="also time PyTorch under torch.compile (inductor)")
+    ap.add_argument("--compile-timeout", type=float, default=900,
+                    help="seconds a torch.compile run may take, compilation included (default 900)")
+    ap.add_argument("--bf16", action="store_true",
+                    help="also time duet --amp bf16 against PyTorch under torch.autocast(bfloat16)")
+    ap.add_argument("--amp", default="off", help=argparse.SUPPRESS)  # worker: off | bf16
     # worker mode
     ap.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
@@ -166,19 +217,30 @@ def main():
         return torch_worker(a)
 
     rows = []
+    m = machine()
+    print(f"{m['cpu']} ({', '.join(m['isa'])}; {m['cores']} cores)")
     print(f"batch {a.batch}, {a.threads} threads, {a.warmup} warm-up + {a.steps} timed steps, {a.rounds} round(s); "
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
     for model in a.models.split(","):
         image_size, classes = MODELS[model]
-        d_runs, t_runs, direct_runs = [], [], []
+        d_runs, t_runs, direct_runs, compile_runs, d_bf16_runs, t_bf16_runs = [], [], [], [], [], []
+        layouts = [False] if model.startswith("vit") else [False, True]
         for _ in range(a.rounds):
             d_runs.append(duet_side(a, model, image_size, classes))
             if a.also_direct:
                 direct_runs.append(duet_side(a, model, image_size, classes, dict(os.environ, DUET_WINOGRAD="0")))
-            candidates = [torch_side(a, model, image_size, classes, False)]
-            if not model.startswith("vit"):
-                candidates.append(torch_side(a, model, image_size, classes, True))
-            t_runs.append(min(candidates, key=lambda r: r["median_step_s"]))
+            t_runs.append(min((torch_side(a, model, image_size, classes, cl) for cl in layouts),
+                              key=lambda r: r["median_step_s"]))
+            if a.compile:
+                try:  # the faster layout of the eager runs
+                    compile_runs.append(torch_side(a, model, image_size, classes, t_runs[-1]["channels_last"], compile=True,
+                                                   timeout=a.compile_timeout))
+                except (TimeoutError, RuntimeError) as e:
+                    print(f"  torch.compile of {model}: {str(e).splitlines()[0][:200]}", flush=True)
+            if a.bf16:
+                d_bf16_runs.append(duet_side(a, model, image_size, classes, amp="bf16"))
+                t_bf16_runs.append(min((torch_side(a, model, image_size, classes, cl, amp="bf16") for cl in layouts),
+                                       key=lambda r: r["median_step_s"]))
         d = min(d_runs, key=lambda r: r["median_step_s"]) if a.rounds == 1 else d_runs[len(d_runs) // 2]
         d_step = statistics.median(r["median_step_s"] for r in d_runs)
         t_step = statistics.median(r["median_step_s"] for r in t_runs)
@@ -196,24 +258,47 @@ def main():
             direct_step = statistics.median(r["median_step_s"] for r in direct_runs)
             row["duet_direct_step_ms"] = direct_step * 1e3
             row["speedup_direct"] = t_step / direct_step
+        if compile_runs:
+            c_step = statistics.median(r["median_step_s"] for r in compile_runs)
+            row["torch_compile_step_ms"] = c_step * 1e3
+            row["speedup_compile"] = c_step / d_step
+        if d_bf16_runs:
+            db = statistics.median(r["median_step_s"] for r in d_bf16_runs)
+            tb = statistics.median(r["median_step_s"] for r in t_bf16_runs)
+            row.update({"duet_bf16_step_ms": db * 1e3, "torch_bf16_step_ms": tb * 1e3, "speedup_bf16": tb / db,
+                        "duet_bf16_peak_rss_mib": max(r["peak_rss"] for r in d_bf16_runs) / 2**20,
+                        "torch_bf16_peak_rss_mib": max(r["peak_rss"] for r in t_bf16_runs) / 2**20})
         rows.append(row)
         warn = "" if row["duet_parameters"] == row["torch_parameters"] else "  PARAMETER COUNTS DIFFER"
         print(f"{model:15s} {image_size:3d}px  duet {row['duet_step_ms']:8.1f} ms  torch {row['torch_step_ms']:8.1f} ms "
               f"({row['torch_layout']})  ratio {row['speedup']:.2f}x  RSS duet {row['duet_peak_rss_mib']:.0f} MiB "
               f"torch {row['torch_peak_rss_mib']:.0f} MiB  (duet tensors {row['duet_allocator_peak_mib']:.0f} MiB){warn}"
               + (f"  | direct conv only: {row['duet_direct_step_ms']:.1f} ms, {row['speedup_direct']:.2f}x"
-                 if direct_runs else ""), flush=True)
+                 if direct_runs else "")
+              + (f"  | torch.compile {row['torch_compile_step_ms']:.1f} ms, duet {row['speedup_compile']:.2f}x"
+                 if compile_runs else "")
+              + (f"  | bf16: duet {row['duet_bf16_step_ms']:.1f} ms, torch autocast {row['torch_bf16_step_ms']:.1f} ms, "
+                 f"{row['speedup_bf16']:.2f}x" if d_bf16_runs else ""), flush=True)
     geo = math.exp(sum(math.log(r["speedup"]) for r in rows) / len(rows))
     print(f"geometric mean of duet's speed-up: {geo:.2f}x over {len(rows)} models; load average "
           f"{os.getloadavg()[0]:.2f}")
-    if a.also_direct:
-        geo_direct = math.exp(sum(math.log(r["speedup_direct"]) for r in rows) / len(rows))
+    def geomean(key):
+        vals = [r[key] for r in rows if key in r]
+        return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
+
+    geo_direct, geo_compile, geo_bf16 = geomean("speedup_direct"), geomean("speedup_compile"), geomean("speedup_bf16")
+    if geo_direct:
         print(f"with direct convolution only (DUET_WINOGRAD=0): {geo_direct:.2f}x")
+    if geo_compile:
+        print(f"against torch.compile: {geo_compile:.2f}x over {sum('speedup_compile' in r for r in rows)} models")
+    if geo_bf16:
+        print(f"bf16, duet --amp bf16 against torch.autocast: {geo_bf16:.2f}x")
     if a.json:
         os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
         with open(a.json, "w") as f:
-            json.dump({"rows": rows, "geomean_speedup": geo,
-                       "geomean_speedup_direct": geo_direct if a.also_direct else None, "batch": a.batch, "threads": a.threads,
+            json.dump({"rows": rows, "geomean_speedup": geo, "geomean_speedup_direct": geo_direct,
+                       "geomean_speedup_compile": geo_compile, "geomean_speedup_bf16": geo_bf16, "machine": m,
+                       "date": time.strftime("%Y-%m-%d"), "batch": a.batch, "threads": a.threads,
                        "steps": a.steps, "warmup": a.warmup, "rounds": a.rounds}, f, indent=1)
             f.write("\n")
 

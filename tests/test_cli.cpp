@@ -120,6 +120,24 @@ TEST(Cli, ModelsListsParametersAndFlops) {
 
 // `duet profile` with one batch size writes a per-op report of exactly the timed steps; with a
 // list it writes a sweep with one point per size.
+// duet profile --amp runs duet train's mixed-precision step: the convolutions in bf16 (casts in the
+// profile), the run's configuration says so; fp16 with loss scaling; a bad value is refused.
+TEST(Cli, ProfileWithMixedPrecision) {
+  const std::vector<std::string> common{"profile", "--model", "small_cnn", "--width-mult", "0.25", "--image-size", "8",
+                                        "--classes", "3",     "--steps",   "2",         "--warmup",     "1",    "--batch",
+                                        "4"};
+  for (const char* amp : {"bf16", "fp16"}) {
+    std::vector<std::string> args = common;
+    args.insert(args.end(), {"--amp", amp});
+    const CliResult r = duet_cli(args);
+    ASSERT_EQ(r.status, 0) << amp << ": " << r.err;
+    EXPECT_TRUE(contains(r.out, "cast")) << amp << ": " << r.out;
+  }
+  std::vector<std::string> bad = common;
+  bad.insert(bad.end(), {"--amp", "fp8"});
+  EXPECT_NE(duet_cli(bad).status, 0);
+}
+
 TEST(Cli, ProfileOneBatchAndSweep) {
   const fs::path dir = fs::temp_directory_path() / fmt::format("duet_test_cli_profile_{}", ::getpid());
   fs::remove_all(dir);
