@@ -10,7 +10,8 @@
 #   1. build    configure and build with the CUDA backend for the GPU present (its compute capability
 #               from nvidia-smi; the default architecture list where there is no GPU)
 #   2. tests    the whole test suite with DUET_REQUIRE_CUDA=1, so that a CUDA test that skips fails
-#   3. selftest duet selftest --device cuda: every op on the GPU against the reference loops
+#   3. selftest duet selftest --device cuda: the op table on the GPU against the reference loops, then
+#               the same table timed on the GPU (--mode perf: ms, GFLOP/s and GB/s per case)
 #   4. models   one phase per benchmark model: one profiled epoch on synthetic data in f32, --amp bf16
 #               and --amp fp16 on the GPU, the same run on the cpu backend (f32 and bf16), and
 #               `duet compare` of the two reports (NVML telemetry is in each CUDA report)
@@ -24,7 +25,7 @@
 { # parsed whole before it runs, so that editing the file during a run cannot change the run
 set -uo pipefail
 
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; }
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out="$repo/gpu-check"; build=""; train_size=1024
 while [ $# -gt 0 ]; do
@@ -126,6 +127,7 @@ phase "tests (DUET_REQUIRE_CUDA=1)" "$out/tests.log" env DUET_REQUIRE_CUDA=1 tim
 
 # 3. selftest
 phase selftest "$out/selftest.txt" timeout 600 "$duet" selftest --device cuda
+phase "selftest --mode perf" "$out/selftest_perf.txt" timeout 600 "$duet" selftest --device cuda --mode perf
 
 # 4. models: one profiled epoch each, on the GPU (f32, bf16, fp16) and on the cpu backend (f32, bf16),
 # one phase per model; each training run is limited to 2 minutes (the five fit the 10)
