@@ -63,7 +63,7 @@ def main():
     src = os.path.join(a.data, "cifar10")
     if not os.path.exists(os.path.join(src, "data_batch_1.bin")):
         sl.fail(f"no CIFAR-10 at '{src}' (expected data_batch_1.bin and test_batch.bin): pass --data")
-    duet = sl.Duet(a.duet, a.work, a.threads)
+    duet = sl.Duet(a.duet, a.work, a.threads, replot=a.replot)
     os.makedirs(a.out, exist_ok=True)
     sl.clean_dir(a.out)
     data = os.path.join(duet.work, "cifar10")
@@ -78,19 +78,16 @@ def main():
         for b in batches:
             name = f"{d.replace(':', '')}_b{b}"
             rep, log = os.path.join(duet.work, name + ".json"), os.path.join(duet.work, name + ".jsonl")
-            for p in (rep, log):
-                if os.path.exists(p):
-                    os.remove(p)
             rc, out, secs = duet.run(["train", "--model", a.model, "--dataset", "cifar10", "--data", data,
                                       "--batch", b, "--epochs", 1, "--lr", f"{a.lr:g}", "--workers", a.workers,
                                       "--profile", rep, "--profile-mode", mode, "--log", log], name, device=d,
-                                     check=False)
+                                     check=False, fresh=(rep, log))
             if rc != 0:
                 runs[(d, b)] = {"error": (out.strip().splitlines() or ["?"])[-1], "seconds": secs}
                 print(f"  batch {b} on {d} failed: {runs[(d, b)]['error']}", file=sys.stderr)
                 continue
             runs[(d, b)] = {"report": sl.load_report(rep), "log": sl.read_jsonl(log)[-1], "seconds": secs, "mode": mode}
-    machine.finish()
+    machine.finish(duet.work, a.replot)
     ok = {k: v for k, v in runs.items() if "report" in v}
     if not ok:
         raise sl.StudyError("every run failed; see the logs in " + duet.work)

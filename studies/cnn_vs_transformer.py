@@ -66,14 +66,14 @@ def main():
     a = ap.parse_args()
     width = []
     if a.quick:
-        a.image_size, a.profile_batch, a.steps, a.batches, a.predict_images = 32, 2, 1, "1,2", 8
+        a.image_size, a.profile_batch, a.steps, a.batches, a.predict_images = 32, 2, 1, "2", 8
         width = ["--width-mult", "0.25"]
     argv = sys.argv[1:]
     machine = sl.Machine(a.threads)
     models = [m for m in a.models.split(",") if m]
     batches = [int(b) for b in a.batches.split(",")]
     devs = sl.devices(a)
-    duet = sl.Duet(a.duet, a.work, a.threads)
+    duet = sl.Duet(a.duet, a.work, a.threads, replot=a.replot)
     os.makedirs(a.out, exist_ok=True)
     sl.clean_dir(a.out)
     probes = {d: duet.probe(d) for d in devs}
@@ -88,20 +88,21 @@ def main():
         for m in models:
             out = os.path.join(duet.work, f"{dn}_{m}.json")
             duet.run(["profile"] + model_args(m) + ["--batch", a.profile_batch, "--steps", a.steps, "--warmup", 1,
-                                                    "--mode", "per-op", "--out", out], f"{dn}_{m}", device=d)
+                                                    "--mode", "per-op", "--out", out], f"{dn}_{m}", device=d,
+                     fresh=(out,))
             per_op[(d, m)] = sl.load_report(out)
             for b in batches:
                 out = os.path.join(duet.work, f"{dn}_{m}_b{b}.json")
                 rc, text, _ = duet.run(["profile"] + model_args(m) + ["--batch", b, "--steps", a.steps, "--warmup", 1,
                                                                       "--mode", "throughput", "--out", out],
-                                       f"{dn}_{m}_b{b}", device=d, check=False)
+                                       f"{dn}_{m}_b{b}", device=d, check=False, fresh=(out,))
                 sweep[(d, m, b)] = sl.load_report(out) if rc == 0 else {"error": (text.strip().splitlines() or ["?"])[-1]}
 
     # ---- sharded inference ----
     infer = None
     if a.predict_model:
         infer = sharded_inference(a, duet, width)
-    machine.finish()
+    machine.finish(duet.work, a.replot)
     reports = list(per_op.values()) + [r for r in sweep.values() if "error" not in r]
     plt = sl.plt()
 

@@ -60,7 +60,7 @@ def main():
     machine = sl.Machine(a.threads)
     models = [m for m in a.models.split(",") if m]
     devs = sl.devices(a)
-    duet = sl.Duet(a.duet, a.work, a.threads)
+    duet = sl.Duet(a.duet, a.work, a.threads, replot=a.replot)
     os.makedirs(a.out, exist_ok=True)
     sl.clean_dir(a.out)
     probes = {d: duet.probe(d) for d in devs}
@@ -70,9 +70,9 @@ def main():
             out = os.path.join(duet.work, f"{d.replace(':', '')}_{m}.json")
             duet.run(["profile", "--model", m, "--image-size", a.image_size] + width +
                      ["--batch", a.batch, "--steps", a.steps, "--warmup", 1, "--mode", "per-op", "--out", out],
-                     f"{d.replace(':', '')}_{m}", device=d)
+                     f"{d.replace(':', '')}_{m}", device=d, fresh=(out,))
             reps[(d, m)] = sl.load_report(out)
-    machine.finish()
+    machine.finish(duet.work, a.replot)
     plt = sl.plt()
 
     tables, summary = "", {"models": {}}
@@ -134,15 +134,15 @@ def main():
             for kind, ph, inten, gfs, share in pts:
                 ax.scatter(inten, max(gfs, 1e-3), s=20 + 1500 * share, color=sl.KIND_COLORS.get(kind, "grey"),
                            alpha=0.75, edgecolors="black" if ph == "bwd" else "none")
-                if share >= 0.02:
-                    ax.annotate(f"{kind.split(' (')[0]} {ph} {100 * share:.0f}%", (inten, gfs), fontsize=6,
-                                textcoords="offset points", xytext=(5, -3))
             ax.scatter(step_int, step_gfs, marker="*", s=160, color="gold", edgecolors="black", zorder=5)
-            ax.annotate("whole step", (step_int, step_gfs), fontsize=7, textcoords="offset points", xytext=(6, 4))
             ax.set_xscale("log")
             ax.set_yscale("log")
             ax.set_xlim(lo, hi)
             ax.set_ylim(0.05, gemm * 3)
+            labels = [(step_int, step_gfs, "whole step")]
+            labels += [(inten, max(gfs, 1e-3), f"{kind.split(' (')[0]} {ph} {100 * share:.0f}%")
+                       for kind, ph, inten, gfs, share in sorted(pts, key=lambda p: -p[4]) if share >= 0.02]
+            sl.place_labels(ax, labels)
             ax.set_xlabel("FLOP per byte (minimum bytes)")
             ax.set_ylabel("achieved GFLOP/s")
             ax.set_title(f"{m}, batch {a.batch}, {a.image_size} px, {d}", fontsize=9)

@@ -56,6 +56,8 @@ def common_args(study, description, default_threads=2):
                     help=f"the page whose generated part is rewritten (default studies/{study}.md)")
     ap.add_argument("--no-page", action="store_true", help="leave the page alone (tables and figures are still written)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes and steps: checks that the study runs, in seconds")
+    ap.add_argument("--replot", action="store_true",
+                    help="run nothing: remake the tables, figures and page from the reports of the last run in --work")
     return ap
 
 
@@ -132,9 +134,24 @@ class Machine:
         self.load_end = None
         self.wall_s = None
 
-    def finish(self):
+    def finish(self, work=None, replot=False):
+        """Ends the run's clock and keeps it in <work>/machine.json; with replot, restores the last run's."""
+        path = os.path.join(work, "machine.json") if work else None
+        if replot:
+            if not path or not os.path.exists(path):
+                raise StudyError(f"--replot: no earlier run recorded in {work}")
+            with open(path) as fh:
+                m = json.load(fh)
+            self.started = datetime.datetime.fromisoformat(m["started"])
+            self.cpu, self.logical_cpus, self.threads = m["cpu"], m["logical_cpus"], m["threads"]
+            self.load_start, self.load_end, self.wall_s = m["load_start"], m["load_end"], m["wall_s"]
+            return
         self.load_end = loadavg()
         self.wall_s = time.time() - self.t0
+        if path:
+            write_json(path, {"started": self.started.isoformat(), "cpu": self.cpu, "logical_cpus": self.logical_cpus,
+                              "threads": self.threads, "load_start": self.load_start, "load_end": self.load_end,
+                              "wall_s": self.wall_s})
 
     def header(self, command):
         when = self.started.strftime("%Y-%m-%d %H:%M UTC")
@@ -151,13 +168,23 @@ class Duet:
     """Runs the duet binary with a study's environment: a probe cache of its own (so the reports use
     the probe this study measured), and every command logged with its wall time."""
 
-    def __init__(self, binary, work, threads):
+    def __init__(self, binary, work, threads, replot=False):
         self.binary = os.path.abspath(binary)
-        if not os.path.isfile(self.binary) or not os.access(self.binary, os.X_OK):
+        self.replot = replot
+        self.record_path = os.path.join(os.path.abspath(work), "commands.json")
+        self.record = {}
+        if replot:
+            if not os.path.exists(self.record_path):
+                raise StudyError(f"--replot: no earlier run recorded in {work} (run the study once without --replot)")
+            with open(self.record_path) as fh:
+                self.record = json.load(fh)
+        elif not os.path.isfile(self.binary) or not os.access(self.binary, os.X_OK):
             fail(f"no duet binary at '{binary}': build it first (cmake -S . -B build -G Ninja && cmake --build build) "
                  "or pass --duet PATH")
         self.work = os.path.abspath(work)
         os.makedirs(self.work, exist_ok=True)
+        if not replot and os.path.exists(self.record_path):
+            os.remove(self.record_path)  # a new run: the old record no longer describes the reports
         self.cache = os.path.join(self.work, "probe-cache")
         os.makedirs(self.cache, exist_ok=True)
         self.threads = threads
@@ -165,18 +192,33 @@ class Duet:
         self.commands = []  # (argv as the page shows it, seconds)
 
     def show(self, argv):
+        if argv and os.path.isabs(argv[0]) and not argv[0].startswith(ROOT):
+            argv = [os.path.basename(argv[0])] + list(argv[1:])  # mpirun, not this machine's path to it
         rel = [os.path.relpath(x, ROOT) if isinstance(x, str) and os.path.isabs(x) and x.startswith(ROOT) else x
                for x in argv]
         rel = ["<work>/" + os.path.relpath(x, self.work) if isinstance(x, str) and os.path.isabs(x)
                and x.startswith(self.work) else x for x in rel]
         return " ".join(shlex.quote(str(x)) for x in rel)
 
-    def run(self, args, log_name, device="cpu", threads=None, launcher=None, env=None, check=True):
-        """duet [global options] args..., output to <work>/<log_name>.log. Returns (rc, output, seconds)."""
+    def run(self, args, log_name, device="cpu", threads=None, launcher=None, env=None, check=True, fresh=()):
+        """duet [global options] args..., output to <work>/<log_name>.log. Returns (rc, output, seconds).
+        `fresh`: files the command writes, removed before it runs. With --replot nothing runs: the
+        recorded result of the last run is returned."""
         t = self.threads if threads is None else threads
         argv = (launcher or []) + [self.binary, "--threads", str(t)] + (["--device", device] if device != "cpu" else []) + \
             [str(x) for x in args]
         log = os.path.join(self.work, log_name + ".log")
+        if self.replot:
+            rec = self.record.get(log_name)
+            if rec is None or not os.path.exists(log):
+                raise StudyError(f"--replot: the last run in {self.work} has no '{log_name}' (rerun without --replot)")
+            with open(log) as fh:
+                out = fh.read()
+            self.commands.append((rec["command"], rec["seconds"]))
+            return rec["rc"], out, rec["seconds"]
+        for p in fresh:
+            if os.path.exists(p):
+                os.remove(p)
         print(f"  $ {self.show(argv)}", file=sys.stderr, flush=True)
         t0 = time.time()
         p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -185,6 +227,8 @@ class Duet:
         with open(log, "w") as f:
             f.write(p.stdout)
         self.commands.append((self.show(argv), dt))
+        self.record[log_name] = {"command": self.show(argv), "seconds": dt, "rc": p.returncode}
+        write_json(self.record_path, self.record)
         if check and p.returncode != 0:
             tail = "\n".join(p.stdout.splitlines()[-15:])
             raise StudyError(f"`{self.show(argv)}` exited with status {p.returncode} after {dt:.0f} s "
@@ -265,6 +309,18 @@ def telemetry_means(report):
         return v["mean"] if v else None
     return {"process_cpu_pct": mean("process_cpu_pct"), "machine_cpu_pct": mean("machine_cpu_pct"),
             "rss_max": (s.get("rss_bytes") or {}).get("max")}
+
+
+def smooth(xs, ys, window_s=1.0):
+    """A moving mean over window_s seconds, for readable utilisation curves."""
+    out, j, acc = [], 0, 0.0
+    for i in range(len(xs)):
+        acc += ys[i]
+        while xs[i] - xs[j] > window_s:
+            acc -= ys[j]
+            j += 1
+        out.append(acc / (i - j + 1))
+    return xs, out
 
 
 def telemetry_series(report):
@@ -391,9 +447,17 @@ def op_kind(name, phase, scope, convs):
 
 # ---- writing ------------------------------------------------------------------------------------
 
+NUMERIC = re.compile(r"^[-+]?[\d,]*\.?\d+(%|x| ?[a-zA-Z/]+)?$|^(-|n/a)$")
+
+
 def md_table(headers, rows, right=None):
-    """A markdown table; `right` lists the columns to right-align (default: all but the first)."""
-    right = set(range(1, len(headers))) if right is None else set(right)
+    """A markdown table; `right` lists the columns to right-align (default: the columns whose every cell
+    is a number, a percentage or n/a)."""
+    if right is None:
+        right = {i for i in range(len(headers))
+                 if any(r[i] not in (None, "", "-", "n/a") for r in rows if i < len(r))
+                 and all(NUMERIC.match(str(r[i])) or r[i] in (None, "") for r in rows if i < len(r))}
+    right = set(right)
     lines = ["| " + " | ".join(headers) + " |",
              "| " + " | ".join("---:" if i in right else "---" for i in range(len(headers))) + " |"]
     for r in rows:
@@ -454,6 +518,13 @@ def plt():
     return pyplot
 
 
+def place_labels(ax, points):
+    """Labels (x, y, text) next to their points without overlapping: scripts/plot_profile.py's placer."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from plot_profile import place_labels as placer
+    placer(ax, points)
+
+
 def savefig(fig, path):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=110, bbox_inches="tight")
@@ -475,7 +546,7 @@ def copy_probe(probe, out):
 
 def command_line(script, argv):
     """The command as the page shows it: relative to the repository root, with the venv's python."""
-    shown = [a for a in argv]
+    shown = [a for a in argv if a != "--replot"]
     return ".venv-bench/bin/python studies/" + script + ("" if not shown else " " + " ".join(shlex.quote(a) for a in shown))
 
 
