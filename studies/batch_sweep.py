@@ -53,9 +53,10 @@ def main():
     ap.add_argument("--test-images", type=int, default=1000)
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--width-mult", type=float, default=1.0, help="channel multiplier of the model (--quick: 0.25)")
     a = ap.parse_args()
     if a.quick:
-        a.batches, a.train_images, a.test_images = "8,16", 64, 32
+        a.batches, a.train_images, a.test_images, a.width_mult = "8,16", 32, 16, 0.25
     argv = sys.argv[1:]
     machine = sl.Machine(a.threads)
     batches = [int(b) for b in a.batches.split(",")]
@@ -78,7 +79,8 @@ def main():
         for b in batches:
             name = f"{d.replace(':', '')}_b{b}"
             rep, log = os.path.join(duet.work, name + ".json"), os.path.join(duet.work, name + ".jsonl")
-            rc, out, secs = duet.run(["train", "--model", a.model, "--dataset", "cifar10", "--data", data,
+            width = ["--width-mult", f"{a.width_mult:g}"] if a.width_mult != 1.0 else []
+            rc, out, secs = duet.run(["train", "--model", a.model] + width + ["--dataset", "cifar10", "--data", data,
                                       "--batch", b, "--epochs", 1, "--lr", f"{a.lr:g}", "--workers", a.workers,
                                       "--profile", rep, "--profile-mode", mode, "--log", log], name, device=d,
                                      check=False, fresh=(rep, log))
@@ -96,9 +98,10 @@ def main():
 
     # ---- the sweep table ----
     rows, points = [], []
+    any_gpu = any(d != "cpu" for d in devs)
     for (d, b), r in runs.items():
         if "error" in r:
-            rows.append([d, b] + ["failed: " + r["error"]] + [""] * 13)
+            rows.append([d, b] + ["failed: " + r["error"]] + [""] * (13 + any_gpu))
             continue
         rep, log = r["report"], r["log"]
         tm = sl.telemetry_means(rep)
@@ -108,24 +111,27 @@ def main():
         p = {"device": d, "batch": b, "steps": len(rep["steps"]), "epoch_s": log["train_seconds"],
              "images_per_s": ips, "epoch_50k_s": 50000 / ips, "eval_s": log["eval_seconds"],
              "median_step_ms": med, "ms_per_image": {k: w[k] / b for k in ("data", "forward", "backward", "optimizer", "other")},
-             "peak_tensor_bytes": rep["memory"]["devices"][0]["peak"],
+             "peak_tensor_bytes": sl.train_peak(rep),
              "peak_rss_bytes": rep["memory"]["process"]["hwm_bytes"],
              "process_cpu_pct": tm["process_cpu_pct"], "process_cpu_max": ((rep.get("telemetry") or {}).get("summary") or {}).get("process_cpu_pct", {}) or {},
              "other_load_pct": sl.other_load_pct(rep, machine.logical_cpus), "test_acc": log["test_acc"],
              "timing_mode": rep["timing_mode"]}
         p["process_cpu_max"] = p["process_cpu_max"].get("max")
         points.append(p)
+        summ = (rep.get("telemetry") or {}).get("summary") or {}
+        gpu = next((v for k, v in summ.items() if k.endswith(".util_pct") and v), None)
+        p["gpu_util_pct"] = gpu["mean"] if gpu else None
         rows.append([d, b, p["steps"], sl.f(p["epoch_s"]), sl.f(ips, 0), sl.f(p["epoch_50k_s"], 0), sl.f(med, 1),
                      sl.f(p["ms_per_image"]["data"], 2), sl.f(p["ms_per_image"]["forward"], 2),
                      sl.f(p["ms_per_image"]["backward"], 2), sl.f(p["ms_per_image"]["optimizer"], 2),
                      sl.f(p["eval_s"]), sl.f(p["peak_tensor_bytes"] / sl.MIB, 0),
                      sl.f(p["peak_rss_bytes"] / sl.MIB, 0), sl.f(p["process_cpu_pct"], 0, "%"),
-                     sl.f(p["other_load_pct"], 0, "%")])
+                     sl.f(p["other_load_pct"], 0, "%")] + ([sl.f(p["gpu_util_pct"], 0, "%")] if any_gpu else []))
     sweep_md = sl.md_table(
         ["device", "batch", "steps", f"epoch s ({a.train_images:,} images)", "images/s", "50k-image epoch s (projected)",
          "median step ms", "data ms/img", "forward ms/img", "backward ms/img", "optimizer ms/img",
          f"eval s ({a.test_images:,})", "peak tensors MiB", "peak RSS MiB", "duet CPU (100% = 1 CPU)",
-         "other processes"], rows)
+         "other processes"] + (["GPU utilisation (NVML)"] if any_gpu else []), rows)
 
     # ---- per op, per image, per batch (CPU, per-op mode) ----
     ops_md = ""
@@ -150,6 +156,27 @@ def main():
         ops_md = sl.md_table(["op", "phase"] + [f"b{b} ms/img" for b in cpu_b] +
                              [f"FLOP/byte (b{ref['run_config'].get('batch')})", "bound",
                               f"GFLOP/s b{cpu_b[0]}", f"GFLOP/s b{cpu_b[-1]}"], orow)
+
+    # ---- which kernel ran: the forward convolutions by shape, at the middle batch size ----
+    kern_md = ""
+    if cpu_b:
+        ref = ok[("cpu", cpu_b[len(cpu_b) // 2])]["report"]
+        gemm = sl.probe_point(probes["cpu"], "cpu", a.threads)["gemm_gflops"]
+        agg = {}
+        for o in ref["op_records"]:
+            if o["name"] == "conv2d" and o["phase"] == "forward":
+                g = agg.setdefault((o["shapes"], o["impl"]), {"ns": 0, "flops": 0.0, "bytes": 0.0, "layers": 0})
+                g["ns"] += o["self_ns"]
+                g["flops"] += o["flops"]
+                g["bytes"] += o["bytes"]
+                g["layers"] += 1
+        krows = []
+        for (shapes, impl), g in sorted(agg.items(), key=lambda kv: -kv[1]["ns"]):
+            gfs = g["flops"] / g["ns"]
+            krows.append([f"`{shapes}`", g["layers"], impl or "-", sl.f(g["flops"] / g["bytes"], 0),
+                          sl.f(gfs, 0), f"{100 * gfs / gemm:.0f}%", sl.pct(g["ns"] / ref["totals"]["step_ns"])])
+        kern_md = sl.md_table(["input, weight", "layers", "oneDNN implementation", "FLOP/byte", "GFLOP/s",
+                               "of the probe's GEMM", "% of step"], krows)
 
     # ---- figures ----
     fig, axs = plt.subplots(2, 2, figsize=(11, 7.5))
@@ -177,6 +204,12 @@ def main():
     axs[0][0].set_ylabel("seconds per 50,000-image epoch")
     axs[0][0].set_yscale("log")
     axs[0][1].set_ylabel("training images/s")
+    axs[0][1].set_ylim(bottom=0)
+    axs[1][0].set_ylim(bottom=0)
+    from matplotlib.ticker import ScalarFormatter
+    axs[0][0].yaxis.set_major_formatter(ScalarFormatter())
+    axs[0][0].yaxis.set_minor_formatter(ScalarFormatter())
+    axs[0][0].tick_params(axis="y", which="minor", labelsize=7)
     axs[1][0].set_ylabel("MiB")
     axs[1][1].set_ylabel("% of one CPU")
     axs[1][1].axhline(100 * a.threads, color="grey", lw=0.8, ls="--")
@@ -215,14 +248,15 @@ def main():
     pp = sl.probe_point(probes[devs[0]], devs[0], a.threads)
     block = [
         machine.header(sl.command_line(SCRIPT, argv)),
-        f"{a.model} (ResNet-18 with the CIFAR stem: 3x3 stride-1 first convolution, no max-pool), SGD with momentum "
+        f"{a.model}{f' at width {a.width_mult:g}' if a.width_mult != 1.0 else ''} (ResNet-18 with the CIFAR stem: "
+        f"3x3 stride-1 first convolution, no max-pool), SGD with momentum "
         f"0.9, lr {a.lr:g}, one epoch of {a.train_images:,} CIFAR-10 images (crop + flip, {a.workers} loader "
         f"threads) per batch size, evaluated on {a.test_images:,} test images. Load: {load}.\n",
         "### Time, throughput, memory and utilisation per batch size\n", sweep_md,
         "Epoch and eval seconds, images/s: the trainer's `--log` (training time only; images/s = images / training "
         "seconds); the 50k-image epoch is 50,000 / images/s. Median step leaves out the first step; ms/img per phase "
         "is the mean wall time per step in the phase (phase marks) over the batch. Peak tensors: the allocator's high-water "
-        "mark; RSS: the process's (VmHWM). CPU: the report's telemetry, sampled every 100 ms. "
+        "mark during the training steps; RSS: the process's (VmHWM). CPU: the report's telemetry, sampled every 100 ms. "
         + ("Timing mode: per-op on the CPU (the op table below; it costs under 0.5% of a step there, "
            "docs/profiler.md), throughput on a GPU.\n"),
         "![sweep](IMGDIR/sweep.png)\n",
@@ -232,6 +266,13 @@ def main():
         block += ["### Where the time per image goes, per batch size (CPU)\n", ops_md,
                   "Self time per step over the batch, all steps of the epoch; FLOP/byte and bound at the middle batch "
                   f"size against this run's probe (GEMM {pp['gemm_gflops']:.0f} GFLOP/s, copy {pp['copy_gbs']:.1f} GB/s).\n"]
+    if kern_md:
+        mid = cpu_b[len(cpu_b) // 2]
+        block += [f"### Which kernel ran: forward convolutions by shape (CPU, batch {mid})\n", kern_md,
+                  "From the report's op records (`duet report FILE --group-by-shape` prints the same): one row per "
+                  "input and weight shape and the oneDNN implementation that ran; GFLOP/s counts a convolution's "
+                  "direct FLOPs (2 N Cout Ho Wo Cin kh kw), also for Winograd (`jit_wino_4x3`), which does fewer "
+                  "multiplications, so it can exceed the probe's GEMM speed.\n"]
     block.append(f"{sl.sensors_note(reports)}.\n")
     block.append("Commands run (wall time):\n\n" + "\n".join(f"    {c}   # {s:.0f} s" for c, s in duet.commands) + "\n")
     text = "\n".join(block)

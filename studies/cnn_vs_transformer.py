@@ -10,8 +10,8 @@ mpirun (docs/distributed.md).
   .venv-bench/bin/python studies/cnn_vs_transformer.py --device cpu,cuda  # and on the GPU, where there is one
   .venv-bench/bin/python studies/cnn_vs_transformer.py --quick            # seconds: 32 px, tiny widths
 
-Shortened for 2 cores: per-op profiles are --steps (2) steps at batch --profile-batch (8) after one
-warm-up step, on generated data (`duet profile`); the duration sweep is batch 1 to 16, 2 steps each;
+Shortened for 2 cores: per-op profiles are --steps (3) steps at batch --profile-batch (8) after one
+warm-up step, on generated data (`duet profile`); the duration sweep is batch 1 to 32, 3 steps each;
 the inference model is trained for one epoch on 32 photos only to have a checkpoint to predict with
 (its accuracy is not the point), then classifies the 300 test photos on one process and on two.
 """
@@ -57,8 +57,8 @@ def main():
     ap.add_argument("--models", default="convnext_tiny,vit_b_16,deit_tiny")
     ap.add_argument("--image-size", type=int, default=224)
     ap.add_argument("--profile-batch", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=2)
-    ap.add_argument("--batches", default="1,2,4,8,16", help="the duration-against-batch sweep")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--batches", default="1,2,4,8,16,32", help="the duration-against-batch sweep")
     ap.add_argument("--predict-model", default="deit_tiny", help="the model of the sharded-inference part ('' to skip)")
     ap.add_argument("--predict-images", type=int, default=300, help="test photos to classify (the first of each class)")
     ap.add_argument("--ranks", type=int, default=2)
@@ -174,7 +174,7 @@ def main():
                 if "error" in r:
                     srows.append([m, d, b, "failed: " + r["error"], "", "", "", ""])
                     continue
-                w = sl.phase_ms(r, kind="wall")
+                w = sl.phase_ms(r, skip_first=False, kind="wall")  # `duet profile` ran a warm-up step already
                 bs.append(b)
                 fwd.append(w["forward"])
                 step.append(w["step"])
@@ -194,8 +194,14 @@ def main():
         ax.legend(fontsize=7)
     axs[0].set_ylabel("ms (forward phase; whole training step dashed)")
     axs[1].set_ylabel("ms per image (training step)")
-    fig.suptitle(f"duration against batch size, {a.image_size} px, throughput mode, median of {a.steps} steps "
-                 f"after 1 warm-up", fontsize=9)
+    from matplotlib.ticker import ScalarFormatter
+    for ax in axs:
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_formatter(ScalarFormatter())
+        ax.tick_params(axis="y", which="minor", labelsize=6)
+    fig.subplots_adjust(wspace=0.3)
+    fig.suptitle(f"duration against batch size, {a.image_size} px, throughput mode, mean of {a.steps} timed steps "
+                 f"after 1 warm-up step", fontsize=9)
     sl.savefig(fig, os.path.join(a.out, "duration_vs_batch.png"))
     sweep_md = sl.md_table(["model", "device", "batch", "forward ms", "step ms", "forward ms/image", "step ms/image",
                             "training images/s"], srows, right={2, 3, 4, 5, 6, 7})
@@ -221,7 +227,7 @@ def main():
         "\n### Share of the step by kind of op\n", kinds_md,
         "![kinds of op](IMGDIR/op_kinds.png)\n",
         "### Duration against batch size\n", sweep_md,
-        "Throughput mode (no per-op events), mean over the steps after the first of each run; `forward` is the "
+        f"Throughput mode (no per-op events), mean of the {a.steps} timed steps after one warm-up step; `forward` is the "
         "forward phase of a training step (activations kept for backward), the closest duet has to inference "
         "time without a separate inference profile.\n",
         "![duration against batch](IMGDIR/duration_vs_batch.png)\n",
@@ -236,7 +242,7 @@ def main():
                "cpu": machine.cpu, "threads": a.threads, "load": load, "probe": pp,
                "kinds": {f"{m} ({d})": v for (d, m), v in kinds.items()},
                "steps_ms": {f"{m} ({d})": sl.phase_ms(r, skip_first=False, kind="ops") for (d, m), r in per_op.items()},
-               "sweep": {f"{m} ({d}) b{b}": (sl.phase_ms(r, kind="wall") if "error" not in r else r)
+               "sweep": {f"{m} ({d}) b{b}": (sl.phase_ms(r, skip_first=False, kind="wall") if "error" not in r else r)
                          for (d, m, b), r in sweep.items()},
                "inference": {k: v for k, v in (infer or {}).items() if k != "md"}}
     sl.write_json(os.path.join(a.out, "summary.json"), summary)

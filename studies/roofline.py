@@ -11,7 +11,7 @@ two roofs.
   .venv-bench/bin/python studies/roofline.py --device cuda      # the same on the GPU, where there is one
   .venv-bench/bin/python studies/roofline.py --quick            # seconds: 32 px, batch 2
 
-Shortened for 2 cores: batch --batch (16) instead of part 1's 64, --steps (2) timed steps after one
+Shortened for 2 cores: batch --batch (32) instead of part 1's 64, --steps (3) timed steps after one
 warm-up; the groups' FLOP/byte does not depend on the batch much, their speed a little.
 """
 import os
@@ -49,8 +49,8 @@ def main():
     ap = sl.common_args(STUDY, __doc__)
     ap.add_argument("--models", default="resnet50,vit_b_16,mobilenet_v2")
     ap.add_argument("--image-size", type=int, default=224)
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=3)
     a = ap.parse_args()
     width = []
     if a.quick:
@@ -129,7 +129,9 @@ def main():
             xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
             ax.plot(xs, [roof(x, gemm, copy) for x in xs], color="black", lw=1.5)
             ax.axvline(ridge, color="black", ls=":", lw=0.8)
-            ax.text(ridge * 1.1, gemm * 1.15, f"GEMM {gemm:.0f} GFLOP/s", fontsize=7)
+            ax.text(hi / 1.3, gemm * 1.25, f"GEMM {gemm:.0f} GFLOP/s", fontsize=7, ha="right")
+            ax.text(ridge * 1.08, 0.6 * min(1.0, min((p[3] for p in pts), default=1.0)), f"ridge {ridge:.1f}",
+                    fontsize=6, rotation=90, va="bottom")
             ax.text(lo * 1.5, roof(lo * 1.5, gemm, copy) * 1.6, f"copy {copy:.1f} GB/s", fontsize=7, rotation=30)
             for kind, ph, inten, gfs, share in pts:
                 ax.scatter(inten, max(gfs, 1e-3), s=20 + 1500 * share, color=sl.KIND_COLORS.get(kind, "grey"),
@@ -138,7 +140,7 @@ def main():
             ax.set_xscale("log")
             ax.set_yscale("log")
             ax.set_xlim(lo, hi)
-            ax.set_ylim(0.05, gemm * 3)
+            ax.set_ylim(0.3 * min(1.0, min((p[3] for p in pts), default=1.0)), gemm * 3)
             labels = [(step_int, step_gfs, "whole step")]
             labels += [(inten, max(gfs, 1e-3), f"{kind.split(' (')[0]} {ph} {100 * share:.0f}%")
                        for kind, ph, inten, gfs, share in sorted(pts, key=lambda p: -p[4]) if share >= 0.02]

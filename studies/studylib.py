@@ -105,22 +105,32 @@ def sensors():
 
 def sensors_note(reports):
     """One sentence on temperature and power: the telemetry channels that have them, or why none."""
-    chans = set()
+    chans = {}
     for r in reports:
         t = r.get("telemetry") or {}
+        summ = t.get("summary") or {}
         for c in t.get("channels", []):
-            if any(k in c["name"] for k in ("temperature", "power", "temp_c", "_w")):
-                chans.add(c["name"])
+            if "temperature" in c["name"] or "power" in c["name"]:
+                v = summ.get(c["name"])
+                if v:
+                    lo, hi = chans.get(c["name"], (v["mean"], v["max"]))
+                    chans[c["name"]] = (min(lo, v["mean"]), max(hi, v["max"]))
+                else:
+                    chans.setdefault(c["name"], None)
     if chans:
-        return "temperature and power channels in the reports: " + ", ".join(sorted(chans))
+        parts = [f"`{k}` mean {v[0]:.0f} to max {v[1]:.0f}" if v else f"`{k}` (no reading)" for k, v in sorted(chans.items())]
+        return "Temperature and power from the reports' telemetry: " + "; ".join(parts)
     s = sensors()
     have = [k for k, v in s.items() if v]
-    where = "; this machine has " + ", ".join(have) if have else (
-        "; this machine exposes none (no /sys/class/thermal zones, no hwmon sensors, no powercap/RAPL counters: "
-        "a virtual machine usually hides them)")
-    return ("CPU temperature and power: not in duet's CPU telemetry (it samples process and machine CPU use and "
-            "RSS from /proc)" + where + "; on a CUDA run the NVML channels gpu0.temperature_c and gpu0.power_w are "
-            "recorded")
+    if have:
+        where = ("this machine has " + ", ".join(have) + ", but none that duet reads as the CPU's (hwmon k10temp, "
+                 "zenpower, coretemp; thermal zones typed x86_pkg_temp or cpu*; a readable RAPL package counter)")
+    else:
+        where = ("this machine exposes none (no /sys/class/thermal zones, no hwmon sensors, no powercap/RAPL "
+                 "counters: a virtual machine usually hides them)")
+    return ("CPU temperature and power: not recorded, since " + where + "; where Linux exposes them duet's telemetry "
+            "adds `cpu_temperature_c` and `cpu_power_w` (engine/profiler/cpu_sensors.cpp), and on a CUDA run NVML's "
+            "`gpu0.temperature_c` and `gpu0.power_w`")
 
 
 class Machine:
@@ -291,6 +301,13 @@ def phase_ms(report, skip_first=True, kind="wall"):
         out["untracked"] = sum(s["untracked_ns"] for s in steps) / len(steps) / 1e6
     out["step"] = sum(s["dur_ns"] for s in steps) / len(steps) / 1e6
     return out
+
+
+def train_peak(report):
+    """The allocator's peak during the profiled steps (from each step's memory at its end). The report's
+    overall peak can be later: the trainer's evaluation runs after the steps, still inside the session."""
+    peaks = [m["peak"] for s in report["steps"] for m in (s.get("memory") or [])]
+    return max(peaks) if peaks else report["memory"]["devices"][0]["peak"]
 
 
 def median(xs):
@@ -538,10 +555,6 @@ def clean_dir(path, patterns=("*.md", "*.png", "*.json")):
     for p in patterns:
         for x in glob.glob(os.path.join(path, p)):
             os.remove(x)
-
-
-def copy_probe(probe, out):
-    write_json(os.path.join(out, "probe.json"), probe)
 
 
 def command_line(script, argv):

@@ -8,7 +8,7 @@ memory over time, CPU utilisation (and temperature and power where the machine e
 
   .venv-bench/bin/python studies/transfer_learning.py                  # the study (about 10 minutes on 2 cores)
   .venv-bench/bin/python studies/transfer_learning.py --device cpu,cuda # CPU against GPU, where there is one
-  .venv-bench/bin/python studies/transfer_learning.py --quick           # seconds: 32 px, batches 4 and 8
+  .venv-bench/bin/python studies/transfer_learning.py --quick           # seconds: 32 px, batches 4 and 8, lr 0.003
 
 Shortened for 2 cores and 23 GiB: each run is one epoch over --train-images photos (default 256 of
 the 1,000: 8 steps at batch 32, 4 at batch 64) and is evaluated on --test-images (default 64 of the
@@ -134,7 +134,7 @@ def main():
                     help="torchvision weights name (DEFAULT: ImageNet), 'random', or a torch.save file")
     a = ap.parse_args()
     if a.quick:
-        a.image_size, a.batches, a.train_images, a.test_images = 32, "4,8", 16, 8
+        a.image_size, a.batches, a.lrs, a.train_images, a.test_images = 32, "4,8", "0.003", 16, 8
         if a.weights == "DEFAULT":
             a.weights = "random"  # no download attempt in a check that must take seconds
     argv = sys.argv[1:]
@@ -184,13 +184,13 @@ def main():
         med = sl.median([s["dur_ns"] for s in sl.timed_steps(rep)]) / 1e9
         rows.append([d, b, f"{lr:g}", len(rep["steps"]), f"{last['train_loss']:.3f}", sl.pct(last["train_acc"]),
                      sl.pct(last["test_acc"]), sl.f(last["train_seconds"]), sl.f(last["images_per_s"]),
-                     sl.f(med, 2), sl.f(dev_mem["peak"] / sl.MIB, 0), sl.f(rep["memory"]["process"]["hwm_bytes"] / sl.MIB, 0),
+                     sl.f(med, 2), sl.f(sl.train_peak(rep) / sl.MIB, 0), sl.f(rep["memory"]["process"]["hwm_bytes"] / sl.MIB, 0),
                      sl.f(tm["process_cpu_pct"], 0, "%"), sl.f(sl.other_load_pct(rep, machine.logical_cpus), 0, "%")])
         summary["runs"].append({"device": d, "batch": b, "lr": lr, "steps": len(rep["steps"]),
                                 "train_loss": last["train_loss"], "train_acc": last["train_acc"],
                                 "test_acc": last["test_acc"], "train_seconds": last["train_seconds"],
                                 "images_per_s": last["images_per_s"], "median_step_s": med,
-                                "peak_tensor_bytes": dev_mem["peak"], "peak_rss_bytes": rep["memory"]["process"]["hwm_bytes"],
+                                "peak_tensor_bytes": sl.train_peak(rep), "peak_rss_bytes": rep["memory"]["process"]["hwm_bytes"],
                                 "process_cpu_pct": tm["process_cpu_pct"], "machine_cpu_pct": tm["machine_cpu_pct"]})
     runs_md = sl.md_table(["device", "batch", "lr", "steps", "train loss", "train acc", f"test acc ({n_test})",
                            "train s", "images/s", "median step s", "peak tensors MiB", "peak RSS MiB",
@@ -276,8 +276,9 @@ def main():
             rep = runs[(d, b, lr0)]["report"]
             dm = rep["memory"]["devices"][0]
             pk = dm.get("peak_op") or {}
-            tags = dm["peak_by_tag"]
-            mem_rows.append([d, b, sl.f(dm["peak"] / sl.MIB, 0)] +
+            last = (rep["steps"][-1].get("memory") or [{}])[0] if rep["steps"] else {}
+            tags = last.get("peak_by_tag") or dm["peak_by_tag"]  # at the end of the steps, before evaluation
+            mem_rows.append([d, b, sl.f(sl.train_peak(rep) / sl.MIB, 0)] +
                             [sl.f(tags.get(t, 0) / sl.MIB, 0) for t in ("activation", "parameter", "gradient",
                                                                        "optimizer_state", "data")] +
                             [f"`{pk.get('name', '?')}` ({pk.get('phase', '?')}, {pk.get('scope') or '-'}, step {pk.get('step', '?')})",
@@ -286,7 +287,6 @@ def main():
                           "data", "peak reached at", "peak RSS MiB"], mem_rows, right={1, 2, 3, 4, 5, 6, 7, 9})
 
     # ---- figures ----
-    figs = []
     # memory over time
     fig, axes = plt.subplots(len(devs) * len(batches), 1, figsize=(10, 2.6 * len(devs) * len(batches)), squeeze=False)
     for i, (d, b) in enumerate([(d, b) for d in devs for b in batches]):
@@ -310,8 +310,6 @@ def main():
         ax.legend(handles=handles, fontsize=7, loc="upper left", ncol=6)
     axes[-1][0].set_xlabel("seconds since the first profiled op")
     sl.savefig(fig, os.path.join(a.out, "memory.png"))
-    figs.append(("memory.png", "Memory over time: live tensor bytes after every op (from the trace) and the process's "
-                               "RSS (telemetry), with the phases shaded"))
 
     # step breakdown per step
     fig, ax = plt.subplots(figsize=(10, 3.6))
@@ -331,10 +329,10 @@ def main():
     ax.set_xticks(ticks)
     ax.set_xticklabels(tl, fontsize=7)
     ax.set_ylabel("seconds")
+    ax.set_ylim(bottom=0)
     ax.set_title(f"{a.model} step time by phase (wall time from phase marks), lr {lr0:g}", fontsize=9)
     ax.legend(fontsize=7)
     sl.savefig(fig, os.path.join(a.out, "steps.png"))
-    figs.append(("steps.png", "Each profiled step split into data, forward, backward and optimizer"))
 
     # top ops per image
     fig, ax = plt.subplots(figsize=(9, 5))
@@ -345,12 +343,12 @@ def main():
         vals = {(k, p): v for k, p, v in top_data.get((d0, b), [])}
         ax.barh([i + j * hgt for i in range(len(keys))], [vals.get(k, 0) for k in keys], height=hgt, label=f"batch {b}")
     ax.set_yticks([i + hgt * (len(batches) - 1) / 2 for i in range(len(keys))])
-    ax.set_yticklabels([f"{k} ({p[:3]})" for k, p in keys], fontsize=8)
+    short = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
+    ax.set_yticklabels([f"{k} ({short.get(p, p)})" for k, p in keys], fontsize=8)
     ax.set_xlabel("ms per image (self time per step / batch)")
     ax.set_title(f"{a.model} top ops by self time, {d0}, lr {lr0:g}", fontsize=9)
     ax.legend(fontsize=8)
     sl.savefig(fig, os.path.join(a.out, "top_ops.png"))
-    figs.append(("top_ops.png", "The ops with the most self time, per image, at each batch size"))
 
     # utilisation
     fig, ax = plt.subplots(figsize=(10, 3.2))
@@ -370,7 +368,6 @@ def main():
                  f"the whole machine = {100 * machine.logical_cpus}%)", fontsize=9)
     ax.legend(fontsize=7, ncol=2)
     sl.savefig(fig, os.path.join(a.out, "utilisation.png"))
-    figs.append(("utilisation.png", "CPU use of duet and of the whole machine during each run"))
 
     # ---- CPU against GPU ----
     gpu_md = ""
