@@ -165,7 +165,8 @@ def main():
     load = sl.load_verdict(reports, machine.logical_cpus)
     probe_rows = []
     for d in devs:
-        for p in probes[d]["devices"].get(d, next(iter(probes[d]["devices"].values())))["points"]:
+        key = d if d in probes[d]["devices"] else next(k for k in probes[d]["devices"] if k.startswith(d))
+        for p in probes[d]["devices"][key]["points"]:
             probe_rows.append([d, p["threads"] or "-", sl.f(p["gemm_gflops"], 1), sl.f(p["copy_gbs"], 1),
                                sl.f(p["gemm_gflops"] / p["copy_gbs"], 2)])
     block = [

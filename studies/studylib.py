@@ -257,7 +257,12 @@ class Duet:
 
 
 def probe_point(probe, device="cpu", threads=None):
-    d = probe["devices"].get(device) or next(iter(probe["devices"].values()))
+    """The probe's ceilings for a device ("cuda" matches "cuda:0") at a thread count (CPU)."""
+    devs = probe["devices"]
+    key = device if device in devs else next((k for k in devs if k.startswith(device)), None)
+    if key is None:
+        raise StudyError(f"the probe has no measurement of device '{device}' (it has {', '.join(devs)})")
+    d = devs[key]
     pts = d["points"]
     if threads is not None:
         pts = [p for p in pts if p["threads"] in (threads, 0)] or pts
