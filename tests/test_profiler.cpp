@@ -862,6 +862,58 @@ TEST(ProfilerTelemetry, AbsentReadingsAreNullNotZero) {
   for (const auto& smp : log.samples) EXPECT_FALSE(smp.values[gpu]);
 }
 
+// CPU temperature and power from a fake sysfs tree: the CPU's hwmon sensor (not the disk's), the
+// package's RAPL energy counter (not its sub-domain) as a rate; no source at all without them.
+TEST(ProfilerTelemetry, CpuSensorsFromSysfs) {
+  TempDir dir;
+  EXPECT_EQ(profiler::make_cpu_sensor_source(dir.path.string()), nullptr) << "nothing exposed: no channels";
+  const fs::path hw = dir.path / "class/hwmon", rapl = dir.path / "class/powercap";
+  fs::create_directories(hw / "hwmon0");
+  fs::create_directories(hw / "hwmon1");
+  fs::create_directories(rapl / "intel-rapl:0");
+  fs::create_directories(rapl / "intel-rapl:0:0");
+  write_text((hw / "hwmon0/name").string(), "nvme\n");
+  write_text((hw / "hwmon0/temp1_input").string(), "90000\n");
+  write_text((hw / "hwmon1/name").string(), "k10temp\n");
+  write_text((hw / "hwmon1/temp1_input").string(), "51250\n");
+  write_text((hw / "hwmon1/temp3_input").string(), "48000\n");
+  write_text((rapl / "intel-rapl:0/energy_uj").string(), "1000000\n");
+  write_text((rapl / "intel-rapl:0/max_energy_range_uj").string(), "262143328850\n");
+  write_text((rapl / "intel-rapl:0:0/energy_uj").string(), "999999999\n");
+  auto src = profiler::make_cpu_sensor_source(dir.path.string());
+  ASSERT_NE(src, nullptr);
+  auto first = src->read();
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[0].name, "cpu_temperature_c");
+  ASSERT_TRUE(first[0].value);
+  EXPECT_DOUBLE_EQ(*first[0].value, 51.25) << "the hottest CPU sensor, the disk's ignored";
+  EXPECT_EQ(first[1].name, "cpu_power_w");
+  EXPECT_FALSE(first[1].value) << "a rate needs two readings";
+  const auto t0 = std::chrono::steady_clock::now();
+  write_text((rapl / "intel-rapl:0/energy_uj").string(), "3000000\n");  // 2 J later
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto second = src->read();
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(second[1].value);
+  EXPECT_GT(*second[1].value, 0.0);
+  EXPECT_LE(*second[1].value, 2.0 / 0.05 + 1e-9) << "2 J over at least 50 ms";
+  EXPECT_GE(*second[1].value, 2.0 / (elapsed + 1.0)) << "2 J over about " << elapsed << " s";
+  // Only a thermal zone typed as the CPU's counts when there is no CPU hwmon driver.
+  TempDir zones;
+  fs::create_directories(zones.path / "class/thermal/thermal_zone0");
+  fs::create_directories(zones.path / "class/thermal/thermal_zone1");
+  write_text((zones.path / "class/thermal/thermal_zone0/type").string(), "acpitz\n");
+  write_text((zones.path / "class/thermal/thermal_zone0/temp").string(), "27800\n");
+  write_text((zones.path / "class/thermal/thermal_zone1/type").string(), "x86_pkg_temp\n");
+  write_text((zones.path / "class/thermal/thermal_zone1/temp").string(), "44000\n");
+  auto zsrc = profiler::make_cpu_sensor_source(zones.path.string());
+  ASSERT_NE(zsrc, nullptr);
+  const auto z = zsrc->read();
+  ASSERT_EQ(z.size(), 1u) << "no RAPL counter: no power channel";
+  ASSERT_TRUE(z[0].value);
+  EXPECT_DOUBLE_EQ(*z[0].value, 44.0);
+}
+
 // ---- sweeps, files, formatting ----------------------------------------------------------------
 
 TEST(ProfilerSweep, BatchListsAndTable) {

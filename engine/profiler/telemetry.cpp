@@ -66,6 +66,10 @@ TelemetrySampler::TelemetrySampler(int interval_ms, std::vector<std::unique_ptr<
     : interval_ms_(interval_ms) {
   DUET_CHECK(interval_ms >= 1, "telemetry interval is {} ms: expected at least 1 ms", interval_ms);
   sources_.push_back(make_proc_telemetry_source());
+  try {
+    if (auto s = make_cpu_sensor_source()) sources_.push_back(std::move(s));
+  } catch (...) {  // unreadable sysfs: no sensor channels
+  }
   {
     std::lock_guard<std::mutex> lk(g_factories_mu);
     for (auto& [name, make] : factories()) {

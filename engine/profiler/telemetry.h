@@ -1,6 +1,7 @@
 // Telemetry: a background thread that samples, every N ms, this process's CPU use (utime+stime
-// over wall time, /proc/self/stat), the machine's (/proc/stat) and resident memory, plus whatever
-// registered sources add (GPU utilisation, memory, power through NVML, from the CUDA backend).
+// over wall time, /proc/self/stat), the machine's (/proc/stat) and resident memory, the CPU's
+// temperature and power where sysfs exposes them, plus whatever registered sources add (GPU
+// utilisation, memory, power through NVML, from the CUDA backend).
 // A reading a source cannot take is absent (null in reports), never 0.
 #pragma once
 #include <atomic>
@@ -35,6 +36,12 @@ public:
 // busy), and RSS.
 std::unique_ptr<TelemetrySource> make_proc_telemetry_source();
 
+// The CPU's temperature (`cpu_temperature_c`: the hottest of the hwmon CPU sensors, k10temp,
+// zenpower, coretemp, else the CPU thermal zones) and package power (`cpu_power_w`, from the RAPL
+// energy counters in powercap) under `sysfs_root`; null when the machine exposes neither (most
+// virtual machines), so that no channel is made for readings that can never come.
+std::unique_ptr<TelemetrySource> make_cpu_sensor_source(const std::string& sysfs_root = "/sys");
+
 // Sources made for every sampler started after the call (the CUDA backend registers NVML here).
 using TelemetrySourceFactory = std::function<std::unique_ptr<TelemetrySource>()>;
 void register_telemetry_source(const std::string& name, TelemetrySourceFactory factory);
@@ -54,7 +61,7 @@ struct TelemetryLog {
 
 class TelemetrySampler {
 public:
-  // The proc source plus every registered source; `extra` for tests.
+  // The proc source, the CPU sensors where present, every registered source; `extra` for tests.
   explicit TelemetrySampler(int interval_ms, std::vector<std::unique_ptr<TelemetrySource>> extra = {});
   ~TelemetrySampler();  // stops the thread
   TelemetrySampler(const TelemetrySampler&) = delete;
