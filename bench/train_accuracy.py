@@ -53,7 +53,7 @@ def duet_command(a, task, t, log, checkpoint):
            "--nesterov", "--weight-decay", str(COMMON["weight_decay"]), "--label-smoothing",
            str(COMMON["label_smoothing"]), "--schedule", "onecycle", "--pct-start", str(COMMON["pct_start"]), "--flip",
            "--threads", str(a.threads), "--seed", str(a.seed), "--stop-after-minutes", str(a.minutes), "--log", log,
-           "--checkpoint", checkpoint, "--log-every", "20"]
+           "--checkpoint", checkpoint, "--log-every", "20", "--amp", a.amp]
     if "crop_padding" in t["augment"]:
         cmd += ["--crop-padding", str(t["augment"]["crop_padding"])]
     if "scale_min" in t["augment"]:
@@ -145,6 +145,9 @@ def main():
                          "(keys: model width_mult image_size epochs batch lr)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--amp", default="off", choices=["off", "bf16", "fp16"],
+                    help="duet's mixed precision (duet train --amp); e.g. --frameworks duet --amp bf16 --out DIR to put a "
+                         "bf16 run beside an f32 one")
     ap.add_argument("--plot-only", action="store_true", help="no training: summarise and plot the logs in --out")
     a = ap.parse_args()
     a.tasks = [t for t in a.tasks.split(",") if t]
