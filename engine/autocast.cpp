@@ -1,5 +1,6 @@
 #include "engine/autocast.h"
 #include <initializer_list>
+#include "engine/backend.h"
 #include "engine/error.h"
 #include "engine/tensor.h"
 
@@ -30,6 +31,10 @@ std::optional<DType> autocast_target(std::initializer_list<const Tensor*> inputs
 
 Tensor autocast_input(const Tensor& t, DType low) {
   return t.defined() && t.dtype() == DType::f32 ? t.to(low) : t;
+}
+
+Tensor autocast_output(const Tensor& y) {
+  return backend(y.backend()).keeps_low_precision_activations(y.dtype()) ? y : y.to(DType::f32);
 }
 
 }  // namespace detail

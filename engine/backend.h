@@ -33,6 +33,11 @@ public:
   // finding it again from x and y; then a training forward is given an indices tensor to fill, and
   // backward keeps that (a quarter of y's bytes) instead of x and y.
   virtual bool keeps_max_pool_indices() const { return false; }
+  // Whether the kernels an activation meets between two matrix ops (batch norm, activations,
+  // elementwise maths, pooling, softmax, concatenation) take the 16-bit dtype `low`: then autocast
+  // leaves the outputs of conv2d, linear and matmul in `low`, as PyTorch does, and a network's
+  // activations move half the bytes; otherwise it casts them back to f32 (engine/autocast.h).
+  virtual bool keeps_low_precision_activations(DType /*low*/) const { return false; }
 
 #define DUET_OP(name, params, ...) virtual void name params;
 #include "engine/ops.def"

@@ -22,7 +22,12 @@ Tensor make_leaf(const In& in, uint64_t seed, DType dtype, Device d) {
     Shape s = in.shape;
     if (in.layout == Layout::transposed) std::swap(s[s.size() - 1], s[s.size() - 2]);
     if (in.layout == Layout::strided) s.back() *= 2;
-    t = random_values(s, seed, dtype, in.lo, in.hi);
+    // A 16-bit case's leaves are f32 holding 16-bit values (only f32 and f64 tensors take a
+    // gradient); views_of casts them, as a mixed-precision network casts its f32 weights and inputs.
+    // Parameters of normalisations stay f32.
+    const bool half = dtype == DType::f16 || dtype == DType::bf16;
+    t = random_values(s, seed, in.param && half ? DType::f32 : dtype, in.lo, in.hi);
+    if (half) t = t.to(DType::f32);
     if (in.layout == Layout::channels_last) {
       BackendGuard ref(DeviceType::cpu, Backend::reference);
       t = t.contiguous(MemoryFormat::channels_last).detach();
@@ -81,8 +86,14 @@ std::vector<Tensor> leaves_of(const Case& c, DType dtype, Device d, uint64_t see
 }
 
 std::vector<Tensor> views_of(const Case& c, const std::vector<Tensor>& leaves) {
+  const bool half = c.dtype == DType::f16 || c.dtype == DType::bf16;
   std::vector<Tensor> views;
-  for (size_t i = 0; i < c.ins.size(); ++i) views.push_back(view_of(c.ins[i], leaves[i]));
+  for (size_t i = 0; i < c.ins.size(); ++i) {
+    const In& in = c.ins[i];
+    // Cast before the view: the cast keeps a dense leaf's layout, the view then strides it.
+    const bool cast = half && in.classes == 0 && !in.param;
+    views.push_back(view_of(in, cast ? leaves[i].to(c.dtype) : leaves[i]));
+  }
   return views;
 }
 

@@ -29,6 +29,9 @@ struct In {
   double lo = -1.0, hi = 1.0;
   Shape expand_to = {};  // Layout::expanded: the broadcast shape
   int64_t classes = 0;   // > 0: i64 labels in [0, classes) (no gradient)
+  // A normalisation's parameter or running statistic: f32 even when the case runs in a 16-bit dtype
+  // (a mixed-precision network normalises 16-bit activations with f32 parameters).
+  bool param = false;
 };
 
 using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
@@ -67,6 +70,10 @@ std::vector<Case> device_cases();
 std::vector<Case> optimizer_cases();
 std::vector<Case> composite_cases();
 std::vector<Case> perf_cases();
+// The cases of the other families whose ops all run in bf16 (elementwise maths, activations,
+// reductions, normalisation, pooling, softmax, concatenation, the matrix ops and the composites), in
+// bf16: what a mixed-precision network's activations go through. Conformance mode only.
+std::vector<Case> bf16_cases();
 std::vector<Case> all_cases();
 
 // Uniform values in [lo, hi) of the given dtype, a pure function of the seed (the reference backend

@@ -36,7 +36,7 @@ TEST(Errors, ShapeMismatches) {
 
 TEST(Errors, DtypeMismatches) {
   expect_error([] { add(Tensor::ones({2}), Tensor::ones({2}, DType::f64)); }, {"add", "f64", "f32", "same dtype"});
-  expect_error([] { relu(Tensor::ones({2}, DType::i64)); }, {"relu", "i64", "expected f32 or f64"});
+  expect_error([] { relu(Tensor::ones({2}, DType::i64)); }, {"relu", "i64", "expected f32, f64, f16 or bf16"});
   expect_error([] { cross_entropy(Tensor::ones({2, 3}), Tensor::zeros({2})); }, {"cross_entropy", "'target'", "f32", "i64"});
   expect_error([] { dtype_from_name("float7"); }, {"float7", "f32"});
 }

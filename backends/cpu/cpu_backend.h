@@ -16,6 +16,9 @@ public:
   bool implements(OpId) const override { return true; }
   // oneDNN's max-pool backward scatters through its forward's workspace: the indices are that workspace.
   bool keeps_max_pool_indices() const override { return true; }
+  // bf16 activations run oneDNN's bf16 primitives and the f32 loops on widened chunks; f16 has no
+  // fast path on the CPU, so autocast keeps f16 activations in f32 here.
+  bool keeps_low_precision_activations(DType low) const override { return low == DType::bf16; }
 
   // One override per line of ops.def; the bodies live in the .cpp file named for the op family.
 #define DUET_OP(name, params, ...) void name params override;

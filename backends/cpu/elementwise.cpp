@@ -4,9 +4,13 @@
 // loops over vmath.h (oneDNN 2.6's gelu_erf backward took twice PyTorch's time); cheap ops
 // (neg, abs, relu, scalar arithmetic, broadcasting binary ops, dropout) are OpenMP loops the
 // compiler vectorises, since they are memory-bound and a primitive call would cost more than
-// the arithmetic on small tensors. f64 takes the loops.
+// the arithmetic on small tensors. f64 takes the loops. bf16 (a mixed-precision network's
+// activations) runs the same f32 code on chunks widened into a buffer and rounded back, so it moves
+// bf16's bytes and computes in f32; f16 goes to the reference loops, named in the profile.
+#include <array>
 #include <cmath>
 #include "backends/cpu/loops.h"
+#include "engine/half.h"
 #include "backends/cpu/vmath.h"
 #include "engine/scalar_math.h"
 #include "engine/rng.h"
@@ -107,22 +111,28 @@ void unary_loop(UnaryOp op, const Tensor& x, const Tensor& out) {
   throw Error(fmt::format("unary on backend 'cpu': unknown op code {}", static_cast<int>(op)));
 }
 
-template <class T>
-void scalar_loop(ScalarOp op, const Tensor& x, T s, const Tensor& out) {
+// Calls f with the formula of op for values of type T (one lambda per op, picked once per tensor).
+template <class T, class F>
+void with_scalar_formula(ScalarOp op, T s, F&& f) {
   switch (op) {
-    case ScalarOp::add: return map_flat<T>(x, out, [s](T v) { return v + s; });
-    case ScalarOp::mul: return map_flat<T>(x, out, [s](T v) { return v * s; });
+    case ScalarOp::add: return f([s](T v) { return v + s; });
+    case ScalarOp::mul: return f([s](T v) { return v * s; });
     case ScalarOp::pow:
-      if (s == T(2)) return map_flat<T>(x, out, [](T v) { return v * v; });
-      if (s == T(1)) return map_flat<T>(x, out, [](T v) { return v; });
-      return map_flat<T>(x, out, [s](T v) { return std::pow(v, s); });
-    case ScalarOp::rsub: return map_flat<T>(x, out, [s](T v) { return s - v; });
-    case ScalarOp::rdiv: return map_flat<T>(x, out, [s](T v) { return s / v; });
-    case ScalarOp::maximum: return map_flat<T>(x, out, [s](T v) { return max_nan(v, s); });
-    case ScalarOp::minimum: return map_flat<T>(x, out, [s](T v) { return min_nan(v, s); });
+      if (s == T(2)) return f([](T v) { return v * v; });
+      if (s == T(1)) return f([](T v) { return v; });
+      return f([s](T v) { return std::pow(v, s); });
+    case ScalarOp::rsub: return f([s](T v) { return s - v; });
+    case ScalarOp::rdiv: return f([s](T v) { return s / v; });
+    case ScalarOp::maximum: return f([s](T v) { return max_nan(v, s); });
+    case ScalarOp::minimum: return f([s](T v) { return min_nan(v, s); });
     case ScalarOp::count: break;  // not an op: the enum's size
   }
   throw Error(fmt::format("scalar_op on backend 'cpu': unknown op code {}", static_cast<int>(op)));
+}
+
+template <class T>
+void scalar_loop(ScalarOp op, const Tensor& x, T s, const Tensor& out) {
+  with_scalar_formula<T>(op, s, [&](auto fn) { map_flat<T>(x, out, fn); });
 }
 
 // ---- binary with broadcasting ------------------------------------------------------------------------
@@ -153,21 +163,26 @@ void zip(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
   });
 }
 
-template <class T>
-void binary_loop(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+template <class T, class F>
+void with_binary_formula(BinaryOp op, F&& f) {
   switch (op) {
-    case BinaryOp::add: return zip<T>(a, b, out, [](T u, T v) { return u + v; });
-    case BinaryOp::sub: return zip<T>(a, b, out, [](T u, T v) { return u - v; });
-    case BinaryOp::mul: return zip<T>(a, b, out, [](T u, T v) { return u * v; });
-    case BinaryOp::div: return zip<T>(a, b, out, [](T u, T v) { return u / v; });
-    case BinaryOp::maximum: return zip<T>(a, b, out, [](T u, T v) { return max_nan(u, v); });
-    case BinaryOp::minimum: return zip<T>(a, b, out, [](T u, T v) { return min_nan(u, v); });
-    case BinaryOp::eq: return zip<T>(a, b, out, [](T u, T v) { return u == v ? T(1) : T(0); });
-    case BinaryOp::gt: return zip<T>(a, b, out, [](T u, T v) { return u > v ? T(1) : T(0); });
-    case BinaryOp::lt: return zip<T>(a, b, out, [](T u, T v) { return u < v ? T(1) : T(0); });
+    case BinaryOp::add: return f([](T u, T v) { return u + v; });
+    case BinaryOp::sub: return f([](T u, T v) { return u - v; });
+    case BinaryOp::mul: return f([](T u, T v) { return u * v; });
+    case BinaryOp::div: return f([](T u, T v) { return u / v; });
+    case BinaryOp::maximum: return f([](T u, T v) { return max_nan(u, v); });
+    case BinaryOp::minimum: return f([](T u, T v) { return min_nan(u, v); });
+    case BinaryOp::eq: return f([](T u, T v) { return u == v ? T(1) : T(0); });
+    case BinaryOp::gt: return f([](T u, T v) { return u > v ? T(1) : T(0); });
+    case BinaryOp::lt: return f([](T u, T v) { return u < v ? T(1) : T(0); });
     case BinaryOp::count: break;  // not an op: the enum's size
   }
   throw Error(fmt::format("binary on backend 'cpu': unknown op code {}", static_cast<int>(op)));
+}
+
+template <class T>
+void binary_loop(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  with_binary_formula<T>(op, [&](auto fn) { zip<T>(a, b, out, fn); });
 }
 
 // ---- activations ---------------------------------------------------------------------------------------
@@ -247,6 +262,74 @@ void gelu_erf_backward_f32(const Tensor& x, const Tensor& dy, const Tensor& dx) 
                [&](int64_t b, int64_t e) { gelu_erf_backward_chunk(px, pdy, pdx, b, e); });
 }
 
+// The loops run f32 and f64 themselves; a 16-bit tensor is bf16's (below) or the reference's.
+BackendImpl* half_fallback(const char* op, const Tensor& t) {
+  return t.dtype() == DType::f16 || t.dtype() == DType::bf16 ? lowp_fallback(op, t) : nullptr;
+}
+
+// ---- bf16 through the f32 loops ---------------------------------------------------------------------
+// Each thread widens a chunk of its span of every input into a buffer on its stack (bf16 to f32 is
+// exact), runs the f32 code on the buffers and rounds the result back to nearest even (engine/half.h,
+// the rounding of every backend). The memory traffic is bf16's; the maths is the f32 loops'.
+constexpr int64_t kBf16Chunk = 1024;
+
+DUET_SIMD_CLONES void widen_bf16(const uint16_t* __restrict s, float* __restrict d, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) d[i] = bf16_to_float(s[i]);
+}
+
+DUET_SIMD_CLONES void narrow_bf16(const float* __restrict s, uint16_t* __restrict d, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) d[i] = float_to_bf16(s[i]);
+}
+
+// f(ins, out, n) on the f32 buffers, over the flat span of K dense bf16 inputs laid out like `out`.
+template <size_t K, class F>
+void bf16_chunks(const std::array<const Tensor*, K>& in, const Tensor& out, int64_t cost, F f) {
+  const int64_t n = out.numel();
+  auto* po = static_cast<uint16_t*>(out.raw_data());
+  parallel_for(n, n * cost, [&](int64_t b, int64_t e) {
+    alignas(64) float buf[K + 1][kBf16Chunk];
+    for (int64_t c = b; c < e; c += kBf16Chunk) {
+      const int64_t len = std::min(kBf16Chunk, e - c);
+      std::array<const float*, K> ins;
+      for (size_t k = 0; k < K; ++k) {
+        widen_bf16(static_cast<const uint16_t*>(in[k]->raw_data()) + c, buf[k], len);
+        ins[k] = buf[k];
+      }
+      f(ins, buf[K], len);
+      narrow_bf16(buf[K], po + c, len);
+    }
+  });
+}
+
+void activation_bf16(Activation act, float alpha, const Tensor& x, const Tensor& out) {
+  if (act == Activation::gelu_erf)
+    return bf16_chunks<1>({&x}, out, kGeluCost, [](const auto& in, float* o, int64_t n) { gelu_erf_chunk(in[0], o, 0, n); });
+  with_activation(act, [&](auto fn) {
+    using Fn = decltype(fn);
+    bf16_chunks<1>({&x}, out, 1, [alpha](const auto& in, float* o, int64_t n) {
+      map_chunk(in[0], o, 0, n, [alpha](float v) { return Fn::value(v, alpha); });
+    });
+  });
+}
+
+void activation_backward_bf16(Activation act, float alpha, const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  if (act == Activation::gelu_erf)
+    return bf16_chunks<2>({&x, &dy}, dx, kGeluCost,
+                          [](const auto& in, float* o, int64_t n) { gelu_erf_backward_chunk(in[0], in[1], o, 0, n); });
+  if (act == Activation::relu)  // a select, as in the f32 loop
+    return bf16_chunks<2>({&x, &dy}, dx, 1, [](const auto& in, float* o, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) o[i] = in[0][i] > 0.f ? in[1][i] : 0.f;
+    });
+  with_activation(act, [&](auto fn) {
+    using Fn = decltype(fn);
+    bf16_chunks<2>({&x, &dy}, dx, 1, [alpha](const auto& in, float* o, int64_t n) {
+      backward_chunk(in[0], in[1], o, 0, n, [alpha](float v) { return Fn::derivative(v, alpha); });
+    });
+  });
+}
+
 // oneDNN's algorithm for each activation. relu and relu6 stay loops: a compare or two per
 // element is memory-bound anyway, and oneDNN's clip (relu6) maps NaN to 0 where PyTorch keeps
 // it; gelu_erf has its own (gelu_erf_f32).
@@ -267,6 +350,13 @@ bool dnnl_activation(Activation act, dnnl::algorithm& alg, float& alpha, float& 
 }  // namespace
 
 void CpuBackend::unary(UnaryOp op, const Tensor& x, const Tensor& out) {
+  if (BackendImpl* ref = half_fallback(unary_name(op), x)) return ref->unary(op, x, out);
+  if (x.dtype() == DType::bf16) {  // the front-end sends only neg (the rest is computed in f32)
+    if (op != UnaryOp::neg) return reference_fallback("bf16 unary maths has no cpu kernel").unary(op, x, out);
+    return bf16_chunks<1>({&x}, out, 1, [](const auto& in, float* o, int64_t n) {
+      map_chunk(in[0], o, 0, n, [](float v) { return -v; });
+    });
+  }
   if (x.dtype() == DType::f32 && (op == UnaryOp::exp || op == UnaryOp::log || op == UnaryOp::tanh)) {
     const auto alg = op == UnaryOp::exp   ? dnnl::algorithm::eltwise_exp
                      : op == UnaryOp::log ? dnnl::algorithm::eltwise_log
@@ -277,6 +367,13 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, const Tensor& out) {
 }
 
 void CpuBackend::scalar_op(ScalarOp op, const Tensor& x, double s, const Tensor& out) {
+  if (BackendImpl* ref = half_fallback(scalar_op_name(op), x)) return ref->scalar_op(op, x, s, out);
+  if (x.dtype() == DType::bf16) {
+    // Each chunk runs the f32 loop on a buffer view; the span pointers are the chunk's.
+    return with_scalar_formula<float>(op, static_cast<float>(s), [&](auto fn) {
+      bf16_chunks<1>({&x}, out, 1, [fn](const auto& in, float* o, int64_t n) { map_chunk(in[0], o, 0, n, fn); });
+    });
+  }
   dispatch_float(x.dtype(), scalar_op_name(op), [&](auto tag) {
     using T = decltype(tag);
     scalar_loop<T>(op, x, static_cast<T>(s), out);
@@ -284,10 +381,24 @@ void CpuBackend::scalar_op(ScalarOp op, const Tensor& x, double s, const Tensor&
 }
 
 void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  if (BackendImpl* ref = half_fallback(binary_name(op), out)) return ref->binary(op, a, b, out);
+  if (out.dtype() == DType::bf16) {
+    // Dense operands laid out like the output (a residual add, a gradient sum): one flat span.
+    // Broadcasting bf16 operands are rare (the front-end promotes an f32 bias or scale to f32).
+    if (!(a.is_dense() && b.is_dense() && same_layout(a, out) && same_layout(b, out)))
+      return reference_fallback("bf16 broadcasting or strided operands have no cpu kernel").binary(op, a, b, out);
+    return with_binary_formula<float>(op, [&](auto fn) {
+      bf16_chunks<2>({&a, &b}, out, 1, [fn](const auto& in, float* o, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) o[i] = fn(in[0][i], in[1][i]);
+      });
+    });
+  }
   dispatch_float(out.dtype(), binary_name(op), [&](auto tag) { binary_loop<decltype(tag)>(op, a, b, out); });
 }
 
 void CpuBackend::activation(Activation act, double act_alpha, const Tensor& x, const Tensor& out) {
+  if (BackendImpl* ref = half_fallback(activation_name(act), x)) return ref->activation(act, act_alpha, x, out);
+  if (x.dtype() == DType::bf16) return activation_bf16(act, static_cast<float>(act_alpha), x, out);
   if (x.dtype() == DType::f32 && act == Activation::gelu_erf) return gelu_erf_f32(x, out);
   dnnl::algorithm alg;
   float alpha, beta;
@@ -299,6 +410,8 @@ void CpuBackend::activation(Activation act, double act_alpha, const Tensor& x, c
 
 void CpuBackend::activation_backward(Activation act, double act_alpha, const Tensor& x, const Tensor& dy,
                                      const Tensor& dx) {
+  if (BackendImpl* ref = half_fallback("activation_backward", x)) return ref->activation_backward(act, act_alpha, x, dy, dx);
+  if (x.dtype() == DType::bf16) return activation_backward_bf16(act, static_cast<float>(act_alpha), x, dy, dx);
   if (x.dtype() == DType::f32 && act == Activation::gelu_erf) return gelu_erf_backward_f32(x, dy, dx);
   dnnl::algorithm alg;
   float alpha, beta;
@@ -312,6 +425,9 @@ void CpuBackend::activation_backward(Activation act, double act_alpha, const Ten
 // so masks agree bit for bit across backends and thread counts.
 void CpuBackend::dropout(const Tensor& x, const Tensor& y, const Tensor& mask, double p, uint64_t seed,
                          uint64_t offset) {
+  if (is_floating(x.dtype()) && x.dtype() != DType::f32 && x.dtype() != DType::f64)  // a classifier's dropout: rare
+    return reference_fallback(fmt::format("{} dropout has no cpu kernel", dtype_name(x.dtype())))
+        .dropout(x, y, mask, p, seed, offset);
   dispatch_float(x.dtype(), "dropout", [&](auto tag) {
     using T = decltype(tag);
     const T* px = static_cast<const T*>(x.raw_data());

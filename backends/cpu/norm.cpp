@@ -137,13 +137,15 @@ void affine_planes(const float* x, float* y, int64_t N, int64_t C, int64_t HW, c
 void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                             const Tensor& running_var, const Tensor& y, const Tensor& save_mean,
                             const Tensor& save_invstd, const BatchNormParams& p) {
-  require_f32("batch_norm", x);
+  // bf16 runs on oneDNN's primitive (bf16 data, f32 statistics and parameters).
+  if (BackendImpl* ref = lowp_fallback("batch_norm", x))
+    return ref->batch_norm(x, gamma, beta, running_mean, running_var, y, save_mean, save_invstd, p);
   const int64_t C = x.size(1);
   const int64_t count = C > 0 ? x.numel() / C : 0;
   DUET_CHECK(p.training || (running_mean.defined() && running_var.defined()),
              "batch_norm on backend 'cpu': evaluation mode needs running_mean and running_var");
   if (x.numel() == 0) return;
-  if (is_nchw(x) && y.is_contiguous()) {
+  if (x.dtype() == DType::f32 && is_nchw(x) && y.is_contiguous()) {
     const int64_t N = x.size(0), HW = x.size(2) * x.size(3);
     const float* px = x.data<float>();
     std::vector<float> gbuf, bbuf, mean(static_cast<size_t>(C)), var(static_cast<size_t>(C)), invstd(static_cast<size_t>(C));
@@ -239,11 +241,12 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
 
 void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                                      const Tensor& save_invstd, const Tensor& dx, const Tensor& dgamma,
-                                     const Tensor& dbeta, double /*eps: in save_invstd*/) {
-  require_f32("batch_norm_backward", x);
+                                     const Tensor& dbeta, double eps) {
+  if (BackendImpl* ref = lowp_fallback("batch_norm_backward", x))
+    return ref->batch_norm_backward(dy, x, gamma, save_mean, save_invstd, dx, dgamma, dbeta, eps);
   const int64_t C = x.size(1);
   if (x.numel() == 0) return;
-  if (is_nchw(x) && dy.is_contiguous() && (!dx.defined() || dx.is_contiguous())) {
+  if (x.dtype() == DType::f32 && is_nchw(x) && dy.is_contiguous() && (!dx.defined() || dx.is_contiguous())) {
     // dx = gamma * invstd / m * (m * dy - sum(dy) - xhat * sum(dy * xhat)), per channel.
     const int64_t N = x.size(0), HW = x.size(2) * x.size(3);
     const double count = double(N * HW);

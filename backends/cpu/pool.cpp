@@ -244,7 +244,7 @@ void check_workspace(const dnnl::memory::desc& ws, const dnnl::memory::desc& ind
 }
 
 void CpuBackend::max_pool2d(const Tensor& x, const Tensor& y, const Tensor& indices, const Pool2dParams& p) {
-  require_f32("max_pool2d", x);
+  if (BackendImpl* ref = lowp_fallback("max_pool2d", x)) return ref->max_pool2d(x, y, indices, p);
   if (y.numel() == 0) return;
   if (!indices.defined()) return pool_forward("max_pool2d", dnnl::algorithm::pooling_max, x, y, p);
   guarded("max_pool2d", {&x, &y}, [&] {
@@ -264,10 +264,14 @@ void CpuBackend::max_pool2d(const Tensor& x, const Tensor& y, const Tensor& indi
   });
 }
 
-void CpuBackend::max_pool2d_backward(const Tensor& x, const Tensor& /*y: the recomputed forward writes its own*/,
-                                     const Tensor& indices, const Tensor& dy,
+void CpuBackend::max_pool2d_backward(const Tensor& x, const Tensor& y, const Tensor& indices, const Tensor& dy,
                                      const Tensor& dx, const Pool2dParams& p) {
-  require_f32("max_pool2d_backward", dy);
+  if (BackendImpl* ref = lowp_fallback("max_pool2d_backward", dy)) return ref->max_pool2d_backward(x, y, indices, dy, dx, p);
+  // oneDNN 2.6 scattered bf16 gradients to wrong positions for a 17x17 window on channels-last
+  // maps without a kept argmax (found by the op table's bf16 cases); such windows are no model's.
+  if (dy.dtype() == DType::bf16 && !indices.defined())
+    return reference_fallback("bf16 max pooling without a kept argmax (windows over 256 positions)")
+        .max_pool2d_backward(x, y, indices, dy, dx, p);
   if (dx.numel() == 0) return;
   guarded("max_pool2d_backward", {&dy, &dx}, [&] {
     auto e = cached<MaxPoolBwd>(pool_key(indices.defined() ? "max_pool2d_bwd_ws" : "max_pool2d_bwd", dx, dy, p), [&] {
@@ -302,16 +306,23 @@ void CpuBackend::max_pool2d_backward(const Tensor& x, const Tensor& /*y: the rec
 }
 
 void CpuBackend::avg_pool2d(const Tensor& x, const Tensor& y, const Pool2dParams& p) {
-  require_f32("avg_pool2d", x);
+  if (BackendImpl* ref = lowp_fallback("avg_pool2d", x)) return ref->avg_pool2d(x, y, p);
   if (y.numel() == 0) return;
-  if (p.count_include_pad && pool_geometry(p, x, y).overhang) return avg_pool_loop<float>(x, y, p);
+  if (p.count_include_pad && pool_geometry(p, x, y).overhang) {
+    if (x.dtype() != DType::f32) return reference_fallback("ceil-mode windows past the padding in bf16").avg_pool2d(x, y, p);
+    return avg_pool_loop<float>(x, y, p);
+  }
   pool_forward(p.count_include_pad ? "avg_pool2d_incl" : "avg_pool2d", avg_alg(p), x, y, p);
 }
 
 void CpuBackend::avg_pool2d_backward(const Tensor& dy, const Tensor& dx, const Pool2dParams& p) {
-  require_f32("avg_pool2d_backward", dy);
+  if (BackendImpl* ref = lowp_fallback("avg_pool2d_backward", dy)) return ref->avg_pool2d_backward(dy, dx, p);
   if (dx.numel() == 0) return;
-  if (p.count_include_pad && pool_geometry(p, dx, dy).overhang) return avg_pool_backward_loop<float>(dy, dx, p);
+  if (p.count_include_pad && pool_geometry(p, dx, dy).overhang) {
+    if (dy.dtype() != DType::f32)
+      return reference_fallback("ceil-mode windows past the padding in bf16").avg_pool2d_backward(dy, dx, p);
+    return avg_pool_backward_loop<float>(dy, dx, p);
+  }
   guarded("avg_pool2d_backward", {&dy, &dx}, [&] {
     auto e = cached<PoolBwd>(pool_key("avg_pool2d_bwd", dy, dx, p), [&] {
       PoolBwd r;
@@ -329,11 +340,17 @@ void CpuBackend::avg_pool2d_backward(const Tensor& dy, const Tensor& dx, const P
   });
 }
 
+// 16-bit adaptive pooling (a network's global pooling: small) runs on the reference loops.
 void CpuBackend::adaptive_avg_pool2d(const Tensor& x, const Tensor& y) {
+  if (x.dtype() == DType::f16 || x.dtype() == DType::bf16)
+    return reference_fallback(fmt::format("{} adaptive pooling has no cpu kernel", dtype_name(x.dtype()))).adaptive_avg_pool2d(x, y);
   dispatch_float(x.dtype(), "adaptive_avg_pool2d", [&](auto tag) { adaptive_forward<decltype(tag)>(x, y); });
 }
 
 void CpuBackend::adaptive_avg_pool2d_backward(const Tensor& dy, const Tensor& dx) {
+  if (dy.dtype() == DType::f16 || dy.dtype() == DType::bf16)
+    return reference_fallback(fmt::format("{} adaptive pooling has no cpu kernel", dtype_name(dy.dtype())))
+        .adaptive_avg_pool2d_backward(dy, dx);
   dispatch_float(dy.dtype(), "adaptive_avg_pool2d_backward", [&](auto tag) { adaptive_backward<decltype(tag)>(dy, dx); });
 }
 

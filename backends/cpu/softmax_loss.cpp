@@ -22,9 +22,10 @@ struct SoftmaxBwd {
   dnnl::memory::desc md;
 };
 
+// f32 or bf16 (oneDNN's softmax computes bf16 lines in f32).
 dnnl::memory::desc softmax_md(const Tensor& t) {
-  if (t.dim() == 0) return dnnl::memory::desc({1}, dt::f32, tag::a);
-  return dnnl::memory::desc(to_dims(t.shape()), dt::f32, to_dims(contiguous_strides(t.shape())));
+  if (t.dim() == 0) return dnnl::memory::desc({1}, dt_of(t.dtype()), tag::a);
+  return dnnl::memory::desc(to_dims(t.shape()), dt_of(t.dtype()), to_dims(contiguous_strides(t.shape())));
 }
 
 dnnl::softmax_v2_forward::primitive_desc softmax_fwd_pd(const dnnl::memory::desc& md, int axis, bool log) {
@@ -108,12 +109,12 @@ void cross_entropy_backward_loop(const Tensor& logits, const Tensor& target, con
 
 void CpuBackend::softmax(const Tensor& x, const Tensor& y, int64_t dim, bool log) {
   const char* name = log ? "log_softmax" : "softmax";
-  require_f32(name, x);
+  if (BackendImpl* ref = lowp_fallback(name, x)) return ref->softmax(x, y, dim, log);
   if (x.numel() == 0) return;
   guarded(name, {&x}, [&] {
     DUET_CHECK(x.is_contiguous() && y.is_contiguous(), "{} on backend 'cpu': x and y must be contiguous", name);
     Key key("softmax_fwd");
-    key.add(x.shape()).add(dim).add(int64_t(log));
+    key.add(x.shape()).add(dim).add(int64_t(log)).add(int64_t(x.dtype()));
     auto e = cached<SoftmaxFwd>(key, [&] {
       SoftmaxFwd r;
       r.md = softmax_md(x);
@@ -128,13 +129,13 @@ void CpuBackend::softmax(const Tensor& x, const Tensor& y, int64_t dim, bool log
 
 void CpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, int64_t dim, bool log) {
   const char* name = log ? "log_softmax_backward" : "softmax_backward";
-  require_f32(name, y);
+  if (BackendImpl* ref = lowp_fallback(name, y)) return ref->softmax_backward(y, dy, dx, dim, log);
   if (y.numel() == 0) return;
   guarded(name, {&y, &dy}, [&] {
     DUET_CHECK(y.is_contiguous() && dy.is_contiguous() && dx.is_contiguous(),
                "{} on backend 'cpu': y, dy and dx must be contiguous", name);
     Key key("softmax_bwd");
-    key.add(y.shape()).add(dim).add(int64_t(log));
+    key.add(y.shape()).add(dim).add(int64_t(log)).add(int64_t(y.dtype()));
     auto e = cached<SoftmaxBwd>(key, [&] {
       SoftmaxBwd r;
       r.md = softmax_md(y);

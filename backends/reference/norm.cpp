@@ -19,17 +19,21 @@ void for_each_in_channel(const View4& v, F f) {
       for (int64_t w = 0; w < v.W; ++w) f(n, h, w);
 }
 
+// The dtype of batch norm's parameters and statistics for data of type T: f32 for 16-bit data.
+template <class T>
+using param_t = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
+
 // Element c of a 1-D per-channel tensor.
 template <class T>
 T& at1(const Tensor& t, int64_t c) { return t.data<T>()[c * t.stride(0)]; }
 
-template <class T>
+template <class T, class P = param_t<T>>
 void batch_norm_kernel(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                        const Tensor& running_var, const Tensor& y, const Tensor& save_mean,
                        const Tensor& save_invstd, const BatchNormParams& p) {
   const View4 X(x), Y(y);
-  const T* px = x.data<T>();
-  T* py = y.data<T>();
+  const T* px = ptr<T>(x);
+  T* py = ptr<T>(y);
   const int64_t count = X.N * X.H * X.W;
   DUET_CHECK(p.training || (running_mean.defined() && running_var.defined()),
              "batch_norm on backend 'reference': evaluation mode needs running_mean and running_var");
@@ -37,32 +41,32 @@ void batch_norm_kernel(const Tensor& x, const Tensor& gamma, const Tensor& beta,
     double mean, var;
     if (p.training) {
       double sum = 0.0;
-      for_each_in_channel(X, [&](int64_t n, int64_t h, int64_t w) { sum += px[X.at(n, c, h, w)]; });
+      for_each_in_channel(X, [&](int64_t n, int64_t h, int64_t w) { sum += widen(px[X.at(n, c, h, w)]); });
       mean = sum / double(count);
       double sq = 0.0;
       for_each_in_channel(X, [&](int64_t n, int64_t h, int64_t w) {
-        const double d = px[X.at(n, c, h, w)] - mean;
+        const double d = widen(px[X.at(n, c, h, w)]) - mean;
         sq += d * d;
       });
       var = sq / double(count);  // biased: the variance the batch is normalised with
     } else {
-      mean = at1<T>(running_mean, c);
-      var = at1<T>(running_var, c);
+      mean = at1<P>(running_mean, c);
+      var = at1<P>(running_var, c);
     }
     const double invstd = inv_std(var, p.eps);
     // y = (x - mean) * invstd * gamma + beta, folded into one multiply-add per element.
-    const double scale = invstd * double(at1<T>(gamma, c));
-    const double shift = double(at1<T>(beta, c)) - mean * scale;
+    const double scale = invstd * double(at1<P>(gamma, c));
+    const double shift = double(at1<P>(beta, c)) - mean * scale;
     for_each_in_channel(X, [&](int64_t n, int64_t h, int64_t w) {
-      py[Y.at(n, c, h, w)] = static_cast<T>(double(px[X.at(n, c, h, w)]) * scale + shift);
+      py[Y.at(n, c, h, w)] = narrow<T>(double(widen(px[X.at(n, c, h, w)])) * scale + shift);
     });
-    if (save_mean.defined()) at1<T>(save_mean, c) = static_cast<T>(mean);
-    if (save_invstd.defined()) at1<T>(save_invstd, c) = static_cast<T>(invstd);
+    if (save_mean.defined()) at1<P>(save_mean, c) = static_cast<P>(mean);
+    if (save_invstd.defined()) at1<P>(save_invstd, c) = static_cast<P>(invstd);
     if (p.training && running_mean.defined() && running_var.defined()) {
-      T& rm = at1<T>(running_mean, c);
-      T& rv = at1<T>(running_var, c);
-      rm = static_cast<T>(running_update(double(rm), mean, p.momentum));
-      rv = static_cast<T>(running_update(double(rv), unbiased_var(var, count), p.momentum));
+      P& rm = at1<P>(running_mean, c);
+      P& rv = at1<P>(running_var, c);
+      rm = static_cast<P>(running_update(double(rm), mean, p.momentum));
+      rv = static_cast<P>(running_update(double(rv), unbiased_var(var, count), p.momentum));
     }
   }
 }
@@ -70,31 +74,31 @@ void batch_norm_kernel(const Tensor& x, const Tensor& gamma, const Tensor& beta,
 // With xhat = (x - mean) * invstd and m = N*H*W, differentiating through the batch statistics gives
 //   dx = gamma * invstd / m * (m * dy - sum(dy) - xhat * sum(dy * xhat))
 //   dgamma = sum(dy * xhat),  dbeta = sum(dy)
-template <class T>
+template <class T, class P = param_t<T>>
 void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                                 const Tensor& save_invstd, const Tensor& dx, const Tensor& dgamma,
                                 const Tensor& dbeta) {
   const View4 X(x), DY(dy);
-  const T* px = x.data<T>();
-  const T* pdy = dy.data<T>();
+  const T* px = ptr<T>(x);
+  const T* pdy = ptr<T>(dy);
   const double count = double(X.N * X.H * X.W);
   for (int64_t c = 0; c < X.C; ++c) {
-    const double mean = at1<T>(save_mean, c), invstd = at1<T>(save_invstd, c);
+    const double mean = at1<P>(save_mean, c), invstd = at1<P>(save_invstd, c);
     double sum_dy = 0.0, sum_dy_xhat = 0.0;
     for_each_in_channel(X, [&](int64_t n, int64_t h, int64_t w) {
-      const double g = pdy[DY.at(n, c, h, w)];
+      const double g = widen(pdy[DY.at(n, c, h, w)]);
       sum_dy += g;
-      sum_dy_xhat += g * (px[X.at(n, c, h, w)] - mean) * invstd;
+      sum_dy_xhat += g * (widen(px[X.at(n, c, h, w)]) - mean) * invstd;
     });
-    if (dgamma.defined()) at1<T>(dgamma, c) = static_cast<T>(sum_dy_xhat);
-    if (dbeta.defined()) at1<T>(dbeta, c) = static_cast<T>(sum_dy);
+    if (dgamma.defined()) at1<P>(dgamma, c) = static_cast<P>(sum_dy_xhat);
+    if (dbeta.defined()) at1<P>(dbeta, c) = static_cast<P>(sum_dy);
     if (!dx.defined()) continue;
     const View4 DX(dx);
-    T* pdx = dx.data<T>();
-    const double k = double(at1<T>(gamma, c)) * invstd / count;
+    T* pdx = ptr<T>(dx);
+    const double k = double(at1<P>(gamma, c)) * invstd / count;
     for_each_in_channel(X, [&](int64_t n, int64_t h, int64_t w) {
-      const double xhat = (px[X.at(n, c, h, w)] - mean) * invstd;
-      pdx[DX.at(n, c, h, w)] = static_cast<T>(k * (count * pdy[DY.at(n, c, h, w)] - sum_dy - xhat * sum_dy_xhat));
+      const double xhat = (widen(px[X.at(n, c, h, w)]) - mean) * invstd;
+      pdx[DX.at(n, c, h, w)] = narrow<T>(k * (count * widen(pdy[DY.at(n, c, h, w)]) - sum_dy - xhat * sum_dy_xhat));
     });
   }
 }
@@ -191,7 +195,7 @@ void layer_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
 void ReferenceBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                   const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
                                   const Tensor& save_mean, const Tensor& save_invstd, const BatchNormParams& p) {
-  dispatch_float(x.dtype(), "batch_norm", [&](auto tag) {
+  dispatch_float_or_half(x.dtype(), "batch_norm", [&](auto tag) {
     batch_norm_kernel<decltype(tag)>(x, gamma, beta, running_mean, running_var, y, save_mean, save_invstd, p);
   });
   if (p.relu) activation(Activation::relu, 0.0, y, y);  // the reference does not fuse: a second pass
@@ -200,7 +204,7 @@ void ReferenceBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Te
 void ReferenceBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
                                            const Tensor& save_mean, const Tensor& save_invstd, const Tensor& dx,
                                            const Tensor& dgamma, const Tensor& dbeta, double /*eps: in save_invstd*/) {
-  dispatch_float(x.dtype(), "batch_norm_backward", [&](auto tag) {
+  dispatch_float_or_half(x.dtype(), "batch_norm_backward", [&](auto tag) {
     batch_norm_backward_kernel<decltype(tag)>(dy, x, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
   });
 }

@@ -11,6 +11,9 @@ public:
   Backend kind() const override { return Backend::reference; }
   bool implements(OpId) const override { return true; }
   bool keeps_max_pool_indices() const override { return true; }  // the backward reads them
+  // Its loops take any float dtype; the policy is the cpu backend's (bf16 yes, f16 no), whose
+  // oracle it is, so the two run the same mixed-precision network.
+  bool keeps_low_precision_activations(DType low) const override { return low == DType::bf16; }
 
   // One override per line of ops.def; the bodies live in the .cpp file named for the op family.
 #define DUET_OP(name, params, ...) void name params override;

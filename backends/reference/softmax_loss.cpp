@@ -27,9 +27,9 @@ int64_t line_stride(const Tensor& t, int64_t dim) { return t.dim() == 0 ? 0 : t.
 template <class T>
 double log_sum_exp(const T* x, int64_t len, int64_t stride) {
   double mx = -std::numeric_limits<double>::infinity();
-  for (int64_t i = 0; i < len; ++i) mx = std::max(mx, double(x[i * stride]));
+  for (int64_t i = 0; i < len; ++i) mx = std::max(mx, double(widen(x[i * stride])));
   double sum = 0.0;
-  for (int64_t i = 0; i < len; ++i) sum += std::exp(double(x[i * stride]) - mx);
+  for (int64_t i = 0; i < len; ++i) sum += std::exp(double(widen(x[i * stride])) - mx);
   return mx + std::log(sum);
 }
 
@@ -37,15 +37,15 @@ double log_sum_exp(const T* x, int64_t len, int64_t stride) {
 template <class T>
 void softmax_kernel(const Tensor& x, const Tensor& y, int64_t dim, bool log) {
   const int64_t len = line_length(x, dim), sx = line_stride(x, dim), sy = line_stride(y, dim);
-  const T* px = x.data<T>();
-  T* py = y.data<T>();
+  const T* px = ptr<T>(x);
+  T* py = ptr<T>(y);
   for_each_line(dim, [&](int64_t ox, int64_t oy) {
     const T* xl = px + ox;
     T* yl = py + oy;
     const double lse = log_sum_exp(xl, len, sx);
     for (int64_t i = 0; i < len; ++i) {
-      const double z = double(xl[i * sx]) - lse;
-      yl[i * sy] = static_cast<T>(log ? z : std::exp(z));
+      const double z = double(widen(xl[i * sx])) - lse;
+      yl[i * sy] = narrow<T>(log ? z : std::exp(z));
     }
   }, x, y);
 }
@@ -57,18 +57,18 @@ template <class T>
 void softmax_backward_kernel(const Tensor& y, const Tensor& dy, const Tensor& dx, int64_t dim, bool log) {
   const int64_t len = line_length(y, dim), sy = line_stride(y, dim), sdy = line_stride(dy, dim),
                 sdx = line_stride(dx, dim);
-  const T* py = y.data<T>();
-  const T* pdy = dy.data<T>();
-  T* pdx = dx.data<T>();
+  const T* py = ptr<T>(y);
+  const T* pdy = ptr<T>(dy);
+  T* pdx = ptr<T>(dx);
   for_each_line(dim, [&](int64_t oy, int64_t ody, int64_t odx) {
     const T* yl = py + oy;
     const T* dyl = pdy + ody;
     T* dxl = pdx + odx;
     double s = 0.0;
-    for (int64_t i = 0; i < len; ++i) s += log ? double(dyl[i * sdy]) : double(dyl[i * sdy]) * yl[i * sy];
+    for (int64_t i = 0; i < len; ++i) s += log ? double(widen(dyl[i * sdy])) : double(widen(dyl[i * sdy])) * widen(yl[i * sy]);
     for (int64_t i = 0; i < len; ++i) {
-      const double yi = yl[i * sy], gi = dyl[i * sdy];
-      dxl[i * sdx] = static_cast<T>(log ? gi - std::exp(yi) * s : yi * (gi - s));
+      const double yi = widen(yl[i * sy]), gi = widen(dyl[i * sdy]);
+      dxl[i * sdx] = narrow<T>(log ? gi - std::exp(yi) * s : yi * (gi - s));
     }
   }, y, dy, dx);
 }
@@ -129,12 +129,12 @@ void cross_entropy_backward_kernel(const Tensor& logits, const Tensor& target, c
 }  // namespace
 
 void ReferenceBackend::softmax(const Tensor& x, const Tensor& y, int64_t dim, bool log) {
-  dispatch_float(x.dtype(), log ? "log_softmax" : "softmax",
+  dispatch_float_or_half(x.dtype(), log ? "log_softmax" : "softmax",
                  [&](auto tag) { softmax_kernel<decltype(tag)>(x, y, dim, log); });
 }
 
 void ReferenceBackend::softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, int64_t dim, bool log) {
-  dispatch_float(y.dtype(), log ? "log_softmax_backward" : "softmax_backward",
+  dispatch_float_or_half(y.dtype(), log ? "log_softmax_backward" : "softmax_backward",
                  [&](auto tag) { softmax_backward_kernel<decltype(tag)>(y, dy, dx, dim, log); });
 }
 

@@ -1,7 +1,7 @@
 // Front-end of conv2d. The output keeps the input's memory format (NCHW or channels-last), as
 // PyTorch does, so a network fed channels-last activations stays channels-last end to end. One
 // backward node computes only the gradients someone needs (PyTorch's output mask). Under autocast
-// (engine/autocast.h) it runs in f16/bf16 between two casts.
+// (engine/autocast.h) it runs in f16/bf16.
 #include "engine/ops/frontend.h"
 
 namespace duet {
@@ -9,12 +9,14 @@ namespace duet {
 using namespace detail;
 
 Tensor conv2d(const Tensor& x_in, const Tensor& w, const Tensor& bias, const Conv2dParams& p) {
-  // Under autocast: cast f32 input, weight and bias to the low dtype, convolve there, return f32.
+  // Under autocast: cast f32 input, weight and bias to the low dtype and convolve there; the output
+  // stays low where the backend keeps low-precision activations, else goes back to f32.
   if (const auto low = autocast_target({&x_in, &w, &bias})) {
-    // The ReLU runs after the cast back (f16 has no activation kernels on the CPU).
+    // The ReLU runs after the output's dtype is settled (f16 has no activation kernels on the CPU).
     Conv2dParams q = p;
     q.relu = false;
-    const Tensor y = conv2d(autocast_input(x_in, *low), autocast_input(w, *low), autocast_input(bias, *low), q).to(DType::f32);
+    const Tensor y =
+        autocast_output(conv2d(autocast_input(x_in, *low), autocast_input(w, *low), autocast_input(bias, *low), q));
     return p.relu ? relu(y) : y;
   }
   check_float_or_half("conv2d", "input", x_in);

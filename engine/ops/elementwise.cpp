@@ -19,7 +19,15 @@ Tensor win_mask(const Tensor& a, const Tensor& b, bool greater) {
 
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   const char* name = binary_name(op);
-  check_float(name, "a", a);
+  check_float_or_half(name, "a", a);
+  check_float_or_half(name, "b", b);
+  // A 16-bit operand meeting a wider one (a bf16 activation onto an f32 residual stream, times an
+  // f32 scale): the narrower is cast up first, differentiably, as PyTorch's type promotion does.
+  // f32 with f64 stays an error: silently computing in f64 is rarely what was meant.
+  if (a.dtype() != b.dtype() && a.device() == b.device() && (is_half(a.dtype()) || is_half(b.dtype()))) {
+    const DType t = promote_float(a.dtype(), b.dtype());
+    return binary(op, a.to(t), b.to(t));
+  }
   check_same(name, "b", b, "a", a);
   const Shape s = broadcast_shapes(name, a.shape(), b.shape());
   const Tensor ae = a.shape() == s ? a : expand_nograd(a, s);
@@ -81,7 +89,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
 }
 
 void add_(const Tensor& acc, const Tensor& b) {
-  check_float("add_", "acc", acc);
+  check_float_or_half("add_", "acc", acc);
   check_same("add_", "b", b, "acc", acc);
   DUET_CHECK(b.shape() == acc.shape(), "add_: b has shape {}, expected acc's shape {}", shape_str(b.shape()),
              shape_str(acc.shape()));
@@ -103,7 +111,7 @@ Tensor lt(const Tensor& a, const Tensor& b) { return binary(BinaryOp::lt, a, b);
 
 Tensor scalar_op(ScalarOp op, const Tensor& x_in, double s) {
   const char* name = scalar_op_name(op);
-  check_float(name, "x", x_in);
+  check_float_or_half(name, "x", x_in);
   const Tensor x = dense(x_in);
   Tensor out;
   {
@@ -149,7 +157,9 @@ Tensor clamp_max(const Tensor& x, double s) { return scalar_op(ScalarOp::minimum
 
 Tensor unary(UnaryOp op, const Tensor& x_in) {
   const char* name = unary_name(op);
-  check_float(name, "x", x_in);
+  check_float_or_half(name, "x", x_in);
+  // exp, log, sqrt, ... of a 16-bit tensor: computed in f32 and rounded once (rare on activations).
+  if (is_half(x_in.dtype()) && op != UnaryOp::neg) return unary(op, x_in.to(DType::f32)).to(x_in.dtype());
   const Tensor x = dense(x_in);
   Tensor out;
   {
@@ -197,7 +207,7 @@ Tensor square(const Tensor& x) { return unary(UnaryOp::square, x); }
 
 Tensor activation(Activation act, const Tensor& x_in, std::optional<double> alpha_in) {
   const char* name = activation_name(act);
-  check_float(name, "x", x_in);
+  check_float_or_half(name, "x", x_in);
   const double alpha = alpha_in.value_or(activation_default_alpha(act));
   DUET_CHECK(std::isfinite(alpha), "{}: the parameter is {}, expected a finite number", name, alpha);
   const Tensor x = dense(x_in);

@@ -20,6 +20,12 @@ void check_float_or_half(const char* op, const char* arg, const Tensor& t) {
              dtype_name(t.dtype()));
 }
 
+DType promote_float(DType a, DType b) {
+  if (a == b) return a;
+  if (a == DType::f64 || b == DType::f64) return DType::f64;
+  return DType::f32;  // f32 with a 16-bit type, or f16 with bf16
+}
+
 void check_dtype(const char* op, const char* arg, const Tensor& t, DType expected) {
   check_defined(op, arg, t);
   DUET_CHECK(t.dtype() == expected, "{}: argument '{}' has dtype {}, expected {}", op, arg, dtype_name(t.dtype()),

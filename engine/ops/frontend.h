@@ -21,9 +21,15 @@ inline BackendImpl& backend_of(const Tensor& t) { return backend(t.backend()); }
 
 void check_defined(const char* op, const char* arg, const Tensor& t);
 void check_float(const char* op, const char* arg, const Tensor& t);  // f32 or f64
-// f32, f64, f16 or bf16: the GEMM-heavy ops (conv2d, linear, matmul) also run in the two
-// mixed-precision dtypes (engine/autocast.h); every other op takes f32 or f64 only.
+// f32, f64, f16 or bf16: the GEMM-heavy ops (conv2d, linear, matmul) and the ops between them
+// (batch norm, activations, elementwise maths, pooling, softmax, concatenation) also run in the two
+// mixed-precision dtypes (engine/autocast.h); the others take f32 or f64.
 void check_float_or_half(const char* op, const char* arg, const Tensor& t);
+// PyTorch's type promotion of two floating dtypes: the wider (f64 > f32 > f16, bf16; f16 with bf16
+// gives f32).
+DType promote_float(DType a, DType b);
+// The 16-bit floats (f16, bf16).
+inline bool is_half(DType t) { return t == DType::f16 || t == DType::bf16; }
 void check_dtype(const char* op, const char* arg, const Tensor& t, DType expected);
 void check_same(const char* op, const char* arg, const Tensor& t, const char* ref_arg, const Tensor& ref);  // device + dtype
 void check_dim(const char* op, const char* arg, const Tensor& t, int64_t ndim);

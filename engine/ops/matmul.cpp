@@ -78,8 +78,8 @@ Tensor matmul_impl(const Tensor& a, const Tensor& b, const char* name) {
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
-  // Under autocast: both operands to the low dtype, the product back to f32.
-  if (const auto low = autocast_target({&a, &b})) return matmul(autocast_input(a, *low), autocast_input(b, *low)).to(DType::f32);
+  // Under autocast: both operands to the low dtype; the product stays low or goes back to f32.
+  if (const auto low = autocast_target({&a, &b})) return autocast_output(matmul(autocast_input(a, *low), autocast_input(b, *low)));
   Tensor out = matmul_impl(a, b, "matmul");
   if (should_record({&a, &b})) {
     const bool need_a = a.requires_grad(), need_b = b.requires_grad();
@@ -106,9 +106,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
-  // Under autocast: input, weight and bias to the low dtype, the output back to f32.
+  // Under autocast: input, weight and bias to the low dtype; the output stays low or goes back to f32.
   if (const auto low = autocast_target({&x, &w, &bias}))
-    return linear(autocast_input(x, *low), autocast_input(w, *low), autocast_input(bias, *low)).to(DType::f32);
+    return autocast_output(linear(autocast_input(x, *low), autocast_input(w, *low), autocast_input(bias, *low)));
   check_float_or_half("linear", "x", x);
   check_same("linear", "weight", w, "x", x);
   check_dim("linear", "weight", w, 2);

@@ -9,28 +9,39 @@ using namespace detail;
 
 Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                   const Tensor& running_var, const BatchNormParams& p) {
-  check_float("batch_norm", "input", x_in);
+  check_float_or_half("batch_norm", "input", x_in);
   DUET_CHECK(x_in.dim() == 4 || x_in.dim() == 2, "batch_norm: input has shape {}, expected [N, C, H, W] or [N, C]",
              shape_str(x_in.shape()));
   const int64_t C = x_in.size(1);
-  check_same("batch_norm", "weight", gamma, "input", x_in);
+  // A 16-bit input (a mixed-precision network's activations) is normalised with f32 parameters and
+  // statistics, as PyTorch keeps a BatchNorm's: the activations are 16-bit, the sums are not.
+  const Tensor& ref = gamma;
+  check_defined("batch_norm", "weight", gamma);
+  if (is_half(x_in.dtype())) {
+    check_dtype("batch_norm", "weight", gamma, DType::f32);
+  } else {
+    check_same("batch_norm", "weight", gamma, "input", x_in);
+  }
+  DUET_CHECK(gamma.device() == x_in.device(), "batch_norm: weight is on {}, input on {}: expected one device",
+             gamma.device().str(), x_in.device().str());
   check_shape("batch_norm", "weight", gamma, {C});
-  check_same("batch_norm", "bias", beta, "input", x_in);
+  check_same("batch_norm", "bias", beta, "weight", ref);
   check_shape("batch_norm", "bias", beta, {C});
   DUET_CHECK(p.eps > 0, "batch_norm: eps must be positive, got {}", p.eps);
   const TensorOptions opts = TensorOptions(x_in.dtype()).with_device(x_in.device());
+  const TensorOptions param_opts = TensorOptions(gamma.dtype()).with_device(x_in.device());
   Tensor rm = running_mean, rv = running_var;
   if (!p.training) {
     DUET_CHECK(rm.defined() && rv.defined(), "batch_norm: eval mode needs running_mean and running_var");
   }
   if (rm.defined() || rv.defined()) {
-    check_same("batch_norm", "running_mean", rm, "input", x_in);
+    check_same("batch_norm", "running_mean", rm, "weight", ref);
     check_shape("batch_norm", "running_mean", rm, {C});
-    check_same("batch_norm", "running_var", rv, "input", x_in);
+    check_same("batch_norm", "running_var", rv, "weight", ref);
     check_shape("batch_norm", "running_var", rv, {C});
   } else {  // training without running statistics: scratch buffers the kernel may update
-    rm = Tensor::zeros({C}, opts);
-    rv = Tensor::ones({C}, opts);
+    rm = Tensor::zeros({C}, param_opts);
+    rv = Tensor::ones({C}, param_opts);
   }
   if (p.training) {
     const int64_t per_channel = x_in.numel() / std::max<int64_t>(C, 1);
@@ -43,8 +54,8 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, c
   {
     Dispatch<OpId::batch_norm> kernel(backend_of(x), {&x});
     y = x.dim() == 4 ? Tensor::empty(x.shape(), opts, f) : Tensor::empty(x.shape(), opts);
-    save_mean = Tensor::empty({C}, opts);
-    save_invstd = Tensor::empty({C}, opts);
+    save_mean = Tensor::empty({C}, param_opts);
+    save_invstd = Tensor::empty({C}, param_opts);
     kernel(x, gamma.detach(), beta.detach(), rm, rv, y, save_mean, save_invstd, p);
   }
   if (should_record({&x_in, &gamma, &beta})) {
@@ -59,8 +70,8 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, c
         const Tensor dy = in_format(g_out, x.dim() == 4 ? f : MemoryFormat::contiguous);
         Dispatch<OpId::batch_norm_backward> kernel(backend_of(dy), {&dy, &x});
         if (need_x) dx = Tensor::empty_like(x);
-        if (need_g) dgamma = Tensor::empty({C}, opts);
-        if (need_b) dbeta = Tensor::empty({C}, opts);
+        if (need_g) dgamma = Tensor::empty({C}, param_opts);
+        if (need_b) dbeta = Tensor::empty({C}, param_opts);
         kernel(dy, x, gd, save_mean, save_invstd, dx, dgamma, dbeta, p.eps);
       } else {
         // y = (x - mean) * invstd * gamma + beta with constant statistics.
@@ -68,9 +79,11 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, c
         const Tensor invstd = save_invstd.view(cs), mu = save_mean.view(cs);
         const Tensor& g = g_out;
         std::vector<int64_t> red = x.dim() == 4 ? std::vector<int64_t>{0, 2, 3} : std::vector<int64_t>{0};
-        if (need_x) dx = mul(g, mul(invstd, gd.view(cs)));
-        if (need_g) dgamma = sum(mul(g, mul(sub(x, mu), invstd)), red);
-        if (need_b) dbeta = sum(g, red);
+        // (A 16-bit g promotes to f32 with the f32 statistics; dx goes back to x's dtype, the
+        // parameters' gradients stay in theirs.)
+        if (need_x) dx = mul(g, mul(invstd, gd.view(cs))).to(x.dtype());
+        if (need_g) dgamma = sum(mul(g, mul(sub(x, mu), invstd)), red).to(gd.dtype());
+        if (need_b) dbeta = sum(g, red).to(gd.dtype());
       }
       return std::vector<Tensor>{dx, dgamma, dbeta};
     });
@@ -79,7 +92,10 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, c
 }
 
 Tensor layer_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, double eps) {
-  check_float("layer_norm", "input", x_in);
+  check_float_or_half("layer_norm", "input", x_in);
+  // A 16-bit input (ConvNeXt's norm after a mixed-precision depthwise convolution) is normalised
+  // in f32 with f32 parameters and rounded once, as PyTorch's autocast runs layer_norm in f32.
+  if (is_half(x_in.dtype())) return layer_norm(x_in.to(DType::f32), gamma, beta, eps).to(x_in.dtype());
   DUET_CHECK(x_in.dim() >= 1, "layer_norm: input must have at least one dim");
   DUET_CHECK(eps > 0, "layer_norm: eps must be positive, got {}", eps);
   const int64_t D = x_in.size(-1);

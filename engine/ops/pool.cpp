@@ -8,7 +8,7 @@ using namespace detail;
 
 namespace {
 Shape pooled_shape(const char* op, const Tensor& x, const Pool2dParams& p) {
-  check_float(op, "input", x);
+  check_float_or_half(op, "input", x);
   check_dim(op, "input", x, 4);
   DUET_CHECK(p.kernel_h >= 1 && p.kernel_w >= 1 && p.stride_h >= 1 && p.stride_w >= 1,
              "{}: kernel {}x{} and stride {}x{} must be >= 1", op, p.kernel_h, p.kernel_w, p.stride_h, p.stride_w);
@@ -81,7 +81,7 @@ Tensor avg_pool2d(const Tensor& x_in, const Pool2dParams& p) {
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& x_in, int64_t out_h, int64_t out_w) {
-  check_float("adaptive_avg_pool2d", "input", x_in);
+  check_float_or_half("adaptive_avg_pool2d", "input", x_in);
   check_dim("adaptive_avg_pool2d", "input", x_in, 4);
   DUET_CHECK(out_h >= 1 && out_w >= 1, "adaptive_avg_pool2d: output size {}x{} must be >= 1", out_h, out_w);
   const MemoryFormat f = format_of(x_in);

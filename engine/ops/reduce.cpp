@@ -33,12 +33,11 @@ Shape dropped_shape(const Shape& s, const std::vector<int64_t>& dims) {
 }
 
 Tensor reduce_impl(ReduceOp op, const Tensor& x_in, std::vector<int64_t> dims_in, bool keepdim, const char* name) {
-  // Sums of f16/bf16 tensors (the bias gradients of autocast layers, a broadcast matmul's operand
-  // gradient) are computed in f32 and rounded once at the end, as PyTorch accumulates them; the
-  // reduction kernels stay f32/f64 only.
+  // Reductions of f16/bf16 tensors (the bias gradients of autocast layers, a broadcast operand's
+  // gradient, a mean over a 16-bit map) are computed in f32 and rounded once at the end, as PyTorch
+  // accumulates them; the reduction kernels stay f32/f64 only.
   const DType dt = x_in.defined() ? x_in.dtype() : DType::f32;
-  if ((dt == DType::f16 || dt == DType::bf16) && (op == ReduceOp::sum || op == ReduceOp::mean))
-    return reduce_impl(op, x_in.to(DType::f32), std::move(dims_in), keepdim, name).to(dt);
+  if (is_half(dt)) return reduce_impl(op, x_in.to(DType::f32), std::move(dims_in), keepdim, name).to(dt);
   check_float(name, "x", x_in);
   const std::vector<int64_t> dims = normalize_dims(name, x_in, std::move(dims_in));
   const Shape x_shape = x_in.shape();
@@ -110,7 +109,8 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
 }
 
 Tensor argmax(const Tensor& x_in, int64_t dim, bool keepdim) {
-  check_float("argmax", "x", x_in);
+  check_float_or_half("argmax", "x", x_in);
+  if (is_half(x_in.dtype())) return argmax(x_in.to(DType::f32), dim, keepdim);  // exact: f32 holds every 16-bit value
   dim = wrap_dim(dim, x_in.dim(), "argmax");
   // The host kernels take any dense layout as it is; the cuda kernel wants contiguous.
   const Tensor x = x_in.is_dense() && x_in.device().type == DeviceType::cpu ? x_in : x_in.contiguous();

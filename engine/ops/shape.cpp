@@ -17,6 +17,19 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
   dim = wrap_dim(dim, first.dim(), "cat");
   Shape out_shape = first.shape();
   out_shape[dim] = 0;
+  // A 16-bit tensor among wider floats (ViT's f32 class token before bf16 patch embeddings): all
+  // are promoted first, as in binary ops.
+  for (size_t i = 0; i < xs.size(); ++i) check_defined("cat", fmt::format("tensors[{}]", i).c_str(), xs[i]);
+  for (size_t i = 1; i < xs.size(); ++i) {
+    if (is_floating(xs[i].dtype()) && is_floating(first.dtype()) && xs[i].dtype() != first.dtype() &&
+        (is_half(xs[i].dtype()) || is_half(first.dtype()))) {
+      DType t = first.dtype();
+      for (const Tensor& x : xs) t = promote_float(t, x.dtype());
+      std::vector<Tensor> same;
+      for (const Tensor& x : xs) same.push_back(x.to(t));
+      return cat(same, dim);
+    }
+  }
   for (size_t i = 0; i < xs.size(); ++i) {
     const std::string arg = fmt::format("tensors[{}]", i);
     check_same("cat", arg.c_str(), xs[i], "tensors[0]", first);

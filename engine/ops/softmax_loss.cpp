@@ -8,7 +8,7 @@ using namespace detail;
 namespace {
 Tensor softmax_impl(const Tensor& x_in, int64_t dim, bool log) {
   const char* name = log ? "log_softmax" : "softmax";
-  check_float(name, "input", x_in);
+  check_float_or_half(name, "input", x_in);
   dim = wrap_dim(dim, x_in.dim(), name);
   const Tensor x = x_in.detach().contiguous();
   Tensor y;
@@ -35,7 +35,10 @@ Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, false
 Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, true); }
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in, double label_smoothing) {
-  check_float("cross_entropy", "logits", logits_in);
+  check_float_or_half("cross_entropy", "logits", logits_in);
+  // The loss of 16-bit logits (a mixed-precision network's head) is computed in f32, as autocast
+  // does in PyTorch: a log-sum-exp over the classes, where bf16 would lose the small terms.
+  if (is_half(logits_in.dtype())) return cross_entropy(logits_in.to(DType::f32), target_in, label_smoothing);
   check_dim("cross_entropy", "logits", logits_in, 2);
   check_dtype("cross_entropy", "target", target_in, DType::i64);
   check_dim("cross_entropy", "target", target_in, 1);
@@ -68,7 +71,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in, double la
 }
 
 Tensor dropout(const Tensor& x_in, double p, bool training, Generator* g) {
-  check_float("dropout", "input", x_in);
+  check_float_or_half("dropout", "input", x_in);
   DUET_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability must be in [0, 1], got {}", p);
   if (!training || p == 0.0) return x_in;
   const Tensor x = dense(x_in.detach());
