@@ -274,17 +274,11 @@ def main():
                   "direct FLOPs (2 N Cout Ho Wo Cin kh kw), also for Winograd (`jit_wino_4x3`), which does fewer "
                   "multiplications, so it can exceed the probe's GEMM speed.\n"]
     block.append(f"{sl.sensors_note(reports)}.\n")
-    block.append("Commands run (wall time):\n\n" + "\n".join(f"    {c}   # {s:.0f} s" for c, s in duet.commands) + "\n")
     text = "\n".join(block)
-    sl.write(os.path.join(a.out, "results.md"), f"# {STUDY}: generated tables\n\n" + text.replace("IMGDIR/", ""))
-    sl.write_json(os.path.join(a.out, "summary.json"),
-                  {"model": a.model, "train_images": a.train_images, "test_images": a.test_images, "points": points,
-                   "failed": {f"{d} b{b}": r["error"] for (d, b), r in runs.items() if "error" in r},
-                   "wall_s": machine.wall_s, "cpu": machine.cpu, "threads": a.threads, "load": load, "probe": pp})
-    if not a.no_page:
-        sl.update_page(a.page, SCRIPT, text.replace("IMGDIR", sl.rel_from_page(a.page, a.out)),
-                       os.path.relpath(a.out, sl.ROOT))
-    print(f"done in {machine.wall_s:.0f} s", file=sys.stderr)
+    summary = {"model": a.model, "train_images": a.train_images, "test_images": a.test_images, "points": points,
+               "failed": {f"{d} b{b}": r["error"] for (d, b), r in runs.items() if "error" in r},
+               "wall_s": machine.wall_s, "cpu": machine.cpu, "threads": a.threads, "load": load, "probe": pp}
+    sl.publish(a, machine, STUDY, SCRIPT, text, summary, duet)
 
 
 if __name__ == "__main__":

@@ -235,9 +235,7 @@ def main():
     if infer:
         block += ["### Sharded inference (`duet predict` under mpirun)\n", infer["md"]]
     block.append(f"{sl.sensors_note(reports)}.\n")
-    block.append("Commands run (wall time):\n\n" + "\n".join(f"    {c}   # {s:.0f} s" for c, s in duet.commands) + "\n")
     text = "\n".join(block)
-    sl.write(os.path.join(a.out, "results.md"), f"# {STUDY}: generated tables\n\n" + text.replace("IMGDIR/", ""))
     summary = {"models": models, "image_size": a.image_size, "profile_batch": a.profile_batch, "wall_s": machine.wall_s,
                "cpu": machine.cpu, "threads": a.threads, "load": load, "probe": pp,
                "kinds": {f"{m} ({d})": v for (d, m), v in kinds.items()},
@@ -245,11 +243,7 @@ def main():
                "sweep": {f"{m} ({d}) b{b}": (sl.phase_ms(r, skip_first=False, kind="wall") if "error" not in r else r)
                          for (d, m, b), r in sweep.items()},
                "inference": {k: v for k, v in (infer or {}).items() if k != "md"}}
-    sl.write_json(os.path.join(a.out, "summary.json"), summary)
-    if not a.no_page:
-        sl.update_page(a.page, SCRIPT, text.replace("IMGDIR", sl.rel_from_page(a.page, a.out)),
-                       os.path.relpath(a.out, sl.ROOT))
-    print(f"done in {machine.wall_s:.0f} s", file=sys.stderr)
+    sl.publish(a, machine, STUDY, SCRIPT, text, summary, duet)
 
 
 def sharded_inference(a, duet, width):

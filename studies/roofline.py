@@ -182,17 +182,11 @@ def main():
         "GFLOP/s over the roof at that intensity (for groups without FLOPs: GB/s over the copy roof).\n",
         tables,
     ]
-    block.append("Commands run (wall time):\n\n" + "\n".join(f"    {c}   # {s:.0f} s" for c, s in duet.commands) + "\n")
     text = "\n".join(block)
-    sl.write(os.path.join(a.out, "results.md"), f"# {STUDY} (part 2): generated tables\n\n" + text.replace("IMGDIR/", ""))
     summary.update({"batch": a.batch, "image_size": a.image_size, "wall_s": machine.wall_s, "cpu": machine.cpu,
                     "threads": a.threads, "load": load,
                     "probe": {d: sl.probe_point(probes[d], d, a.threads if d == "cpu" else None) for d in devs}})
-    sl.write_json(os.path.join(a.out, "summary.json"), summary)
-    if not a.no_page:
-        sl.update_page(a.page, SCRIPT, text.replace("IMGDIR", sl.rel_from_page(a.page, a.out)),
-                       os.path.relpath(a.out, sl.ROOT))
-    print(f"done in {machine.wall_s:.0f} s", file=sys.stderr)
+    sl.publish(a, machine, f"{STUDY} (part 2)", SCRIPT, text, summary, duet)
 
 
 if __name__ == "__main__":

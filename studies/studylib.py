@@ -529,6 +529,18 @@ def update_page(page, script, block, results_rel):
           file=sys.stderr)
 
 
+def publish(a, machine, heading, script, text, summary, duet):
+    """The end of every study: results.md (the generated tables, images beside it, then the duet
+    commands that made them with their wall times), summary.json and, unless --no-page, the
+    generated part of the study's page (images relative to the page)."""
+    text += "\n" + "Commands run (wall time):\n\n" + "\n".join(f"    {c}   # {s:.0f} s" for c, s in duet.commands) + "\n"
+    write(os.path.join(a.out, "results.md"), f"# {heading}: generated tables\n\n" + text.replace("IMGDIR/", ""))
+    write_json(os.path.join(a.out, "summary.json"), summary)
+    if not a.no_page:
+        update_page(a.page, script, text.replace("IMGDIR", rel_from_page(a.page, a.out)), os.path.relpath(a.out, ROOT))
+    print(f"done in {machine.wall_s:.0f} s", file=sys.stderr)
+
+
 def rel_from_page(page, path):
     return os.path.relpath(path, os.path.dirname(os.path.abspath(page)))
 

@@ -438,17 +438,11 @@ def main():
                  f"{pp['copy_gbs']:.1f} GB/s, ridge {pp['gemm_gflops'] / pp['copy_gbs']:.1f} FLOP/byte.\n")
     if gpu_md:
         block += ["### CPU against GPU\n", gpu_md]
-    block.append("Commands run (wall time):\n\n" + "\n".join(f"    {c}   # {s:.0f} s" for c, s in duet.commands) + "\n")
     text = "\n".join(block)
-    sl.write(os.path.join(a.out, "results.md"), f"# {STUDY}: generated tables\n\n" + text.replace("IMGDIR/", ""))
     summary.update({"model": a.model, "image_size": a.image_size, "train_images": n_train, "test_images": n_test,
                     "weights": winfo, "wall_s": machine.wall_s, "cpu": machine.cpu, "threads": a.threads,
                     "load": load, "probe": pp})
-    sl.write_json(os.path.join(a.out, "summary.json"), summary)
-    if not a.no_page:
-        sl.update_page(a.page, SCRIPT, text.replace("IMGDIR", sl.rel_from_page(a.page, a.out)),
-                       os.path.relpath(a.out, sl.ROOT))
-    print(f"done in {machine.wall_s:.0f} s", file=sys.stderr)
+    sl.publish(a, machine, STUDY, SCRIPT, text, summary, duet)
 
 
 if __name__ == "__main__":
