@@ -341,17 +341,19 @@ std::vector<Case> norm_cases() {
   return v;
 }
 
+Pool2dParams square_pool(int64_t k, int64_t s, int64_t pad, bool ceil_mode, bool count_include_pad) {
+  Pool2dParams p;
+  p.kernel_h = p.kernel_w = k;
+  p.stride_h = p.stride_w = s;
+  p.pad_h = p.pad_w = pad;
+  p.ceil_mode = ceil_mode;
+  p.count_include_pad = count_include_pad;
+  return p;
+}
+
 std::vector<Case> pool_cases() {
   std::vector<Case> v;
-  auto P = [](int64_t k, int64_t s, int64_t pad, bool ceil, bool incl) {
-    Pool2dParams p;
-    p.kernel_h = p.kernel_w = k;
-    p.stride_h = p.stride_w = s;
-    p.pad_h = p.pad_w = pad;
-    p.ceil_mode = ceil;
-    p.count_include_pad = incl;
-    return p;
-  };
+  const auto P = square_pool;
   const std::pair<const char*, Pool2dParams> specs[] = {
       {"2x2s2", P(2, 2, 0, false, true)},   {"3x3s2p1", P(3, 2, 1, false, true)}, {"3x3s1p1", P(3, 1, 1, false, true)},
       {"3x3s1p1_excl", P(3, 1, 1, false, false)}, {"3x3s2_ceil", P(3, 2, 0, true, true)},
@@ -638,13 +640,7 @@ std::vector<Case> perf_cases() {
         one([](const std::vector<Tensor>& x) { return linear(x[0], x[1], x[2]); }));
   timed("perf_matmul_vit_attention_qk", {In{{64, 3, 65, 64}}, tr({64, 3, 64, 65})},
         one([](const std::vector<Tensor>& x) { return matmul(x[0], x[1]); }));
-  timed("perf_max_pool_3x3s2_64_64_nhwc", {cl({64, 64, 64, 64})}, one([](const std::vector<Tensor>& x) {
-          Pool2dParams p;
-          p.kernel_h = p.kernel_w = 3;
-          p.stride_h = p.stride_w = 2;
-          p.pad_h = p.pad_w = 1;
-          return max_pool2d(x[0], p);
-        }));
+  timed("perf_max_pool_3x3s2_64_64_nhwc", {cl({64, 64, 64, 64})}, one([](const std::vector<Tensor>& x) { return max_pool2d(x[0], square_pool(3, 2, 1)); }));
   timed("perf_gelu_vit_mlp", {In{{64, 65, 768}}}, one([](const std::vector<Tensor>& x) { return gelu(x[0]); }));
   return v;
 }

@@ -80,4 +80,7 @@ std::vector<Case> all_cases();
 // draws them, so every backend gets the same bits).
 Tensor random_values(const Shape& shape, uint64_t seed, DType dtype = DType::f64, double lo = -1.0, double hi = 1.0);
 
+// A square pooling window: kernel k, stride s, padding pad on both axes.
+Pool2dParams square_pool(int64_t k, int64_t s, int64_t pad, bool ceil_mode = false, bool count_include_pad = true);
+
 }  // namespace duet::opcheck

@@ -58,15 +58,11 @@ def main():
     if a.quick:
         a.batches, a.train_images, a.test_images, a.width_mult = "8,16", 32, 16, 0.25
     argv = sys.argv[1:]
-    machine = sl.Machine(a.threads)
     batches = [int(b) for b in a.batches.split(",")]
-    devs = sl.devices(a)
     src = os.path.join(a.data, "cifar10")
     if not os.path.exists(os.path.join(src, "data_batch_1.bin")):
         sl.fail(f"no CIFAR-10 at '{src}' (expected data_batch_1.bin and test_batch.bin): pass --data")
-    duet = sl.Duet(a.duet, a.work, a.threads, replot=a.replot)
-    os.makedirs(a.out, exist_ok=True)
-    sl.clean_dir(a.out)
+    machine, devs, duet = sl.start(a)
     data = os.path.join(duet.work, "cifar10")
     cifar_subset(src, data, a.train_images, a.test_images)
     probes = {d: duet.probe(d) for d in devs}

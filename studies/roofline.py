@@ -57,12 +57,8 @@ def main():
         a.image_size, a.batch, a.steps = 32, 2, 1
         width = ["--width-mult", "0.25"]
     argv = sys.argv[1:]
-    machine = sl.Machine(a.threads)
     models = [m for m in a.models.split(",") if m]
-    devs = sl.devices(a)
-    duet = sl.Duet(a.duet, a.work, a.threads, replot=a.replot)
-    os.makedirs(a.out, exist_ok=True)
-    sl.clean_dir(a.out)
+    machine, devs, duet = sl.start(a)
     probes = {d: duet.probe(d) for d in devs}
     reps = {}
     for d in devs:

@@ -69,6 +69,16 @@ def devices(a):
     return ds
 
 
+def start(a):
+    """The opening of every study, after its own input checks: the run's clock and machine, the devices,
+    the duet runner, and an emptied --out. Returns (machine, devices, duet)."""
+    machine = Machine(a.threads)
+    devs = devices(a)
+    duet = Duet(a.duet, a.work, a.threads, replot=a.replot)
+    os.makedirs(a.out, exist_ok=True)
+    clean_dir(a.out)
+    return machine, devs, duet
+
 # ---- the machine --------------------------------------------------------------------------------
 
 def lscpu_model():

@@ -138,16 +138,12 @@ def main():
         if a.weights == "DEFAULT":
             a.weights = "random"  # no download attempt in a check that must take seconds
     argv = sys.argv[1:]
-    machine = sl.Machine(a.threads)
     batches = [int(b) for b in a.batches.split(",")]
     lrs = [float(x) for x in a.lrs.split(",")]
-    devs = sl.devices(a)
     src = os.path.join(a.data, "cats_dogs")
     if not os.path.isdir(os.path.join(src, "train")):
         sl.fail(f"no cat/dog photos at '{src}' (expected train/ and test/ inside): pass --data")
-    duet = sl.Duet(a.duet, a.work, a.threads, replot=a.replot)
-    os.makedirs(a.out, exist_ok=True)
-    sl.clean_dir(a.out)
+    machine, devs, duet = sl.start(a)
 
     weights, winfo = export_weights(a, duet.work)
     counts = subset_folder(src, os.path.join(duet.work, "photos"), a.train_images, a.test_images)

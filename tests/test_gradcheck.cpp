@@ -1,6 +1,7 @@
 // Every differentiable op's backward against central finite differences, in f64 on the
 // reference backend, on several shapes (odd sizes, batch 1, strides, groups, broadcasting).
 #include "tests/test_support.h"
+#include "opcheck/op_table.h"
 
 using namespace duet;
 using duet::testing::gradcheck;
@@ -164,15 +165,7 @@ TEST(GradCheck, LayerNorm) {
 }
 
 TEST(GradCheck, Pooling) {
-  auto P = [](int64_t k, int64_t s, int64_t pad, bool ceil, bool include_pad) {
-    Pool2dParams p;
-    p.kernel_h = p.kernel_w = k;
-    p.stride_h = p.stride_w = s;
-    p.pad_h = p.pad_w = pad;
-    p.ceil_mode = ceil;
-    p.count_include_pad = include_pad;
-    return p;
-  };
+  const auto P = opcheck::square_pool;
   for (const Pool2dParams& p : {P(2, 2, 0, false, true), P(3, 2, 1, false, true), P(3, 2, 1, true, false), P(3, 1, 1, false, false)}) {
     Tensor x = leaf({2, 3, 7, 6}, 23);  // random values: ties in max pooling have probability 0
     EXPECT_GRAD_OK(gradcheck([p](const std::vector<Tensor>& in) { return max_pool2d(in[0], p); }, {x}));
