@@ -8,6 +8,7 @@
 #ifdef DUET_HAVE_CUDA
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <functional>
 #include <limits>
 #include <numbers>
@@ -16,6 +17,7 @@
 #include <utility>
 #include "backends/cuda/arch_support.h"
 #include "backends/cuda/conv_key.h"
+#include "backends/cuda/cublas_library.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device.h"
@@ -580,7 +582,31 @@ TEST(CudaHostSettings, Tf32Switch) {
   cuda_set_allow_tf32(before);
 }
 
-// Every report's machine section says which CUDA runtime, cuDNN and cuBLAS the binary uses and
+// cuBLAS is loaded at its first use, not at start-up (cublas_library.h): a process that has run no
+// GPU matrix product has not mapped libcublas (linking it cost every process ~210 MiB of resident
+// memory), and the first use loads it and resolves every entry point duet calls.
+TEST(CudaHostCublas, LoadedAtFirstUseNotAtStartUp) {
+  const auto mapped = [] {
+    std::ifstream maps("/proc/self/maps");
+    const std::string s((std::istreambuf_iterator<char>(maps)), std::istreambuf_iterator<char>());
+    return s.find("libcublas") != std::string::npos;
+  };
+  EXPECT_FALSE(mapped()) << "libcublas is linked into the binary, or loaded before any GPU matrix product";
+  EXPECT_FALSE(cuda::loaded_cublas_version().has_value());
+  const cuda::CublasLibrary& blas = cuda::cublas_library("test");
+  EXPECT_TRUE(mapped());
+  int major = 0;
+  ASSERT_EQ(blas.cublasGetProperty(MAJOR_VERSION, &major), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(major, CUBLAS_VER_MAJOR);
+  const std::optional<std::string> version = cuda::loaded_cublas_version();
+  ASSERT_TRUE(version.has_value());
+  EXPECT_EQ(version->substr(0, version->find('.')), std::to_string(CUBLAS_VER_MAJOR)) << *version;
+  EXPECT_STREQ(blas.cublasGetStatusName(CUBLAS_STATUS_NOT_INITIALIZED), "CUBLAS_STATUS_NOT_INITIALIZED");
+  EXPECT_NE(blas.cublasGemmStridedBatchedEx, nullptr);
+  EXPECT_EQ(&cuda::cublas_library("test"), &blas);  // loaded once
+}
+
+// Every report's machine section says which CUDA runtime, cuDNN and cuBLAS (once loaded) the binary uses and
 // which GPUs it sees; without a device the list is empty and the reason is given.
 TEST(CudaHostMachineInfo, ReportsVersionsAndGpus) {
   const nlohmann::json m = profiler::machine_info();

@@ -3,6 +3,7 @@
 // meet (no driver, driver too old, out of memory, a kernel fault) what to do about it.
 #include "backends/cuda/cuda_check.h"
 #include <cstring>
+#include "backends/cuda/cublas_library.h"
 #include "engine/error.h"
 
 namespace duet::cuda {
@@ -73,8 +74,9 @@ void throw_cudnn_error(cudnnStatus_t s, const char* call, const char* op, const 
 }
 
 void throw_cublas_error(cublasStatus_t s, const char* call, const char* op, const char* file, int line) {
-  throw Error(fmt::format("{}: cuBLAS error {} ({}): {} [in {} at {}:{}]", op, static_cast<int>(s), cublasGetStatusName(s),
-                          cublasGetStatusString(s), call, basename_of(file), line));
+  const CublasLibrary& blas = cublas_library(op);  // loaded: a cuBLAS call returned s
+  throw Error(fmt::format("{}: cuBLAS error {} ({}): {} [in {} at {}:{}]", op, static_cast<int>(s),
+                          blas.cublasGetStatusName(s), blas.cublasGetStatusString(s), call, basename_of(file), line));
 }
 
 }  // namespace duet::cuda

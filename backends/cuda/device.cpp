@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 #include "backends/cuda/arch_support.h"
+#include "backends/cuda/cublas_library.h"
 #include "backends/cuda/cuda_check.h"
 #include "engine/error.h"
 
@@ -181,9 +182,10 @@ DeviceContext::DeviceContext(int index) : index_(index) {
 cublasHandle_t DeviceContext::cublas(const char* op) {
   std::lock_guard<std::mutex> lk(g_mu);
   if (!cublas_) {
+    const CublasLibrary& blas = cublas_library(op);
     cublasHandle_t h = nullptr;
-    DUET_CUBLAS_CHECK(cublasCreate(&h), op);
-    DUET_CUBLAS_CHECK(cublasSetStream(h, stream_), op);
+    DUET_CUBLAS_CHECK(blas.cublasCreate(&h), op);
+    DUET_CUBLAS_CHECK(blas.cublasSetStream(h, stream_), op);
     cublas_ = h;
   }
   return cublas_;

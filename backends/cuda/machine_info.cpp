@@ -1,8 +1,8 @@
 #include "backends/cuda/machine_info.h"
-#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 #include <fmt/format.h>
+#include "backends/cuda/cublas_library.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device.h"
 
@@ -18,11 +18,9 @@ void describe_machine(nlohmann::json& machine) noexcept {
                                                                               : nullptr;
     const size_t cudnn = cudnnGetVersion();  // cuDNN 9: major * 10000 + minor * 100 + patch
     c["cudnn"] = fmt::format("{}.{}.{}", cudnn / 10000, (cudnn % 10000) / 100, cudnn % 100);
-    int major = 0, minor = 0, patch = 0;
-    const bool blas = cublasGetProperty(MAJOR_VERSION, &major) == CUBLAS_STATUS_SUCCESS &&
-                      cublasGetProperty(MINOR_VERSION, &minor) == CUBLAS_STATUS_SUCCESS &&
-                      cublasGetProperty(PATCH_LEVEL, &patch) == CUBLAS_STATUS_SUCCESS;
-    c["cublas"] = blas ? nlohmann::json(fmt::format("{}.{}.{}", major, minor, patch)) : nullptr;
+    // null where this process ran no GPU matrix product: asking cuBLAS would load it (cublas_library.h).
+    const std::optional<std::string> blas = loaded_cublas_version();
+    c["cublas"] = blas ? nlohmann::json(*blas) : nullptr;
     nlohmann::json gpus = nlohmann::json::array();
     const int n = device_count();
     for (int i = 0; i < n; ++i) {

@@ -7,6 +7,7 @@
 // accumulate in f32 on tensor cores and only the output is rounded to 16 bits.
 #include <algorithm>
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cublas_library.h"
 #include "backends/cuda/cuda_check.h"
 #include "engine/profiler.h"
 
@@ -38,10 +39,11 @@ void gemm(OpGuard& g, DType dt, const void* a, const void* b, void* out, const G
   const cublasOperation_t op_a = m.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int ld_b = std::max(1, m.trans_b ? K : N), ld_a = std::max(1, m.trans_a ? M : K), ld_c = std::max(1, N);
   cublasHandle_t h = g.ctx.cublas(g.op);
+  const CublasLibrary& blas = cublas_library(g.op);
   const long long stride_c = static_cast<long long>(m.M) * m.N;
   if (dt == DType::f64) {
     const double alpha = 1.0, beta = m.beta;
-    DUET_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, op_b, op_a, N, M, K, &alpha, b, CUDA_R_64F, ld_b, m.stride_b, a,
+    DUET_CUBLAS_CHECK(blas.cublasGemmStridedBatchedEx(h, op_b, op_a, N, M, K, &alpha, b, CUDA_R_64F, ld_b, m.stride_b, a,
                                                  CUDA_R_64F, ld_a, m.stride_a, &beta, out, CUDA_R_64F, ld_c, stride_c, batch,
                                                  CUBLAS_COMPUTE_64F, CUBLAS_GEMM_DEFAULT),
                       g.op);
@@ -52,7 +54,7 @@ void gemm(OpGuard& g, DType dt, const void* a, const void* b, void* out, const G
     // TF32 only changes how f32 inputs are rounded; 16-bit inputs always run on tensor cores.
     const cublasComputeType_t compute =
         dt == DType::f32 && cuda_allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    DUET_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, op_b, op_a, N, M, K, &alpha, b, t, ld_b, m.stride_b, a, t, ld_a,
+    DUET_CUBLAS_CHECK(blas.cublasGemmStridedBatchedEx(h, op_b, op_a, N, M, K, &alpha, b, t, ld_b, m.stride_b, a, t, ld_a,
                                                  m.stride_a, &beta, out, t, ld_c, stride_c, batch, compute,
                                                  CUBLAS_GEMM_DEFAULT),
                       g.op);

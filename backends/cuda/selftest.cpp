@@ -3,11 +3,11 @@
 // counters after.
 #include "backends/cuda/selftest.h"
 #include <cudnn.h>
-#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 #include "backends/cuda/caching_allocator.h"
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cublas_library.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/nvml_telemetry.h"
 
@@ -19,8 +19,8 @@ std::string cuda_selftest_header(int device) {
   (void)cuda::handled(cudaGetDeviceProperties(&prop, device));
   (void)cuda::handled(cudaDriverGetVersion(&driver));
   (void)cuda::handled(cudaRuntimeGetVersion(&runtime));
-  int cublas_version = 0;
-  (void)cublasGetProperty(MAJOR_VERSION, &cublas_version);
+  int cublas_version = 0;  // the op table's matrix cases load cuBLAS anyway
+  (void)cuda::cublas_library("duet selftest").cublasGetProperty(MAJOR_VERSION, &cublas_version);
   return fmt::format("device cuda:{} {} (sm_{}{}, {}), driver {}.{}, runtime {}.{}, cuDNN {}, cuBLAS {}.x, TF32 {}\n{}\n", device,
                      prop.name, prop.major, prop.minor, cuda::format_bytes(double(prop.totalGlobalMem)), driver / 1000,
                      (driver % 1000) / 10, runtime / 1000, (runtime % 1000) / 10, cudnnGetVersion(), cublas_version,
