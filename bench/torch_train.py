@@ -190,6 +190,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--log", required=True)
+    ap.add_argument("--amp", default="off", choices=["off", "bf16"],
+                    help="bf16: torch.autocast('cpu', torch.bfloat16) around the forward and the loss, in training "
+                         "and evaluation (what duet train --amp bf16 does)")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
@@ -220,8 +223,9 @@ def main():
                                                 pct_start=a.pct_start, cycle_momentum=False)
     params = sum(p.numel() for p in model.parameters())
     print(f"torch {torch.__version__} | {a.model} width x{a.width_mult} ({params:,} parameters) | {a.dataset} "
-          f"{len(tr_y)} train / {len(te_y)} test at {size}x{size} | threads {torch.get_num_threads()}", flush=True)
+          f"{len(tr_y)} train / {len(te_y)} test at {size}x{size} | threads {torch.get_num_threads()} | amp {a.amp}", flush=True)
 
+    amp = lambda: torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.amp == "bf16")
     budget = a.stop_after_minutes * 60
     train_seconds, step = 0.0, 0
     open(a.log, "w").close()
@@ -232,8 +236,9 @@ def main():
         for i in range(0, len(order), a.batch):
             idx = order[i:i + a.batch]
             x, y = make_train(idx), torch.from_numpy(tr_y[idx])
-            logits = model(x)
-            loss = F.cross_entropy(logits, y, label_smoothing=a.label_smoothing)
+            with amp():
+                logits = model(x)
+                loss = F.cross_entropy(logits, y, label_smoothing=a.label_smoothing)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -248,7 +253,8 @@ def main():
         secs = time.time() - t0
         train_seconds += secs
         t1 = time.time()
-        test_loss, test_acc = evaluate(model, te_x, te_y, make_eval, 256)
+        with amp():
+            test_loss, test_acc = evaluate(model, te_x, te_y, make_eval, 256)
         m = {"epoch": epoch + 1, "step": step, "lr": opt.param_groups[0]["lr"], "train_loss": loss_sum / seen,
              "train_acc": correct / seen, "test_loss": test_loss, "test_acc": test_acc, "images_per_s": seen / secs,
              "epoch_seconds": secs, "eval_seconds": time.time() - t1, "train_seconds": train_seconds}

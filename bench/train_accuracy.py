@@ -67,7 +67,7 @@ def torch_command(a, task, t, log):
            str(t["image_size"]), "--epochs", str(t["epochs"]), "--batch", str(t["batch"]), "--lr", str(t["lr"]),
            "--momentum", str(COMMON["momentum"]), "--weight-decay", str(COMMON["weight_decay"]), "--label-smoothing",
            str(COMMON["label_smoothing"]), "--pct-start", str(COMMON["pct_start"]), "--threads", str(a.threads),
-           "--seed", str(a.seed), "--stop-after-minutes", str(a.minutes), "--log", log]
+           "--seed", str(a.seed), "--stop-after-minutes", str(a.minutes), "--log", log, "--amp", a.amp]
     if "crop_padding" in t["augment"]:
         cmd += ["--crop-padding", str(t["augment"]["crop_padding"])]
     if "scale_min" in t["augment"]:
@@ -146,8 +146,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--amp", default="off", choices=["off", "bf16", "fp16"],
-                    help="duet's mixed precision (duet train --amp); e.g. --frameworks duet --amp bf16 --out DIR to put a "
-                         "bf16 run beside an f32 one")
+                    help="mixed precision: duet train --amp, and for PyTorch torch.autocast (bf16 only: fp16 on the CPU "
+                         "would need a gradient scaler the PyTorch script does not have); e.g. --amp bf16 --out DIR "
+                         "to put bf16 runs beside f32 ones")
     ap.add_argument("--plot-only", action="store_true", help="no training: summarise and plot the logs in --out")
     a = ap.parse_args()
     a.tasks = [t for t in a.tasks.split(",") if t]
@@ -158,6 +159,8 @@ def main():
     for f in frameworks:
         if f not in ("duet", "torch"):
             sys.exit(f"unknown framework '{f}': expected duet, torch")
+    if a.amp == "fp16" and "torch" in frameworks:
+        sys.exit("--amp fp16 is duet's only: the PyTorch side runs off or bf16 (pass --frameworks duet)")
     for setting in a.set:
         try:
             task, kv = setting.split(":", 1)
