@@ -2,6 +2,7 @@
 #include <initializer_list>
 #include "engine/backend.h"
 #include "engine/error.h"
+#include "engine/half.h"
 #include "engine/tensor.h"
 
 namespace duet {
@@ -13,7 +14,7 @@ thread_local std::optional<DType> t_autocast;
 std::optional<DType> autocast_dtype() { return t_autocast; }
 
 AutocastGuard::AutocastGuard(DType low) : prev_(t_autocast) {
-  DUET_CHECK(low == DType::f16 || low == DType::bf16, "AutocastGuard: dtype {} is not a low-precision dtype; expected f16 or bf16",
+  DUET_CHECK(is_half(low), "AutocastGuard: dtype {} is not a low-precision dtype; expected f16 or bf16",
              dtype_name(low));
   t_autocast = low;
 }

@@ -14,6 +14,9 @@
 
 namespace duet {
 
+// The 16-bit floats (f16, bf16): the mixed-precision dtypes.
+inline bool is_half(DType t) { return t == DType::f16 || t == DType::bf16; }
+
 // Tag types for the raw 16-bit patterns, so templates can tell them apart from uint16_t.
 struct Half { uint16_t bits; };
 struct BFloat16 { uint16_t bits; };

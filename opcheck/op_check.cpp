@@ -1,4 +1,5 @@
 #include "opcheck/op_check.h"
+#include "engine/half.h"
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -25,7 +26,7 @@ Tensor make_leaf(const In& in, uint64_t seed, DType dtype, Device d) {
     // A 16-bit case's leaves are f32 holding 16-bit values (only f32 and f64 tensors take a
     // gradient); views_of casts them, as a mixed-precision network casts its f32 weights and inputs.
     // Parameters of normalisations stay f32.
-    const bool half = dtype == DType::f16 || dtype == DType::bf16;
+    const bool half = is_half(dtype);
     t = random_values(s, seed, in.param && half ? DType::f32 : dtype, in.lo, in.hi);
     if (half) t = t.to(DType::f32);
     if (in.layout == Layout::channels_last) {
@@ -86,7 +87,7 @@ std::vector<Tensor> leaves_of(const Case& c, DType dtype, Device d, uint64_t see
 }
 
 std::vector<Tensor> views_of(const Case& c, const std::vector<Tensor>& leaves) {
-  const bool half = c.dtype == DType::f16 || c.dtype == DType::bf16;
+  const bool half = is_half(c.dtype);
   std::vector<Tensor> views;
   for (size_t i = 0; i < c.ins.size(); ++i) {
     const In& in = c.ins[i];

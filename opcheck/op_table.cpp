@@ -1,6 +1,7 @@
 // The cases of the op table (opcheck/op_table.h). Each family lists, per op, the shapes and layouts
 // that reach a different path of some backend; comments say which.
 #include "opcheck/op_table.h"
+#include "engine/half.h"
 #include <cmath>
 
 namespace duet::opcheck {
@@ -10,7 +11,7 @@ Tensor random_values(const Shape& shape, uint64_t seed, DType dtype, double lo, 
   BackendGuard ref(DeviceType::cpu, Backend::reference);
   NoGradGuard no_grad;
   // 16-bit values are the f32 draw rounded (the generator draws f32 and f64).
-  const DType draw = dtype == DType::f16 || dtype == DType::bf16 ? DType::f32 : dtype;
+  const DType draw = is_half(dtype) ? DType::f32 : dtype;
   const Tensor u = Tensor::rand(shape, TensorOptions(draw), &g);
   return add(mul(u, hi - lo), lo).to(dtype).detach();
 }

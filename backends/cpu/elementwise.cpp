@@ -264,7 +264,7 @@ void gelu_erf_backward_f32(const Tensor& x, const Tensor& dy, const Tensor& dx) 
 
 // The loops run f32 and f64 themselves; a 16-bit tensor is bf16's (below) or the reference's.
 BackendImpl* half_fallback(const char* op, const Tensor& t) {
-  return t.dtype() == DType::f16 || t.dtype() == DType::bf16 ? lowp_fallback(op, t) : nullptr;
+  return is_half(t.dtype()) ? lowp_fallback(op, t) : nullptr;
 }
 
 // ---- bf16 through the f32 loops ---------------------------------------------------------------------

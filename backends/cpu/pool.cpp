@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include "backends/cpu/common.h"
+#include "engine/half.h"
 #include "engine/scalar_math.h"
 
 namespace duet {
@@ -342,13 +343,13 @@ void CpuBackend::avg_pool2d_backward(const Tensor& dy, const Tensor& dx, const P
 
 // 16-bit adaptive pooling (a network's global pooling: small) runs on the reference loops.
 void CpuBackend::adaptive_avg_pool2d(const Tensor& x, const Tensor& y) {
-  if (x.dtype() == DType::f16 || x.dtype() == DType::bf16)
+  if (is_half(x.dtype()))
     return reference_fallback(fmt::format("{} adaptive pooling has no cpu kernel", dtype_name(x.dtype()))).adaptive_avg_pool2d(x, y);
   dispatch_float(x.dtype(), "adaptive_avg_pool2d", [&](auto tag) { adaptive_forward<decltype(tag)>(x, y); });
 }
 
 void CpuBackend::adaptive_avg_pool2d_backward(const Tensor& dy, const Tensor& dx) {
-  if (dy.dtype() == DType::f16 || dy.dtype() == DType::bf16)
+  if (is_half(dy.dtype()))
     return reference_fallback(fmt::format("{} adaptive pooling has no cpu kernel", dtype_name(dy.dtype())))
         .adaptive_avg_pool2d_backward(dy, dx);
   dispatch_float(dy.dtype(), "adaptive_avg_pool2d_backward", [&](auto tag) { adaptive_backward<decltype(tag)>(dy, dx); });

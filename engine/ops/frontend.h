@@ -11,6 +11,7 @@
 #include "engine/autograd.h"
 #include "engine/backend.h"
 #include "engine/functional.h"
+#include "engine/half.h"
 #include "engine/op_cost.h"
 #include "engine/ops/dispatch.h"
 #include "engine/profiler.h"
@@ -28,8 +29,6 @@ void check_float_or_half(const char* op, const char* arg, const Tensor& t);
 // PyTorch's type promotion of two floating dtypes: the wider (f64 > f32 > f16, bf16; f16 with bf16
 // gives f32).
 DType promote_float(DType a, DType b);
-// The 16-bit floats (f16, bf16).
-inline bool is_half(DType t) { return t == DType::f16 || t == DType::bf16; }
 void check_dtype(const char* op, const char* arg, const Tensor& t, DType expected);
 void check_same(const char* op, const char* arg, const Tensor& t, const char* ref_arg, const Tensor& ref);  // device + dtype
 void check_dim(const char* op, const char* arg, const Tensor& t, int64_t ndim);

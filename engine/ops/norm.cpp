@@ -15,7 +15,6 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, c
   const int64_t C = x_in.size(1);
   // A 16-bit input (a mixed-precision network's activations) is normalised with f32 parameters and
   // statistics, as PyTorch keeps a BatchNorm's: the activations are 16-bit, the sums are not.
-  const Tensor& ref = gamma;
   check_defined("batch_norm", "weight", gamma);
   if (is_half(x_in.dtype())) {
     check_dtype("batch_norm", "weight", gamma, DType::f32);
@@ -25,7 +24,7 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, c
   DUET_CHECK(gamma.device() == x_in.device(), "batch_norm: weight is on {}, input on {}: expected one device",
              gamma.device().str(), x_in.device().str());
   check_shape("batch_norm", "weight", gamma, {C});
-  check_same("batch_norm", "bias", beta, "weight", ref);
+  check_same("batch_norm", "bias", beta, "weight", gamma);
   check_shape("batch_norm", "bias", beta, {C});
   DUET_CHECK(p.eps > 0, "batch_norm: eps must be positive, got {}", p.eps);
   const TensorOptions opts = TensorOptions(x_in.dtype()).with_device(x_in.device());
@@ -35,9 +34,9 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, c
     DUET_CHECK(rm.defined() && rv.defined(), "batch_norm: eval mode needs running_mean and running_var");
   }
   if (rm.defined() || rv.defined()) {
-    check_same("batch_norm", "running_mean", rm, "weight", ref);
+    check_same("batch_norm", "running_mean", rm, "weight", gamma);
     check_shape("batch_norm", "running_mean", rm, {C});
-    check_same("batch_norm", "running_var", rv, "weight", ref);
+    check_same("batch_norm", "running_var", rv, "weight", gamma);
     check_shape("batch_norm", "running_var", rv, {C});
   } else {  // training without running statistics: scratch buffers the kernel may update
     rm = Tensor::zeros({C}, param_opts);
