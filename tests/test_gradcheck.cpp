@@ -117,6 +117,45 @@ TEST(GradCheck, Conv2d) {
   }
 }
 
+// A KxK convolution over a 1x1 map runs as the 1x1 convolution with the one tap that sees the
+// input (engine/ops/conv.cpp); its output and all three gradients must equal the same convolution
+// over the map zero-padded by hand (a map big enough that the rewrite does not apply), including
+// zero gradients for the taps that only ever see padding.
+TEST(GradCheck, KernelOverOneByOneMapIsItsTap) {
+  BackendGuard guard(DeviceType::cpu, Backend::reference);
+  struct Case {
+    int64_t k, pad, dilation, groups;
+  };
+  for (const Case c : {Case{3, 1, 1, 1}, Case{3, 2, 2, 1}, Case{5, 2, 1, 1}, Case{3, 1, 1, 4}}) {
+    Conv2dParams p;
+    p.pad_h = p.pad_w = c.pad;
+    p.dilation_h = p.dilation_w = c.dilation;
+    p.groups = c.groups;
+    const int64_t n = 2, C = 8, O = 12, side = 2 * c.pad + 1;
+    Tensor x = leaf({n, C, 1, 1}, 21), w = leaf({O, C / c.groups, c.k, c.k}, 22), b = leaf({O}, 23);
+    const Tensor y = conv2d(x, w, b, p);
+    const Tensor r = random_tensor(y.shape(), 24, DType::f64);
+    sum(mul(y, r)).backward();
+    // The same input placed in the middle of a zero map of side 2*pad + 1, convolved without padding.
+    std::vector<double> big(static_cast<size_t>(n * C * side * side), 0.0);
+    const std::vector<double> xv = x.detach().to_vector<double>();
+    for (int64_t i = 0; i < n * C; ++i) big[static_cast<size_t>(i * side * side + c.pad * side + c.pad)] = xv[static_cast<size_t>(i)];
+    Tensor xp = Tensor::from_vector<double>(big, {n, C, side, side}, TensorOptions(DType::f64)).set_requires_grad(true);
+    Tensor w2 = w.detach().set_requires_grad(true), b2 = b.detach().set_requires_grad(true);
+    Conv2dParams q = p;
+    q.pad_h = q.pad_w = 0;
+    const Tensor y2 = conv2d(xp, w2, b2, q);
+    sum(mul(y2, r)).backward();
+    ASSERT_EQ(y.shape(), y2.shape());
+    EXPECT_EQ(y.to_vector<double>(), y2.to_vector<double>()) << "k " << c.k << " pad " << c.pad;
+    EXPECT_EQ(w.grad().to_vector<double>(), w2.grad().to_vector<double>()) << "k " << c.k << " pad " << c.pad;
+    EXPECT_EQ(b.grad().to_vector<double>(), b2.grad().to_vector<double>());
+    const std::vector<double> gxp = xp.grad().to_vector<double>(), gx = x.grad().to_vector<double>();
+    for (int64_t i = 0; i < n * C; ++i)
+      EXPECT_EQ(gx[static_cast<size_t>(i)], gxp[static_cast<size_t>(i * side * side + c.pad * side + c.pad)]);
+  }
+}
+
 TEST(GradCheck, BatchNorm) {
   for (const Shape& s : {Shape{3, 2, 3, 4}, Shape{5, 3}, Shape{1, 2, 3, 3}}) {
     const int64_t C = s[1];
