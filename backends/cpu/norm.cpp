@@ -1,11 +1,13 @@
-// Batch norm and layer norm on the cpu backend. Channels-last and [N, C] batch norm and layer
-// norm forward are oneDNN primitives (jit AVX-512) with separate scale and shift; NCHW batch norm
-// and layer norm backward are OpenMP loops (oneDNN 2.6's kernels for those measured several times
-// slower). oneDNN speaks biased variance where duet keeps invstd/rstd: a short loop converts, and
+// Batch norm and layer norm on the cpu backend. Batch norm on dense NCHW, NHWC and [N, C] tensors
+// (f32, and bf16 in the row layouts) and layer norm backward are OpenMP loops; layer norm forward
+// and batch norm on any other layout are oneDNN primitives (jit AVX-512) with separate scale and
+// shift. oneDNN speaks biased variance where duet keeps invstd/rstd: a short loop converts, and
 // batch norm backward hands oneDNN the variance 1/invstd^2 with epsilon 0, which reproduces the
 // forward's invstd exactly without knowing eps.
 #include <cmath>
+#include <type_traits>
 #include "backends/cpu/common.h"
+#include "engine/half.h"
 #include "engine/scalar_math.h"
 
 namespace duet {
@@ -62,12 +64,25 @@ nf ln_flags(bool scale, bool shift) {
   return f;
 }
 
-// ---- NCHW batch norm as OpenMP loops ----------------------------------------------------------------
-// oneDNN 2.6 runs plain-NCHW batch norm in its generic ncsp kernel, about 10x slower than its
-// NHWC jit kernel. In NCHW every (n, c) plane is contiguous, so two vectorised passes per plane
-// (statistics, then the affine map) are as fast as the data can stream.
+// ---- batch norm as OpenMP loops -------------------------------------------------------------------
+// oneDNN 2.6 runs plain-NCHW batch norm in its generic ncsp kernel, about 10x slower than its NHWC
+// jit kernel, and the jit kernel reads x three times in training (mean, variance, then the
+// normalisation). These loops read it twice: sums of x and x^2 in one pass, then the affine map.
+// The backward is two passes too (sums of dy and dy*x, then dx). NCHW is walked plane by plane (an
+// (n, c) plane is contiguous); NHWC and [N, C] row by row (a row holds the C channels of one pixel,
+// and the loop along C vectorises with per-channel accumulators). The sums are double, so the
+// cancellation in E[x^2] - E[x]^2 is harmless unless the mean is ~1e6 standard deviations.
 
 bool is_nchw(const Tensor& x) { return x.dim() == 4 && x.is_contiguous() && x.size(1) > 1 && x.size(2) * x.size(3) > 1; }
+// Rows of C contiguous channels: channels-last 4-d, or a dense [N, C] batch.
+bool is_rows(const Tensor& x) {
+  return (x.dim() == 4 && x.is_contiguous(MemoryFormat::channels_last)) || (x.dim() == 2 && x.is_contiguous());
+}
+
+inline float ld(const float* p) { return *p; }
+inline float ld(const uint16_t* p) { return bf16_to_float(*p); }
+inline void st(float* p, float v) { *p = v; }
+inline void st(uint16_t* p, float v) { *p = float_to_bf16(v); }  // nearest even, as every backend
 
 // Sum and sum of squares of a contiguous span, eight lanes of double (no reassociation flags).
 inline void span_moments(const float* x, int64_t n, double& s1, double& s2) {
@@ -100,6 +115,177 @@ inline void span_dot(const float* dy, const float* x, int64_t n, double& sdy, do
   for (int j = 0; j < 8; ++j) sdy += a[j], sdyx += b[j];
 }
 
+// Per-channel sums (s of u, q of v) of an NCHW tensor pair: one channel's planes per iteration.
+// With b == a, the sums of a and a^2; else of a and a*b.
+void plane_sums(const float* a, const float* b, int64_t N, int64_t C, int64_t HW, std::vector<double>& s,
+                std::vector<double>& q) {
+  s.assign(static_cast<size_t>(C), 0.0);
+  q.assign(static_cast<size_t>(C), 0.0);
+  parallel_for(C, N * C * HW, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c)
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t o = (n * C + c) * HW;
+        if (a == b) span_moments(a + o, HW, s[c], q[c]);
+        else span_dot(a + o, b + o, HW, s[c], q[c]);
+      }
+  });
+}
+
+// Per-channel sums over R rows of C of centred values: s = sum(a - ka), q = sum((a - ka) * (b - kb))
+// (b == a, kb == ka: squares). Centring on a value near the mean (the caller's ka, kb) keeps the
+// variance from cancelling digits, so the sums can be f32 over short runs: four rows are combined
+// in registers, sixteen such sweeps accumulate in f32 (at most 64 terms), and that block is added
+// to the thread's double accumulators. Threads take contiguous blocks of rows; their partials are
+// added in thread order (deterministic for a given thread count).
+template <class T>
+void row_sums(const T* a, const float* ka, const T* b, const float* kb, int64_t R, int64_t C, std::vector<double>& s,
+              std::vector<double>& q) {
+  const int nt = R * C >= kParallelGrain ? static_cast<int>(std::min<int64_t>(max_threads(), R)) : 1;
+  std::vector<double> part(static_cast<size_t>(nt * 2 * C), 0.0);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    const int t = omp_get_thread_num();
+    int64_t r0, r1;
+    split_range(R, omp_get_num_threads(), t, r0, r1);
+    double* ps = part.data() + static_cast<size_t>(t) * 2 * C;
+    double* pq = ps + C;
+    std::vector<float> acc(static_cast<size_t>(2 * C));
+    float* fs = acc.data();
+    float* fq = fs + C;
+    constexpr int64_t kBlock = 64;
+    for (int64_t blk = r0; blk < r1; blk += kBlock) {
+      const int64_t end = std::min(blk + kBlock, r1);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      int64_t r = blk;
+      for (; r + 4 <= end; r += 4) {
+        const T* a0 = a + r * C;
+        const T* b0 = b + r * C;
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) {
+          const float u0 = ld(a0 + c) - ka[c], u1 = ld(a0 + C + c) - ka[c], u2 = ld(a0 + 2 * C + c) - ka[c],
+                      u3 = ld(a0 + 3 * C + c) - ka[c];
+          const float v0 = ld(b0 + c) - kb[c], v1 = ld(b0 + C + c) - kb[c], v2 = ld(b0 + 2 * C + c) - kb[c],
+                      v3 = ld(b0 + 3 * C + c) - kb[c];
+          fs[c] += (u0 + u1) + (u2 + u3);
+          fq[c] += (u0 * v0 + u1 * v1) + (u2 * v2 + u3 * v3);
+        }
+      }
+      for (; r < end; ++r) {
+        const T* ar = a + r * C;
+        const T* br = b + r * C;
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) {
+          const float u = ld(ar + c) - ka[c];
+          fs[c] += u;
+          fq[c] += u * (ld(br + c) - kb[c]);
+        }
+      }
+      for (int64_t c = 0; c < C; ++c) {
+        ps[c] += fs[c];
+        pq[c] += fq[c];
+      }
+    }
+  }
+  s.assign(static_cast<size_t>(C), 0.0);
+  q.assign(static_cast<size_t>(C), 0.0);
+  for (int t = 0; t < nt; ++t)
+    for (int64_t c = 0; c < C; ++c) {
+      s[c] += part[static_cast<size_t>(t * 2 * C + c)];
+      q[c] += part[static_cast<size_t>(t * 2 * C + C + c)];
+    }
+}
+
+// y = (x - mean[c]) * scale[c] + beta[c] over every plane, then max(y, 0) when relu (NaN stays
+// NaN). The mean is subtracted first, as oneDNN does: folded into one shift, x * scale + shift
+// would cancel digits wherever the mean is large against the spread.
+void affine_planes(const float* x, float* y, int64_t N, int64_t C, int64_t HW, const float* mean, const float* scale,
+                   const float* beta, bool relu) {
+  parallel_for(N * C, N * C * HW, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const int64_t c = i % C;
+      const float m = mean[c], a = scale[c], d = beta[c];
+      const float* xp = x + i * HW;
+      float* yp = y + i * HW;
+      if (relu) {
+        for (int64_t k = 0; k < HW; ++k) yp[k] = std::max((xp[k] - m) * a + d, 0.0f);
+      } else {
+        for (int64_t k = 0; k < HW; ++k) yp[k] = (xp[k] - m) * a + d;
+      }
+    }
+  });
+}
+
+// The same map over rows of C channels.
+template <class T>
+void affine_rows(const T* x, T* y, int64_t R, int64_t C, const float* mean, const float* scale, const float* beta,
+                 bool relu) {
+  parallel_for(R, R * C, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const T* xr = x + r * C;
+      T* yr = y + r * C;
+      if (relu) {
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) st(yr + c, std::max((ld(xr + c) - mean[c]) * scale[c] + beta[c], 0.0f));
+      } else {
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) st(yr + c, (ld(xr + c) - mean[c]) * scale[c] + beta[c]);
+      }
+    }
+  });
+}
+
+// dx = a[c] * dy + k[c] * (x - mean[c]) + d[c], plane by plane or row by row.
+void dx_planes(const float* dy, const float* x, float* dx, int64_t N, int64_t C, int64_t HW, const float* mean,
+               const float* a, const float* k, const float* d) {
+  parallel_for(N * C, N * C * HW, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const int64_t c = i % C;
+      const float ac = a[c], kc = k[c], dc = d[c], mc = mean[c];
+      const float* xp = x + i * HW;
+      const float* gp = dy + i * HW;
+      float* op = dx + i * HW;
+      for (int64_t j = 0; j < HW; ++j) op[j] = ac * gp[j] + kc * (xp[j] - mc) + dc;
+    }
+  });
+}
+template <class T>
+void dx_rows(const T* dy, const T* x, T* dx, int64_t R, int64_t C, const float* mean, const float* a, const float* k,
+             const float* d) {
+  parallel_for(R, R * C, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const T* gr = dy + r * C;
+      const T* xr = x + r * C;
+      T* orow = dx + r * C;
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) st(orow + c, a[c] * ld(gr + c) + k[c] * (ld(xr + c) - mean[c]) + d[c]);
+    }
+  });
+}
+
+// The backward's per-channel constants from sdy = sum(dy) and sdyxm = sum(dy * (x - mean)) over
+// `count` values: dgamma = sum(dy * xhat), dbeta = sum(dy), and
+// dx = gamma * invstd / m * (m * dy - sum(dy) - xhat * sum(dy * xhat)) folded into
+// a*dy + k*(x - mean) + d.
+struct BnBackwardCoeffs {
+  std::vector<float> dg, db, a, k, d;
+};
+BnBackwardCoeffs bn_backward_coeffs(const std::vector<double>& sdy, const std::vector<double>& sdyxm, const float* g,
+                                    const float* inv, double count) {
+  const size_t C = sdy.size();
+  BnBackwardCoeffs r{std::vector<float>(C), std::vector<float>(C), std::vector<float>(C), std::vector<float>(C),
+                     std::vector<float>(C)};
+  for (size_t c = 0; c < C; ++c) {
+    const double sdy_xhat = sdyxm[c] * inv[c];
+    r.dg[c] = static_cast<float>(sdy_xhat);
+    r.db[c] = static_cast<float>(sdy[c]);
+    const double kk = double(g[c]) * inv[c] / count;
+    r.a[c] = static_cast<float>(kk * count);
+    r.k[c] = static_cast<float>(-kk * sdy_xhat * inv[c]);
+    r.d[c] = static_cast<float>(-kk * sdy[c]);
+  }
+  return r;
+}
+
 // The running statistics from the batch's mean and biased variance (engine/scalar_math.h has the rule).
 void update_running_stats(const Tensor& running_mean, const Tensor& running_var, const std::vector<float>& mean,
                           const std::vector<float>& var, int64_t count, double momentum) {
@@ -114,22 +300,30 @@ void update_running_stats(const Tensor& running_mean, const Tensor& running_var,
   }
 }
 
-// y = x * scale[c] + shift[c] over every plane, then max(y, 0) when relu.
-void affine_planes(const float* x, float* y, int64_t N, int64_t C, int64_t HW, const float* scale, const float* shift,
-                   bool relu) {
-  parallel_for(N * C, N * C * HW, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      const int64_t c = i % C;
-      const float a = scale[c], d = shift[c];
-      const float* xp = x + i * HW;
-      float* yp = y + i * HW;
-      if (relu) {
-        for (int64_t k = 0; k < HW; ++k) yp[k] = std::max(xp[k] * a + d, 0.0f);
-      } else {
-        for (int64_t k = 0; k < HW; ++k) yp[k] = xp[k] * a + d;
-      }
-    }
-  });
+// Which loop kernel takes a batch norm whose tensors all share x's layout: planes (f32 NCHW), rows
+// (f32 or bf16 NHWC / [N, C]), or none (oneDNN then).
+enum class BnLoops { none, planes, rows };
+BnLoops bn_loops(const Tensor& x, std::initializer_list<const Tensor*> like_x) {
+  BnLoops k = BnLoops::none;
+  if (x.dtype() == DType::f32 && is_nchw(x)) k = BnLoops::planes;
+  else if ((x.dtype() == DType::f32 || x.dtype() == DType::bf16) && is_rows(x)) k = BnLoops::rows;
+  for (const Tensor* t : like_x)
+    if (t->defined() && (t->dtype() != x.dtype() || t->shape() != x.shape() ||
+                         !(k == BnLoops::planes ? t->is_contiguous() : is_rows(*t))))
+      return BnLoops::none;
+  return k;
+}
+
+// The profiler's implementation column for the loop kernels.
+void note_loops(BnLoops k) {
+  if (profiler::enabled()) profiler::note_impl(k == BnLoops::planes ? "duet:bn_nchw_planes" : "duet:bn_rows");
+}
+
+// f(T*) with x's element type: float, or uint16_t for bf16.
+template <class F>
+void dispatch_f32_bf16(DType t, F&& f) {
+  if (t == DType::bf16) f(static_cast<uint16_t*>(nullptr));
+  else f(static_cast<float*>(nullptr));
 }
 
 }  // namespace
@@ -145,22 +339,30 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
   DUET_CHECK(p.training || (running_mean.defined() && running_var.defined()),
              "batch_norm on backend 'cpu': evaluation mode needs running_mean and running_var");
   if (x.numel() == 0) return;
-  if (x.dtype() == DType::f32 && is_nchw(x) && y.is_contiguous()) {
-    const int64_t N = x.size(0), HW = x.size(2) * x.size(3);
-    const float* px = x.data<float>();
-    std::vector<float> gbuf, bbuf, mean(static_cast<size_t>(C)), var(static_cast<size_t>(C)), invstd(static_cast<size_t>(C));
+  if (const BnLoops loops = bn_loops(x, {&y}); loops != BnLoops::none) {
+    note_loops(loops);
+    const int64_t HW = x.dim() == 4 ? x.size(2) * x.size(3) : 1, N = x.size(0), R = N * HW;
+    std::vector<float> gbuf, bbuf, mean(static_cast<size_t>(C)), var(static_cast<size_t>(C)),
+        invstd(static_cast<size_t>(C)), scale(static_cast<size_t>(C));
     const float* g = contiguous_vec(gamma, gbuf);
     const float* b = contiguous_vec(beta, bbuf);
     if (p.training) {
-      parallel_for(C, x.numel(), [&](int64_t c0, int64_t c1) {
-        for (int64_t c = c0; c < c1; ++c) {
-          double s1 = 0, s2 = 0;
-          for (int64_t n = 0; n < N; ++n) span_moments(px + (n * C + c) * HW, HW, s1, s2);
-          const double m = s1 / double(count);
-          mean[c] = static_cast<float>(m);
-          var[c] = static_cast<float>(std::max(0.0, s2 / double(count) - m * m));
-        }
+      // Sums of x - shift and its square; the shift is 0 for the planes (double sums), the first
+      // row for the rows (f32 runs, which need the centring).
+      std::vector<double> s1, s2;
+      std::vector<float> shift(static_cast<size_t>(C), 0.0f);
+      if (loops == BnLoops::planes) plane_sums(x.data<float>(), x.data<float>(), N, C, HW, s1, s2);
+      else dispatch_f32_bf16(x.dtype(), [&](auto* tag) {
+        using T = std::remove_pointer_t<decltype(tag)>;
+        const T* px = static_cast<const T*>(x.raw_data());
+        for (int64_t c = 0; c < C; ++c) shift[c] = ld(px + c);
+        row_sums(px, shift.data(), px, shift.data(), R, C, s1, s2);
       });
+      for (int64_t c = 0; c < C; ++c) {
+        const double d = s1[c] / double(count);
+        mean[c] = static_cast<float>(shift[c] + d);
+        var[c] = static_cast<float>(std::max(0.0, s2[c] / double(count) - d * d));
+      }
     } else {
       std::vector<float> mbuf, vbuf;
       const float* m = contiguous_vec(running_mean, mbuf);
@@ -168,14 +370,18 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
       std::copy(m, m + C, mean.begin());
       std::copy(v, v + C, var.begin());
     }
-    std::vector<float> scale(static_cast<size_t>(C)), shift(static_cast<size_t>(C));
     for (int64_t c = 0; c < C; ++c) {
       const double inv = inv_std(var[c], p.eps);
       invstd[c] = static_cast<float>(inv);
       scale[c] = static_cast<float>(inv * g[c]);
-      shift[c] = static_cast<float>(b[c] - mean[c] * inv * g[c]);
     }
-    affine_planes(px, y.data<float>(), N, C, HW, scale.data(), shift.data(), p.relu);
+    if (loops == BnLoops::planes)
+      affine_planes(x.data<float>(), y.data<float>(), N, C, HW, mean.data(), scale.data(), b, p.relu);
+    else dispatch_f32_bf16(x.dtype(), [&](auto* tag) {
+      using T = std::remove_pointer_t<decltype(tag)>;
+      affine_rows(static_cast<const T*>(x.raw_data()), static_cast<T*>(y.raw_data()), R, C, mean.data(), scale.data(), b,
+                  p.relu);
+    });
     if (save_mean.defined()) store_vec(save_mean, mean.data());
     if (save_invstd.defined()) store_vec(save_invstd, invstd.data());
     if (p.training) update_running_stats(running_mean, running_var, mean, var, count, p.momentum);
@@ -246,47 +452,39 @@ void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Te
     return ref->batch_norm_backward(dy, x, gamma, save_mean, save_invstd, dx, dgamma, dbeta, eps);
   const int64_t C = x.size(1);
   if (x.numel() == 0) return;
-  if (x.dtype() == DType::f32 && is_nchw(x) && dy.is_contiguous() && (!dx.defined() || dx.is_contiguous())) {
-    // dx = gamma * invstd / m * (m * dy - sum(dy) - xhat * sum(dy * xhat)), per channel.
-    const int64_t N = x.size(0), HW = x.size(2) * x.size(3);
-    const double count = double(N * HW);
-    const float* px = x.data<float>();
-    const float* pdy = dy.data<float>();
+  if (const BnLoops loops = bn_loops(x, {&dy, &dx}); loops != BnLoops::none) {
+    note_loops(loops);
+    const int64_t HW = x.dim() == 4 ? x.size(2) * x.size(3) : 1, N = x.size(0), R = N * HW;
     std::vector<float> gbuf, mbuf, ibuf;
     const float* g = contiguous_vec(gamma, gbuf);
     const float* m = contiguous_vec(save_mean, mbuf);
     const float* inv = contiguous_vec(save_invstd, ibuf);
-    std::vector<float> dg(static_cast<size_t>(C)), db(static_cast<size_t>(C)), a(static_cast<size_t>(C)),
-        k(static_cast<size_t>(C)), d(static_cast<size_t>(C));
-    parallel_for(C, x.numel(), [&](int64_t c0, int64_t c1) {
-      for (int64_t c = c0; c < c1; ++c) {
-        double sdy = 0, sdyx = 0;
-        for (int64_t n = 0; n < N; ++n) span_dot(pdy + (n * C + c) * HW, px + (n * C + c) * HW, HW, sdy, sdyx);
-        const double sdy_xhat = (sdyx - double(m[c]) * sdy) * inv[c];
-        dg[c] = static_cast<float>(sdy_xhat);
-        db[c] = static_cast<float>(sdy);
-        // dx = a * dy + k * x + d with the per-channel constants folded.
-        const double kk = double(g[c]) * inv[c] / count;
-        a[c] = static_cast<float>(kk * count);
-        k[c] = static_cast<float>(-kk * sdy_xhat * inv[c]);
-        d[c] = static_cast<float>(-kk * sdy + kk * sdy_xhat * inv[c] * m[c]);
-      }
-    });
-    if (dx.defined()) {
-      float* pdx = dx.data<float>();
-      parallel_for(N * C, x.numel(), [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) {
-          const int64_t c = i % C;
-          const float ac = a[c], kc = k[c], dc = d[c];
-          const float* xp = px + i * HW;
-          const float* gp = pdy + i * HW;
-          float* op = pdx + i * HW;
-          for (int64_t j = 0; j < HW; ++j) op[j] = ac * gp[j] + kc * xp[j] + dc;
-        }
+    // sum(dy) and sum(dy * (x - mean)): the planes sum dy * x in double and subtract, the rows
+    // centre x on the mean as they go.
+    std::vector<double> sdy, sdyxm;
+    if (loops == BnLoops::planes) {
+      plane_sums(dy.data<float>(), x.data<float>(), N, C, HW, sdy, sdyxm);
+      for (int64_t c = 0; c < C; ++c) sdyxm[c] -= double(m[c]) * sdy[c];
+    } else {
+      const std::vector<float> zero(static_cast<size_t>(C), 0.0f);
+      dispatch_f32_bf16(x.dtype(), [&](auto* tag) {
+        using T = std::remove_pointer_t<decltype(tag)>;
+        row_sums(static_cast<const T*>(dy.raw_data()), zero.data(), static_cast<const T*>(x.raw_data()), m, R, C, sdy,
+                 sdyxm);
       });
     }
-    if (dgamma.defined()) store_vec(dgamma, dg.data());
-    if (dbeta.defined()) store_vec(dbeta, db.data());
+    const BnBackwardCoeffs k = bn_backward_coeffs(sdy, sdyxm, g, inv, double(R));
+    if (dx.defined()) {
+      if (loops == BnLoops::planes)
+        dx_planes(dy.data<float>(), x.data<float>(), dx.data<float>(), N, C, HW, m, k.a.data(), k.k.data(), k.d.data());
+      else dispatch_f32_bf16(x.dtype(), [&](auto* tag) {
+        using T = std::remove_pointer_t<decltype(tag)>;
+        dx_rows(static_cast<const T*>(dy.raw_data()), static_cast<const T*>(x.raw_data()), static_cast<T*>(dx.raw_data()),
+                R, C, m, k.a.data(), k.k.data(), k.d.data());
+      });
+    }
+    if (dgamma.defined()) store_vec(dgamma, k.dg.data());
+    if (dbeta.defined()) store_vec(dbeta, k.db.data());
     return;
   }
   guarded("batch_norm_backward", {&dy, &x}, [&] {
