@@ -5,7 +5,6 @@
 // batch norm backward hands oneDNN the variance 1/invstd^2 with epsilon 0, which reproduces the
 // forward's invstd exactly without knowing eps.
 #include <cmath>
-#include <type_traits>
 #include "backends/cpu/common.h"
 #include "engine/half.h"
 #include "engine/scalar_math.h"
@@ -79,10 +78,6 @@ bool is_rows(const Tensor& x) {
   return (x.dim() == 4 && x.is_contiguous(MemoryFormat::channels_last)) || (x.dim() == 2 && x.is_contiguous());
 }
 
-inline float ld(const float* p) { return *p; }
-inline float ld(const uint16_t* p) { return bf16_to_float(*p); }
-inline void st(float* p, float v) { *p = v; }
-inline void st(uint16_t* p, float v) { *p = float_to_bf16(v); }  // nearest even, as every backend
 
 // Sum and sum of squares of a contiguous span, eight lanes of double (no reassociation flags).
 inline void span_moments(const float* x, int64_t n, double& s1, double& s2) {
@@ -142,6 +137,7 @@ void row_sums(const T* a, const float* ka, const T* b, const float* kb, int64_t 
               std::vector<double>& q) {
   const int nt = R * C >= kParallelGrain ? static_cast<int>(std::min<int64_t>(max_threads(), R)) : 1;
   std::vector<double> part(static_cast<size_t>(nt * 2 * C), 0.0);
+  std::vector<float> runs(static_cast<size_t>(nt * 2 * C));
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
     const int t = omp_get_thread_num();
@@ -149,23 +145,22 @@ void row_sums(const T* a, const float* ka, const T* b, const float* kb, int64_t 
     split_range(R, omp_get_num_threads(), t, r0, r1);
     double* ps = part.data() + static_cast<size_t>(t) * 2 * C;
     double* pq = ps + C;
-    std::vector<float> acc(static_cast<size_t>(2 * C));
-    float* fs = acc.data();
+    float* fs = runs.data() + static_cast<size_t>(t) * 2 * C;
     float* fq = fs + C;
     constexpr int64_t kBlock = 64;
     for (int64_t blk = r0; blk < r1; blk += kBlock) {
       const int64_t end = std::min(blk + kBlock, r1);
-      std::fill(acc.begin(), acc.end(), 0.0f);
+      std::fill(fs, fs + 2 * C, 0.0f);
       int64_t r = blk;
       for (; r + 4 <= end; r += 4) {
         const T* a0 = a + r * C;
         const T* b0 = b + r * C;
 #pragma omp simd
         for (int64_t c = 0; c < C; ++c) {
-          const float u0 = ld(a0 + c) - ka[c], u1 = ld(a0 + C + c) - ka[c], u2 = ld(a0 + 2 * C + c) - ka[c],
-                      u3 = ld(a0 + 3 * C + c) - ka[c];
-          const float v0 = ld(b0 + c) - kb[c], v1 = ld(b0 + C + c) - kb[c], v2 = ld(b0 + 2 * C + c) - kb[c],
-                      v3 = ld(b0 + 3 * C + c) - kb[c];
+          const float u0 = widen(a0[c]) - ka[c], u1 = widen(a0[C + c]) - ka[c], u2 = widen(a0[2 * C + c]) - ka[c],
+                      u3 = widen(a0[3 * C + c]) - ka[c];
+          const float v0 = widen(b0[c]) - kb[c], v1 = widen(b0[C + c]) - kb[c], v2 = widen(b0[2 * C + c]) - kb[c],
+                      v3 = widen(b0[3 * C + c]) - kb[c];
           fs[c] += (u0 + u1) + (u2 + u3);
           fq[c] += (u0 * v0 + u1 * v1) + (u2 * v2 + u3 * v3);
         }
@@ -175,9 +170,9 @@ void row_sums(const T* a, const float* ka, const T* b, const float* kb, int64_t 
         const T* br = b + r * C;
 #pragma omp simd
         for (int64_t c = 0; c < C; ++c) {
-          const float u = ld(ar + c) - ka[c];
+          const float u = widen(ar[c]) - ka[c];
           fs[c] += u;
-          fq[c] += u * (ld(br + c) - kb[c]);
+          fq[c] += u * (widen(br[c]) - kb[c]);
         }
       }
       for (int64_t c = 0; c < C; ++c) {
@@ -225,10 +220,10 @@ void affine_rows(const T* x, T* y, int64_t R, int64_t C, const float* mean, cons
       T* yr = y + r * C;
       if (relu) {
 #pragma omp simd
-        for (int64_t c = 0; c < C; ++c) st(yr + c, std::max((ld(xr + c) - mean[c]) * scale[c] + beta[c], 0.0f));
+        for (int64_t c = 0; c < C; ++c) yr[c] = narrow<T>(std::max((widen(xr[c]) - mean[c]) * scale[c] + beta[c], 0.0f));
       } else {
 #pragma omp simd
-        for (int64_t c = 0; c < C; ++c) st(yr + c, (ld(xr + c) - mean[c]) * scale[c] + beta[c]);
+        for (int64_t c = 0; c < C; ++c) yr[c] = narrow<T>((widen(xr[c]) - mean[c]) * scale[c] + beta[c]);
       }
     }
   });
@@ -257,7 +252,7 @@ void dx_rows(const T* dy, const T* x, T* dx, int64_t R, int64_t C, const float* 
       const T* xr = x + r * C;
       T* orow = dx + r * C;
 #pragma omp simd
-      for (int64_t c = 0; c < C; ++c) st(orow + c, a[c] * ld(gr + c) + k[c] * (ld(xr + c) - mean[c]) + d[c]);
+      for (int64_t c = 0; c < C; ++c) orow[c] = narrow<T>(a[c] * widen(gr[c]) + k[c] * (widen(xr[c]) - mean[c]) + d[c]);
     }
   });
 }
@@ -319,11 +314,12 @@ void note_loops(BnLoops k) {
   if (profiler::enabled()) profiler::note_impl(k == BnLoops::planes ? "duet:bn_nchw_planes" : "duet:bn_rows");
 }
 
-// f(T*) with x's element type: float, or uint16_t for bf16.
+// f(T{}) with the row loops' element type: float, or half.h's BFloat16 for bf16 (widen() and
+// narrow() convert, rounding to nearest even as every backend does).
 template <class F>
 void dispatch_f32_bf16(DType t, F&& f) {
-  if (t == DType::bf16) f(static_cast<uint16_t*>(nullptr));
-  else f(static_cast<float*>(nullptr));
+  if (t == DType::bf16) f(BFloat16{});
+  else f(float{});
 }
 
 }  // namespace
@@ -352,10 +348,10 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
       std::vector<double> s1, s2;
       std::vector<float> shift(static_cast<size_t>(C), 0.0f);
       if (loops == BnLoops::planes) plane_sums(x.data<float>(), x.data<float>(), N, C, HW, s1, s2);
-      else dispatch_f32_bf16(x.dtype(), [&](auto* tag) {
-        using T = std::remove_pointer_t<decltype(tag)>;
-        const T* px = static_cast<const T*>(x.raw_data());
-        for (int64_t c = 0; c < C; ++c) shift[c] = ld(px + c);
+      else dispatch_f32_bf16(x.dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        const T* px = ptr<T>(x);
+        for (int64_t c = 0; c < C; ++c) shift[c] = widen(px[c]);
         row_sums(px, shift.data(), px, shift.data(), R, C, s1, s2);
       });
       for (int64_t c = 0; c < C; ++c) {
@@ -377,9 +373,9 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
     }
     if (loops == BnLoops::planes)
       affine_planes(x.data<float>(), y.data<float>(), N, C, HW, mean.data(), scale.data(), b, p.relu);
-    else dispatch_f32_bf16(x.dtype(), [&](auto* tag) {
-      using T = std::remove_pointer_t<decltype(tag)>;
-      affine_rows(static_cast<const T*>(x.raw_data()), static_cast<T*>(y.raw_data()), R, C, mean.data(), scale.data(), b,
+    else dispatch_f32_bf16(x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      affine_rows(ptr<T>(x), ptr<T>(y), R, C, mean.data(), scale.data(), b,
                   p.relu);
     });
     if (save_mean.defined()) store_vec(save_mean, mean.data());
@@ -467,9 +463,9 @@ void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Te
       for (int64_t c = 0; c < C; ++c) sdyxm[c] -= double(m[c]) * sdy[c];
     } else {
       const std::vector<float> zero(static_cast<size_t>(C), 0.0f);
-      dispatch_f32_bf16(x.dtype(), [&](auto* tag) {
-        using T = std::remove_pointer_t<decltype(tag)>;
-        row_sums(static_cast<const T*>(dy.raw_data()), zero.data(), static_cast<const T*>(x.raw_data()), m, R, C, sdy,
+      dispatch_f32_bf16(x.dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        row_sums(ptr<T>(dy), zero.data(), ptr<T>(x), m, R, C, sdy,
                  sdyxm);
       });
     }
@@ -477,9 +473,9 @@ void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Te
     if (dx.defined()) {
       if (loops == BnLoops::planes)
         dx_planes(dy.data<float>(), x.data<float>(), dx.data<float>(), N, C, HW, m, k.a.data(), k.k.data(), k.d.data());
-      else dispatch_f32_bf16(x.dtype(), [&](auto* tag) {
-        using T = std::remove_pointer_t<decltype(tag)>;
-        dx_rows(static_cast<const T*>(dy.raw_data()), static_cast<const T*>(x.raw_data()), static_cast<T*>(dx.raw_data()),
+      else dispatch_f32_bf16(x.dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        dx_rows(ptr<T>(dy), ptr<T>(x), ptr<T>(dx),
                 R, C, m, k.a.data(), k.k.data(), k.d.data());
       });
     }
