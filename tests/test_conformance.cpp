@@ -272,6 +272,39 @@ TEST(CpuBackend, ModelTailRunsNoReferenceKernel) {
   EXPECT_GE(with_impl, 7);  // pool fwd/bwd, bn fwd/bwd, 2 convs x 3 passes
 }
 
+// A DenseNet block under bf16 autocast on channels-last maps: the gradients of cat's inputs are
+// strided channel slices, summed where a feature map feeds several layers, and the head's global
+// pooling is bf16. None of it may land on the reference loops (the strided gradient sums did, and
+// cost DenseNet-121 a fifth of its bf16 step).
+TEST(CpuBackend, Bf16DenseBlockRunsNoReferenceKernel) {
+  BackendGuard guard(DeviceType::cpu, Backend::cpu);
+  const Tensor x = random_tensor({4, 16, 6, 6}, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);
+  Tensor w1 = random_tensor({8, 16, 3, 3}, 2, DType::f32).set_requires_grad(true);
+  Tensor w2 = random_tensor({8, 24, 3, 3}, 3, DType::f32).set_requires_grad(true);
+  profiler::clear();
+  profiler::enable(true);
+  {
+    AutocastGuard amp(DType::bf16);
+    const Tensor h = relu(x.to(DType::bf16));  // a bf16 feature map, as a conv or pool hands it on
+    const Tensor f1 = cat({h, conv2d(h, w1, Tensor(), Conv2dParams{1, 1, 1, 1})}, 1);
+    const Tensor f2 = cat({f1, conv2d(f1, w2, Tensor(), Conv2dParams{1, 1, 1, 1})}, 1);
+    sum(adaptive_avg_pool2d(f2, 1, 1).to(DType::f32)).backward();
+  }
+  profiler::enable(false);
+  int bf16_ops = 0, sums = 0;
+  std::string all;
+  for (const OpEvent& e : profiler::collect()) {
+    all += fmt::format("{}({}) ", e.name, dtype_name(e.dtype));
+    if (e.dtype != DType::bf16) continue;
+    ++bf16_ops;
+    sums += std::string(e.name) == "add" && e.phase == Phase::backward;
+    EXPECT_EQ(e.impl.find("reference"), std::string::npos) << e.name << " " << e.shapes << " ran " << e.impl;
+  }
+  profiler::clear();
+  EXPECT_GE(sums, 2) << all;  // h and f1 each receive two gradients
+  EXPECT_GE(bf16_ops, 12) << all;
+}
+
 // One training step of a small conv net; the second identical step must find every primitive in
 // the cache.
 TEST(CpuBackend, SecondTrainingStepCreatesNoPrimitive) {

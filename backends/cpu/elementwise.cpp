@@ -137,28 +137,34 @@ void scalar_loop(ScalarOp op, const Tensor& x, T s, const Tensor& out) {
 
 // ---- binary with broadcasting ------------------------------------------------------------------------
 
-template <class T, class F>
+// S is the storage type (float, double or BFloat16); the formula f runs on widen(S): a bf16 operand
+// is widened on load and rounded to nearest even on store, element by element, which the compiler
+// vectorises like the f32 loop (bf16 gradient sums arrive as strided channel slices of cat).
+template <class S, class F>
 void zip(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
   const Walk<3> w = simplify<3>(out.shape(), {&out.strides(), &a.strides(), &b.strides()});
-  T* po = static_cast<T*>(out.raw_data());
-  const T* pa = static_cast<const T*>(a.raw_data());
-  const T* pb = static_cast<const T*>(b.raw_data());
+  S* po = ptr<S>(out);
+  const S* pa = ptr<S>(a);
+  const S* pb = ptr<S>(b);
   for_each_row<3>(w, [&](const std::array<int64_t, 3>& off, int64_t len, const std::array<int64_t, 3>& is) {
-    T* o = po + off[0];
-    const T* x = pa + off[1];
-    const T* y = pb + off[2];
+    S* o = po + off[0];
+    const S* x = pa + off[1];
+    const S* y = pb + off[2];
     // The shapes that dominate real use get their own unit-stride loops: same layout, and a
     // per-row scalar (bias, per-channel scale) on either side.
     if (is[0] == 1 && is[1] == 1 && is[2] == 1) {
-      for (int64_t i = 0; i < len; ++i) o[i] = f(x[i], y[i]);
+#pragma omp simd
+      for (int64_t i = 0; i < len; ++i) o[i] = narrow<S>(f(widen(x[i]), widen(y[i])));
     } else if (is[0] == 1 && is[1] == 1 && is[2] == 0) {
-      const T v = y[0];
-      for (int64_t i = 0; i < len; ++i) o[i] = f(x[i], v);
+      const auto v = widen(y[0]);
+#pragma omp simd
+      for (int64_t i = 0; i < len; ++i) o[i] = narrow<S>(f(widen(x[i]), v));
     } else if (is[0] == 1 && is[1] == 0 && is[2] == 1) {
-      const T u = x[0];
-      for (int64_t i = 0; i < len; ++i) o[i] = f(u, y[i]);
+      const auto u = widen(x[0]);
+#pragma omp simd
+      for (int64_t i = 0; i < len; ++i) o[i] = narrow<S>(f(u, widen(y[i])));
     } else {
-      for (int64_t i = 0; i < len; ++i) o[i * is[0]] = f(x[i * is[1]], y[i * is[2]]);
+      for (int64_t i = 0; i < len; ++i) o[i * is[0]] = narrow<S>(f(widen(x[i * is[1]]), widen(y[i * is[2]])));
     }
   });
 }
@@ -382,17 +388,8 @@ void CpuBackend::scalar_op(ScalarOp op, const Tensor& x, double s, const Tensor&
 
 void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   if (BackendImpl* ref = half_fallback(binary_name(op), out)) return ref->binary(op, a, b, out);
-  if (out.dtype() == DType::bf16) {
-    // Dense operands laid out like the output (a residual add, a gradient sum): one flat span.
-    // Broadcasting bf16 operands are rare (the front-end promotes an f32 bias or scale to f32).
-    if (!(a.is_dense() && b.is_dense() && same_layout(a, out) && same_layout(b, out)))
-      return reference_fallback("bf16 broadcasting or strided operands have no cpu kernel").binary(op, a, b, out);
-    return with_binary_formula<float>(op, [&](auto fn) {
-      bf16_chunks<2>({&a, &b}, out, 1, [fn](const auto& in, float* o, int64_t n) {
-        for (int64_t i = 0; i < n; ++i) o[i] = fn(in[0][i], in[1][i]);
-      });
-    });
-  }
+  if (out.dtype() == DType::bf16)  // f32 maths on bf16 bytes, any strides and broadcasting
+    return with_binary_formula<float>(op, [&](auto fn) { zip<BFloat16>(a, b, out, fn); });
   dispatch_float(out.dtype(), binary_name(op), [&](auto tag) { binary_loop<decltype(tag)>(op, a, b, out); });
 }
 

@@ -156,30 +156,33 @@ void avg_pool_backward_loop(const Tensor& dy, const Tensor& dx, const Pool2dPara
 
 
 // acc[c] += img[i * C + c] over HW rows of C (one NHWC image), full-width in the SIMD clones.
-template <class T>
-DUET_SIMD_CLONES void add_pixels(T* __restrict acc, const T* __restrict img, int64_t HW, int64_t C) {
+template <class W, class S>
+DUET_SIMD_CLONES void add_pixels(W* __restrict acc, const S* __restrict img, int64_t HW, int64_t C) {
   for (int64_t i = 0; i < HW; ++i) {
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) acc[c] += img[i * C + c];
+    for (int64_t c = 0; c < C; ++c) acc[c] += widen(img[i * C + c]);
   }
 }
 
-template <class T>
+// S is the storage type (float, double or BFloat16); sums run in widen(S) or double and each
+// result is rounded to S once.
+template <class S>
 void adaptive_forward(const Tensor& x, const Tensor& y) {
+  using W = decltype(widen(S{}));
   const V4 X(x), Y(y);
-  const T* px = static_cast<const T*>(x.raw_data());
-  T* py = static_cast<T*>(y.raw_data());
+  const S* px = ptr<S>(x);
+  S* py = ptr<S>(y);
   const int64_t HW = X.H * X.W;
   if (Y.H == 1 && Y.W == 1 && X.sC == 1 && X.sW == X.C && X.sH == X.W * X.C && HW <= 4096) {
     // Global pooling of NHWC: per image, add the HW channel rows into one C-vector (vectorised).
-    // Accumulates in T: a global pool adds HW values (49 for a 7x7 map, 16 for CIFAR's 4x4),
+    // Accumulates in W: a global pool adds HW values (49 for a 7x7 map, 16 for CIFAR's 4x4),
     // far below where f32 rounding matters; double lanes would halve the vector width.
     parallel_for(X.N, x.numel(), [&](int64_t b, int64_t e) {
-      std::vector<T> acc(static_cast<size_t>(X.C));
+      std::vector<W> acc(static_cast<size_t>(X.C));
       for (int64_t n = b; n < e; ++n) {
-        std::fill(acc.begin(), acc.end(), T(0));
+        std::fill(acc.begin(), acc.end(), W(0));
         add_pixels(acc.data(), px + n * X.sN, HW, X.C);
-        for (int64_t c = 0; c < X.C; ++c) py[Y.at(n, c, 0, 0)] = static_cast<T>(double(acc[c]) / double(HW));
+        for (int64_t c = 0; c < X.C; ++c) py[Y.at(n, c, 0, 0)] = narrow<S>(double(acc[c]) / double(HW));
       }
     });
     return;
@@ -191,17 +194,17 @@ void adaptive_forward(const Tensor& x, const Tensor& y) {
         const int64_t w0 = bin_start(ow, X.W, Y.W), w1 = bin_end(ow, X.W, Y.W);
         double sum = 0.0;
         for (int64_t h = h0; h < h1; ++h)
-          for (int64_t w = w0; w < w1; ++w) sum += px[X.at(n, c, h, w)];
-        py[Y.at(n, c, oh, ow)] = static_cast<T>(sum / double((h1 - h0) * (w1 - w0)));
+          for (int64_t w = w0; w < w1; ++w) sum += widen(px[X.at(n, c, h, w)]);
+        py[Y.at(n, c, oh, ow)] = narrow<S>(sum / double((h1 - h0) * (w1 - w0)));
       }
   });
 }
 
-template <class T>
+template <class S>
 void adaptive_backward(const Tensor& dy, const Tensor& dx) {
   const V4 DY(dy), DX(dx);
-  const T* pdy = static_cast<const T*>(dy.raw_data());
-  T* pdx = static_cast<T*>(dx.raw_data());
+  const S* pdy = ptr<S>(dy);
+  S* pdx = ptr<S>(dx);
   if (DY.H == 1 && DY.W == 1) {
     // Global pooling: every input position of (n, c) receives dy[n, c] / HW.
     const double inv = 1.0 / double(DX.H * DX.W);
@@ -209,28 +212,36 @@ void adaptive_backward(const Tensor& dy, const Tensor& dx) {
       parallel_for(DX.N * DX.H * DX.W, dx.numel(), [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) {
           const int64_t n = i / (DX.H * DX.W);
-          T* row = pdx + i * DX.C;
-          for (int64_t c = 0; c < DX.C; ++c) row[c] = static_cast<T>(double(pdy[DY.at(n, c, 0, 0)]) * inv);
+          S* row = pdx + i * DX.C;
+          for (int64_t c = 0; c < DX.C; ++c) row[c] = narrow<S>(double(widen(pdy[DY.at(n, c, 0, 0)])) * inv);
         }
       });
       return;
     }
     for_each_plane(DX.N, DX.C, dx.numel(), [&](int64_t n, int64_t c) {
-      const T g = static_cast<T>(double(pdy[DY.at(n, c, 0, 0)]) * inv);
+      const S g = narrow<S>(double(widen(pdy[DY.at(n, c, 0, 0)])) * inv);
       for (int64_t h = 0; h < DX.H; ++h)
         for (int64_t w = 0; w < DX.W; ++w) pdx[DX.at(n, c, h, w)] = g;
     });
     return;
   }
-  zero4<T>(dx);
-  for_each_plane(DX.N, DX.C, dx.numel(), [&](int64_t n, int64_t c) {
-    for (int64_t oh = 0; oh < DY.H; ++oh)
-      for (int64_t ow = 0; ow < DY.W; ++ow) {
-        const int64_t h0 = bin_start(oh, DX.H, DY.H), h1 = bin_end(oh, DX.H, DY.H);
-        const int64_t w0 = bin_start(ow, DX.W, DY.W), w1 = bin_end(ow, DX.W, DY.W);
-        const T g = static_cast<T>(double(pdy[DY.at(n, c, oh, ow)]) / double((h1 - h0) * (w1 - w0)));
-        for (int64_t h = h0; h < h1; ++h)
-          for (int64_t w = w0; w < w1; ++w) pdx[DX.at(n, c, h, w)] += g;
+  // Bins may overlap (input sizes the output does not divide): each input position sums the
+  // shares of every bin that holds it, in double, and is rounded once.
+  for_each_plane(DX.N, DX.C, dx.numel() + dy.numel(), [&](int64_t n, int64_t c) {
+    for (int64_t h = 0; h < DX.H; ++h)
+      for (int64_t w = 0; w < DX.W; ++w) {
+        const PoolRange rh = bins_containing(h, DX.H, DY.H), rw = bins_containing(w, DX.W, DY.W);
+        double g = 0.0;
+        for (int64_t oh = rh.begin; oh <= rh.end; ++oh) {
+          const int64_t h0 = bin_start(oh, DX.H, DY.H), h1 = bin_end(oh, DX.H, DY.H);
+          if (h < h0 || h >= h1) continue;
+          for (int64_t ow = rw.begin; ow <= rw.end; ++ow) {
+            const int64_t w0 = bin_start(ow, DX.W, DY.W), w1 = bin_end(ow, DX.W, DY.W);
+            if (w < w0 || w >= w1) continue;
+            g += double(widen(pdy[DY.at(n, c, oh, ow)])) / double((h1 - h0) * (w1 - w0));
+          }
+        }
+        pdx[DX.at(n, c, h, w)] = narrow<S>(g);
       }
   });
 }
@@ -341,17 +352,16 @@ void CpuBackend::avg_pool2d_backward(const Tensor& dy, const Tensor& dx, const P
   });
 }
 
-// 16-bit adaptive pooling (a network's global pooling: small) runs on the reference loops.
+// f16 adaptive pooling runs on the reference loops; f32, f64 and bf16 on the loops above.
 void CpuBackend::adaptive_avg_pool2d(const Tensor& x, const Tensor& y) {
-  if (is_half(x.dtype()))
-    return reference_fallback(fmt::format("{} adaptive pooling has no cpu kernel", dtype_name(x.dtype()))).adaptive_avg_pool2d(x, y);
+  if (x.dtype() == DType::bf16) return adaptive_forward<BFloat16>(x, y);
+  if (BackendImpl* ref = lowp_fallback("adaptive_avg_pool2d", x)) return ref->adaptive_avg_pool2d(x, y);
   dispatch_float(x.dtype(), "adaptive_avg_pool2d", [&](auto tag) { adaptive_forward<decltype(tag)>(x, y); });
 }
 
 void CpuBackend::adaptive_avg_pool2d_backward(const Tensor& dy, const Tensor& dx) {
-  if (is_half(dy.dtype()))
-    return reference_fallback(fmt::format("{} adaptive pooling has no cpu kernel", dtype_name(dy.dtype())))
-        .adaptive_avg_pool2d_backward(dy, dx);
+  if (dy.dtype() == DType::bf16) return adaptive_backward<BFloat16>(dy, dx);
+  if (BackendImpl* ref = lowp_fallback("adaptive_avg_pool2d_backward", dy)) return ref->adaptive_avg_pool2d_backward(dy, dx);
   dispatch_float(dy.dtype(), "adaptive_avg_pool2d_backward", [&](auto tag) { adaptive_backward<decltype(tag)>(dy, dx); });
 }
 
