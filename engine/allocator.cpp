@@ -118,10 +118,11 @@ void* CpuAllocator::allocate(size_t bytes, MemTag tag) {
   void* p = nullptr;
   if (caching_ && cls >= kCacheMin) {
     std::lock_guard<std::mutex> lk(cache_mu_);
-    auto it = free_.find(cls);
-    if (it != free_.end() && !it->second.empty()) {
-      p = it->second.back();
-      it->second.pop_back();
+    SizeClass& c = free_[cls];
+    c.last_request = ++request_count_;
+    if (!c.blocks.empty()) {
+      p = c.blocks.back();
+      c.blocks.pop_back();
       cached_bytes_ -= static_cast<int64_t>(cls);
       set_cached(cached_bytes_);
     }
@@ -144,9 +145,9 @@ void CpuAllocator::deallocate(void* p, size_t bytes, MemTag tag) {
   const size_t cls = size_class(bytes);
   if (caching_ && cls >= kCacheMin) {
     std::lock_guard<std::mutex> lk(cache_mu_);
-    if (cached_bytes_ + static_cast<int64_t>(cls) > cache_limit_) release_cached_locked();
-    if (static_cast<int64_t>(cls) <= cache_limit_) {
-      free_[cls].push_back(p);
+    if (cached_bytes_ + static_cast<int64_t>(cls) > cache_limit_) release_stale_locked();
+    if (cached_bytes_ + static_cast<int64_t>(cls) <= cache_limit_) {
+      free_[cls].blocks.push_back(p);
       cached_bytes_ += static_cast<int64_t>(cls);
       set_cached(cached_bytes_);
       return;
@@ -156,11 +157,24 @@ void CpuAllocator::deallocate(void* p, size_t bytes, MemTag tag) {
 }
 
 void CpuAllocator::release_cached_locked() {
-  for (auto& [cls, blocks] : free_)
-    for (void* b : blocks) std::free(b);
+  for (auto& [cls, c] : free_)
+    for (void* b : c.blocks) std::free(b);
   free_.clear();
   cached_bytes_ = 0;
   set_cached(0);
+}
+
+void CpuAllocator::release_stale_locked() {
+  for (auto it = free_.begin(); it != free_.end();) {
+    if (it->second.last_request + kStaleAfter >= request_count_) {
+      ++it;
+      continue;
+    }
+    for (void* b : it->second.blocks) std::free(b);
+    cached_bytes_ -= static_cast<int64_t>(it->first * it->second.blocks.size());
+    it = free_.erase(it);
+  }
+  set_cached(cached_bytes_);
 }
 
 void CpuAllocator::release_cached() {
@@ -177,7 +191,7 @@ void CpuAllocator::set_caching(bool on) {
 void CpuAllocator::set_cache_limit(int64_t bytes) {
   std::lock_guard<std::mutex> lk(cache_mu_);
   cache_limit_ = bytes;
-  if (cached_bytes_ > cache_limit_) release_cached_locked();
+  if (cached_bytes_ > cache_limit_) release_stale_locked();
 }
 
 CpuAllocator& cpu_allocator() {

@@ -102,6 +102,34 @@ TEST(Allocator, CachesLargeBlocksBySizeClass) {
   a.set_cache_limit(limit);
 }
 
+// A full cache keeps the blocks of classes still in use and returns the newcomer to the system
+// (dropping everything made the next training step fault on every page again); a class nobody
+// has asked for in kStaleAfter requests is released to make room.
+TEST(Allocator, FullCacheKeepsClassesInUseAndReleasesStaleOnes) {
+  CpuAllocator& a = cpu_allocator();
+  if (!a.caching()) GTEST_SKIP() << "the host block cache is off in this build (sanitizers or DUET_CPU_CACHE=0)";
+  a.release_cached();
+  const int64_t limit = a.cache_limit();
+  a.set_cache_limit(int64_t{2} << 20);  // room for two 1 MiB blocks
+  {
+    Tensor x = Tensor::empty({250000}), y = Tensor::empty({250000});
+  }
+  EXPECT_EQ(a.stats().cached, 2 << 20);
+  { Tensor z = Tensor::empty({300000}); }  // class 1.25 MiB: no room, and the 1 MiB class is not stale
+  EXPECT_EQ(a.stats().cached, 2 << 20);
+  {
+    Tensor x = Tensor::empty({250000});  // still served from the cache
+    EXPECT_EQ(a.stats().cached, 1 << 20);
+  }
+  for (uint64_t i = 0; i <= CpuAllocator::kStaleAfter; ++i) Tensor t = Tensor::empty({16384});  // 64 KiB requests
+  // Once the 1 MiB class went stale, the next 64 KiB block that needed room released it.
+  EXPECT_EQ(a.stats().cached, 64 << 10);
+  { Tensor z = Tensor::empty({300000}); }
+  EXPECT_EQ(a.stats().cached, (64 << 10) + 1310720);
+  a.set_cache_limit(limit);
+  a.release_cached();
+}
+
 TEST(Allocator, CacheCanBeTurnedOff) {
   CpuAllocator& a = cpu_allocator();
   const bool was = a.caching();
