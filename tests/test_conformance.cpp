@@ -354,14 +354,21 @@ struct ScopedPolicy {
 // (the automatic policy gives them only the shapes oneDNN has no depthwise kernel for).
 TEST(CpuBackend, OwnDepthwiseKernelsMatchReference) {
   ScopedPolicy always(cpu::set_depthwise_policy, cpu::KernelPolicy::always);
-  int n = 0;
+  int n = 0, n_bf16 = 0;
   for (const Case& c : conv_cases()) {
     if (c.name.find("depthwise") == std::string::npos) continue;
     SCOPED_TRACE(c.name);
     expect_cpu_matches_reference(c);
     ++n;
   }
+  for (const Case& c : opcheck::bf16_cases()) {  // bf16 storage, f32 sums (MobileNet under autocast)
+    if (c.name.find("depthwise") == std::string::npos) continue;
+    SCOPED_TRACE(c.name);
+    expect_cpu_matches_reference(c);
+    ++n_bf16;
+  }
   EXPECT_GE(n, 15);
+  EXPECT_GE(n_bf16, 15);
 }
 
 // Winograd (backends/cpu/conv_algorithm.h) on every dense 3x3 stride-1 case, forced on, within

@@ -20,7 +20,7 @@ namespace duet::cpu {
 void set_depthwise_policy(KernelPolicy p);
 KernelPolicy depthwise_policy();
 
-// f32 depthwise with channel multiplier 1 and every activation's channels contiguous (stride 1:
+// f32 or bf16 depthwise (bf16 storage, f32 sums) with channel multiplier 1 and every activation's channels contiguous (stride 1:
 // channels-last, or any layout when H = W = 1).
 bool depthwise_applicable(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p);
 
