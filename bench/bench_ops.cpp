@@ -134,6 +134,7 @@ void register_all() {
   conv("densenet_bottleneck1x1_512x128_2_nhwc", {64, 512, 2, 2}, 128, 1, conv_p(1, 0), true);
   conv("mbv2_dw3x3_576_2_nhwc", {64, 576, 2, 2}, 576, 3, conv_p(1, 1, 576), true);
   conv("mbv2_dw3x3_960_1_nhwc", {64, 960, 1, 1}, 960, 3, conv_p(1, 1, 960), true);
+  conv("convnext_dw7x7_96_16_nhwc", {64, 96, 16, 16}, 96, 7, conv_p(1, 3, 96), true);  // ConvNeXt-T at 64 px
   conv("mbv2_project1x1_960x160_1_nhwc", {64, 960, 1, 1}, 160, 1, conv_p(1, 0), true);
   conv("resnet_l4_512x512_4_nhwc", {64, 512, 4, 4}, 512, 3, conv_p(1, 1), true);
   {

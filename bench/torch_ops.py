@@ -51,6 +51,7 @@ def specs():
         conv("densenet_bottleneck1x1_512x128_2_nhwc", [64, 512, 2, 2], 128, 1, 1, 0, 1, True),
         conv("mbv2_dw3x3_576_2_nhwc", [64, 576, 2, 2], 576, 3, 1, 1, 576, True),
         conv("mbv2_dw3x3_960_1_nhwc", [64, 960, 1, 1], 960, 3, 1, 1, 960, True),
+        conv("convnext_dw7x7_96_16_nhwc", [64, 96, 16, 16], 96, 7, 1, 3, 96, True),
         conv("mbv2_project1x1_960x160_1_nhwc", [64, 960, 1, 1], 160, 1, 1, 0, 1, True),
         conv("resnet_l4_512x512_4_nhwc", [64, 512, 4, 4], 512, 3, 1, 1, 1, True),
     ]

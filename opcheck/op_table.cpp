@@ -227,6 +227,10 @@ std::vector<Case> conv_cases() {
       {"depthwise_1x1_spatial", 3, 24, 1, 1, 24, 3, P(1, 1, 1, 24), true},
       {"depthwise_2x2_stride2", 2, 20, 2, 2, 20, 3, P(2, 1, 1, 20), false},
       {"depthwise_dilation2_5x5", 2, 17, 9, 8, 17, 5, P(1, 4, 2, 17), true},
+      // ConvNeXt's 7x7 (40 channels: two 16-channel vectors and a tail), and a kernel wider than
+      // the 8 taps duet's weight-gradient loop keeps in registers at once.
+      {"depthwise_7x7", 2, 40, 9, 9, 40, 7, P(1, 3, 1, 40), true},
+      {"depthwise_9x9", 1, 16, 10, 11, 16, 9, P(1, 4, 1, 16), false},
       {"groups2_dilation2", 2, 8, 10, 10, 4, 3, P(1, 2, 2, 2), false},
       {"dilation2", 1, 3, 11, 9, 5, 3, P(1, 0, 2, 1), true},
       {"batch1_5x5", 1, 6, 8, 8, 4, 5, P(1, 2, 1, 1), true},

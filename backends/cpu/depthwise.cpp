@@ -2,6 +2,7 @@
 #include "backends/cpu/depthwise.h"
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include "backends/cpu/common.h"
 #include "engine/half.h"
 
@@ -34,10 +35,11 @@ std::vector<float> taps_of(const Tensor& w) {
   const int64_t C = w.size(0), KH = w.size(2), KW = w.size(3);
   std::vector<float> t(static_cast<size_t>(KH * KW * C));
   const S* pw = ptr<S>(w);
+  const int64_t sc = w.stride(0), skh = w.stride(2), skw = w.stride(3);  // (Tensor::stride is a call)
   for (int64_t c = 0; c < C; ++c)
     for (int64_t kh = 0; kh < KH; ++kh)
       for (int64_t kw = 0; kw < KW; ++kw)
-        t[static_cast<size_t>((kh * KW + kw) * C + c)] = widen(pw[c * w.stride(0) + kh * w.stride(2) + kw * w.stride(3)]);
+        t[static_cast<size_t>((kh * KW + kw) * C + c)] = widen(pw[c * sc + kh * skh + kw * skw]);
   return t;
 }
 
@@ -162,65 +164,136 @@ void backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Co
   });
 }
 
+// ---- weight gradient -----------------------------------------------------------------------------
+// dw[c, kh, kw] = sum over n, oh, ow of dy[n, oh, ow, c] * x[n, ih, iw, c]. Work is cut into
+// 16-channel blocks; for each output row and kernel row, up to 8 taps of that kernel row are
+// accumulated in registers across the whole row (one load of dy per pixel, one load of x per tap)
+// and written back once per row. (Sweeping a taps x C accumulator array per pixel instead, three
+// loads and a store per multiply-add, ran ConvNeXt's 7x7 gradients at 21-33 GFLOP/s.)
+
+// 16 f32 lanes as one value (a GCC/Clang vector type): one AVX-512 register, two AVX2 ones, ...
+typedef float Lanes __attribute__((vector_size(64)));
+constexpr int64_t kLanes = 16;
+constexpr int kTapGroup = 8;  // kernel columns accumulated in registers at once
+
+inline Lanes load_lanes(const float* p) {
+  Lanes v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline Lanes load_lanes(const BFloat16* p) {
+  typedef uint16_t Bits16 __attribute__((vector_size(32)));
+  typedef uint32_t Bits32 __attribute__((vector_size(64)));
+  Bits16 h;
+  std::memcpy(&h, p, sizeof h);
+  const Bits32 w = __builtin_convertvector(h, Bits32) << 16;  // bf16 is the top half of an f32
+  Lanes v;
+  std::memcpy(&v, &w, sizeof v);
+  return v;
+}
+// The last block of a channel count that is not a multiple of 16: the missing lanes read as 0.
+template <bool Full, class S>
+Lanes load_block(const S* p, int64_t nc) {
+  if constexpr (Full) {
+    return load_lanes(p);
+  } else {
+    S tmp[kLanes] = {};
+    std::copy(p, p + nc, tmp);
+    return load_lanes(tmp);
+  }
+}
+
+// One work item: channels [c0, c0 + nc), kernel columns [kw0, kw0 + G), images [n0, n1). acc holds
+// KH x G lane sums, accb the bias gradient's (or is null).
+template <class S, int G, bool Full>
+void weight_grad_item(const Geometry& g, const S* px, const S* pdy, int64_t c0, int64_t nc, int64_t kw0, int64_t n0,
+                      int64_t n1, Lanes* acc, Lanes* accb) {
+  for (int64_t n = n0; n < n1; ++n)
+    for (int64_t oh = 0; oh < g.OH; ++oh) {
+      const S* grow = pdy + n * g.yN + oh * g.yH + c0;
+      if (accb) {
+        Lanes b = *accb;
+        for (int64_t ow = 0; ow < g.OW; ++ow) b += load_block<Full>(grow + ow * g.yW, nc);
+        *accb = b;
+      }
+      for (int64_t kh = 0; kh < g.KH; ++kh) {
+        const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
+        if (ih < 0 || ih >= g.H) continue;
+        const S* xrow = px + n * g.xN + ih * g.xH + c0;
+        Lanes a[G];
+        for (int j = 0; j < G; ++j) a[j] = acc[kh * G + j];
+        for (int64_t ow = 0; ow < g.OW; ++ow) {
+          const Lanes gv = load_block<Full>(grow + ow * g.yW, nc);
+          const int64_t iw0 = ow * g.sw - g.pw + kw0 * g.dw;
+#pragma GCC unroll 8
+          for (int j = 0; j < G; ++j) {
+            const int64_t iw = iw0 + j * g.dw;
+            if (iw >= 0 && iw < g.W) a[j] += gv * load_block<Full>(xrow + iw * g.xW, nc);
+          }
+        }
+        for (int j = 0; j < G; ++j) acc[kh * G + j] = a[j];
+      }
+    }
+}
+
+template <class S, int G>
+void weight_grad_item(bool full, const Geometry& g, const S* px, const S* pdy, int64_t c0, int64_t nc, int64_t kw0,
+                      int64_t n0, int64_t n1, Lanes* acc, Lanes* accb) {
+  if (full) weight_grad_item<S, G, true>(g, px, pdy, c0, nc, kw0, n0, n1, acc, accb);
+  else weight_grad_item<S, G, false>(g, px, pdy, c0, nc, kw0, n0, n1, acc, accb);
+}
+
 template <class S>
 void backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& dbias, const Conv2dParams& p) {
   const Geometry g = geometry(x, dy, dw, p);
-  const int64_t C = g.C, taps = g.KH * g.KW;
-  const int64_t rows = g.N * g.OH;
-  const int parts = static_cast<int>(
-      std::min<int64_t>(rows, dy.numel() * taps < kParallelGrain ? 1 : max_threads()));
-  // Per-chunk f32 partial sums [taps * C weights | C bias], added up in chunk order afterwards:
-  // the result depends on the thread count, never on timing.
-  const int64_t width = (taps + 1) * C;
-  std::vector<float> partial(static_cast<size_t>(parts * width), 0.f);
+  const int64_t C = g.C;
+  const int64_t blocks = (C + kLanes - 1) / kLanes, groups = (g.KW + kTapGroup - 1) / kTapGroup;
+  // Images are split into parts only when blocks x groups leave threads idle; the parts' sums are
+  // added in part order, so the result depends on the thread count, never on timing.
+  const int64_t base = blocks * groups, threads = max_threads();
+  const int64_t parts = std::clamp<int64_t>((2 * threads + base - 1) / base, 1, g.N);
+  const int64_t slot = g.KH * std::min<int64_t>(g.KW, kTapGroup) + 1;  // lanes per item: KH x G taps, then the bias
+  std::vector<Lanes> acc(static_cast<size_t>(base * parts * slot), Lanes{});
   const S* px = ptr<S>(x);
   const S* pdy = ptr<S>(dy);
-  const auto chunk = [&](int part) {
-    int64_t r0, r1;
-    split_range(rows, parts, part, r0, r1);
-    float* acc = partial.data() + part * width;
-    float* acc_b = acc + taps * C;
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t n = r / g.OH, oh = r % g.OH;
-      for (int64_t ow = 0; ow < g.OW; ++ow) {
-        const S* grad = pdy + n * g.yN + oh * g.yH + ow * g.yW;
-#pragma omp simd
-        for (int64_t c = 0; c < C; ++c) acc_b[c] += widen(grad[c]);
-        for (int64_t kh = 0; kh < g.KH; ++kh) {
-          const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
-          if (ih < 0 || ih >= g.H) continue;
-          for (int64_t kw = 0; kw < g.KW; ++kw) {
-            const int64_t iw = ow * g.sw - g.pw + kw * g.dw;
-            if (iw < 0 || iw >= g.W) continue;
-            const S* in = px + n * g.xN + ih * g.xH + iw * g.xW;
-            float* a = acc + (kh * g.KW + kw) * C;
-#pragma omp simd
-            for (int64_t c = 0; c < C; ++c) a[c] += widen(grad[c]) * widen(in[c]);
-          }
-        }
+  parallel_for(base * parts, dy.numel() * g.KH * g.KW, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t part = i % parts, q = (i / parts) % groups, b = i / (parts * groups);
+      const int64_t c0 = b * kLanes, nc = std::min(kLanes, C - c0), kw0 = q * kTapGroup;
+      int64_t n0, n1;
+      split_range(g.N, static_cast<int>(parts), static_cast<int>(part), n0, n1);
+      Lanes* a = acc.data() + i * slot;
+      Lanes* ab = q == 0 ? a + slot - 1 : nullptr;
+      const bool full = nc == kLanes;
+      switch (std::min<int64_t>(kTapGroup, g.KW - kw0)) {
+        case 1: weight_grad_item<S, 1>(full, g, px, pdy, c0, nc, kw0, n0, n1, a, ab); break;
+        case 2: weight_grad_item<S, 2>(full, g, px, pdy, c0, nc, kw0, n0, n1, a, ab); break;
+        case 3: weight_grad_item<S, 3>(full, g, px, pdy, c0, nc, kw0, n0, n1, a, ab); break;
+        case 4: weight_grad_item<S, 4>(full, g, px, pdy, c0, nc, kw0, n0, n1, a, ab); break;
+        case 5: weight_grad_item<S, 5>(full, g, px, pdy, c0, nc, kw0, n0, n1, a, ab); break;
+        case 6: weight_grad_item<S, 6>(full, g, px, pdy, c0, nc, kw0, n0, n1, a, ab); break;
+        case 7: weight_grad_item<S, 7>(full, g, px, pdy, c0, nc, kw0, n0, n1, a, ab); break;
+        default: weight_grad_item<S, 8>(full, g, px, pdy, c0, nc, kw0, n0, n1, a, ab); break;
       }
     }
-  };
-  if (parts == 1) {
-    chunk(0);
-  } else {
-#pragma omp parallel for num_threads(parts) schedule(static, 1)
-    for (int part = 0; part < parts; ++part) chunk(part);
-  }
-  for (int part = 1; part < parts; ++part) {
-    const float* src = partial.data() + part * width;
-    float* dst = partial.data();
-#pragma omp simd
-    for (int64_t i = 0; i < width; ++i) dst[i] += src[i];
-  }
+  });
   S* pdw = ptr<S>(dw);
-  for (int64_t c = 0; c < C; ++c)
-    for (int64_t kh = 0; kh < g.KH; ++kh)
-      for (int64_t kw = 0; kw < g.KW; ++kw)
-        pdw[c * dw.stride(0) + kh * dw.stride(2) + kw * dw.stride(3)] =
-            narrow<S>(partial[static_cast<size_t>((kh * g.KW + kw) * C + c)]);
-  if (dbias.defined())
-    for (int64_t c = 0; c < C; ++c) set_channel_value(dbias, c, partial[static_cast<size_t>(taps * C + c)]);
+  const int64_t sc = dw.stride(0), skh = dw.stride(2), skw = dw.stride(3);  // (Tensor::stride is a call)
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t q = 0; q < groups; ++q) {
+      Lanes* sum = acc.data() + (b * groups + q) * parts * slot;
+      for (int64_t part = 1; part < parts; ++part)
+        for (int64_t k = 0; k < slot; ++k) sum[k] += sum[part * slot + k];
+      const int64_t c0 = b * kLanes, nc = std::min(kLanes, C - c0), kw0 = q * kTapGroup;
+      const int64_t G = std::min<int64_t>(kTapGroup, g.KW - kw0);
+      for (int64_t l = 0; l < nc; ++l) {
+        const int64_t c = c0 + l;
+        for (int64_t kh = 0; kh < g.KH; ++kh)
+          for (int64_t j = 0; j < G; ++j)
+            pdw[c * sc + kh * skh + (kw0 + j) * skw] = narrow<S>(sum[kh * G + j][l]);
+        if (q == 0 && dbias.defined()) set_channel_value(dbias, c, sum[slot - 1][l]);
+      }
+    }
 }
 
 }  // namespace

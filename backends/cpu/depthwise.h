@@ -6,8 +6,9 @@
 // (these kernels: 0.1 and 0.2 ms), and 0.84 ms backward for [64, 576, 2, 2] stride 2 (0.17 ms).
 // Where oneDNN has its depthwise kernels it stays: they are 2-3x faster than these loops. These kernels keep
 // the channel loop innermost (contiguous in NHWC, so it vectorises) and touch every input once per
-// kernel tap; the weight gradient sums per-thread partials in a fixed order, so results do not
-// depend on timing.
+// kernel tap; the weight gradient keeps up to 8 taps of 16 channels in registers along each output
+// row and adds any per-thread partial sums in a fixed order, so results do not depend on timing.
+// They take f32 and bf16 (bf16 storage, f32 sums).
 #pragma once
 #include "backends/cpu/kernel_policy.h"
 #include "engine/op_params.h"
