@@ -422,23 +422,25 @@ void CpuBackend::activation_backward(Activation act, double act_alpha, const Ten
 // so masks agree bit for bit across backends and thread counts.
 void CpuBackend::dropout(const Tensor& x, const Tensor& y, const Tensor& mask, double p, uint64_t seed,
                          uint64_t offset) {
-  if (is_floating(x.dtype()) && x.dtype() != DType::f32 && x.dtype() != DType::f64)  // a classifier's dropout: rare
-    return reference_fallback(fmt::format("{} dropout has no cpu kernel", dtype_name(x.dtype())))
-        .dropout(x, y, mask, p, seed, offset);
-  dispatch_float(x.dtype(), "dropout", [&](auto tag) {
-    using T = decltype(tag);
-    const T* px = static_cast<const T*>(x.raw_data());
-    T* py = static_cast<T*>(y.raw_data());
-    T* pm = static_cast<T*>(mask.raw_data());
-    const T scale = p < 1.0 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
+  if (BackendImpl* ref = lowp_fallback("dropout", x)) return ref->dropout(x, y, mask, p, seed, offset);
+  // f32, f64, or bf16 bytes with f32 maths: the reference's formula, element for element.
+  const auto run = [&](auto tag) {
+    using S = decltype(tag);
+    using W = decltype(widen(S{}));
+    const S* px = ptr<S>(x);
+    S* py = ptr<S>(y);
+    S* pm = ptr<S>(mask);
+    const W scale = p < 1.0 ? static_cast<W>(1.0 / (1.0 - p)) : W(0);
     parallel_for(x.numel(), x.numel() * 8, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         const bool keep = uniform01(seed, offset + static_cast<uint64_t>(i)) >= p;
-        pm[i] = keep ? scale : T(0);
-        py[i] = px[i] * pm[i];
+        pm[i] = narrow<S>(keep ? scale : W(0));
+        py[i] = narrow<S>(widen(px[i]) * widen(pm[i]));
       }
     });
-  });
+  };
+  if (x.dtype() == DType::bf16) return run(BFloat16{});
+  dispatch_float(x.dtype(), "dropout", run);
 }
 
 }  // namespace duet
