@@ -53,6 +53,7 @@ void add_record(TableRow& row, const OpRecord& r, bool first) {
   row.self_ns += r.self_ns;
   row.total_ns += r.total_ns;
   row.flops += r.flops;
+  if (r.dtype == "bf16" || r.dtype == "f16") row.flops_16 += r.flops;
   row.bytes += r.bytes;
   row.bytes_allocated += r.bytes_allocated;
 }
@@ -65,13 +66,11 @@ void fill_derived(TableRow& r, const TableBasis& b, const std::optional<Ceilings
   r.gflops = t > 0 ? r.flops / t : 0;  // FLOP per ns is GFLOP/s
   r.gbs = t > 0 ? r.bytes / t : 0;
   r.flop_per_byte = r.bytes > 0 ? r.flops / r.bytes : 0;
-  r.bound = bound_of(r.flops, r.bytes, c);
+  r.bound = bound_of(r.flops, r.bytes, c, r.flops_16);
   r.roof_pct = 0;
-  if (c && !r.bound.empty()) {
-    if (r.flops > 0 && r.bytes > 0) r.roof_pct = r.gflops / c->attainable_gflops(r.flop_per_byte);
-    else if (r.flops > 0) r.roof_pct = r.gflops / c->gemm_gflops;
-    else r.roof_pct = r.gbs / c->copy_gbs;
-  }
+  // The least time the op could take at the roof, over the time it took.
+  if (c && !r.bound.empty() && t > 0)
+    r.roof_pct = std::max(c->compute_ns(r.flops, r.flops_16), c->memory_ns(r.bytes)) / t;
 }
 
 void sort_rows(std::vector<TableRow>& rows, const std::string& col) {

@@ -19,6 +19,7 @@ struct TableRow {
   std::string ops;    // layer table: the op names summed into the row, joined with '+'
   int64_t calls = 0, self_ns = 0, total_ns = 0;
   double flops = 0, bytes = 0;
+  double flops_16 = 0;  // of flops, those done on 16-bit floats (held against the bf16 ceiling)
   int64_t bytes_allocated = 0;
   int64_t first_start_ns = 0;
   // Derived (fill_derived):

@@ -83,6 +83,15 @@ ProbeResult run_probe(const ProbeOptions& o) {
   const TensorOptions opt = TensorOptions(DType::f32).with_device(dev);
   const int64_t n = o.gemm_size;
   const Tensor a = Tensor::randn({n, n}, opt), b = Tensor::randn({n, n}, opt);
+  // bf16 where the backend runs it on real kernels: on the cpu backend that takes AVX-512 (without
+  // it bf16 goes to the reference loops, minutes for one GEMM); cuBLAS says itself.
+  const nlohmann::json isa = r.machine.value("isa", nlohmann::json::object());  // {"avx512f": true, ...}
+  const bool cpu_bf16 = isa.is_object() && isa.value("avx512f", false);
+  Tensor a16, b16;
+  if (be != Backend::reference && (dev.type != DeviceType::cpu || cpu_bf16)) {
+    a16 = a.to(DType::bf16);
+    b16 = b.to(DType::bf16);
+  }
   Tensor src = Tensor::empty({copy_elems}, opt), dst = Tensor::empty({copy_elems}, opt);
   src.fill_(1.0);  // touch every page before timing
   dst.fill_(0.0);
@@ -93,6 +102,14 @@ ProbeResult run_probe(const ProbeOptions& o) {
     p.gemm_best_ns = best_ns(o.repeats, [&] { (void)matmul(a, b); }, sync);
     p.copy_best_ns = best_ns(o.repeats, [&] { dst.copy_(src); }, sync);
     p.gemm_gflops = 2.0 * static_cast<double>(n) * n * n / p.gemm_best_ns;
+    if (a16.defined()) {
+      try {
+        p.gemm_bf16_best_ns = best_ns(o.repeats, [&] { (void)matmul(a16, b16); }, sync);
+        p.gemm_bf16_gflops = 2.0 * static_cast<double>(n) * n * n / p.gemm_bf16_best_ns;
+      } catch (const Error&) {  // no bf16 GEMM on this device (cuBLAS before sm_80): fp32's ceiling stands
+        p.gemm_bf16_best_ns = p.gemm_bf16_gflops = 0;
+      }
+    }
     p.copy_gbs = 2.0 * static_cast<double>(r.copy_bytes) / p.copy_best_ns;  // read + written
     r.points.push_back(p);
   }
@@ -100,19 +117,20 @@ ProbeResult run_probe(const ProbeOptions& o) {
 }
 
 std::string format_probe(const ProbeResult& r) {
-  std::string s = fmt::format("probe of {} ({}), backend {}, {}: fp32 GEMM {}x{}x{}, copy of {} (read + write counted), best of {}\n",
+  std::string s = fmt::format("probe of {} ({}), backend {}, {}: fp32 and bf16 GEMM {}x{}x{}, copy of {} (read + write counted), best of {}\n",
                               r.machine.value("cpu_model", std::string("?")), r.device, r.backend, r.created, r.gemm_size,
                               r.gemm_size, r.gemm_size, fmt_bytes(static_cast<double>(r.copy_bytes)), r.repeats);
   TextTable t;
   t.column("threads");
   t.column("GEMM GFLOP/s");
   t.column("GEMM ms");
+  t.column("bf16 GEMM GFLOP/s");
   t.column("copy GB/s");
   t.column("copy ms");
   t.column("ridge FLOP/B");
   for (const ProbePoint& p : r.points)
     t.row({p.threads > 0 ? std::to_string(p.threads) : "-", fmt_rate(p.gemm_gflops), fmt_ms(p.gemm_best_ns),
-           fmt_rate(p.copy_gbs), fmt_ms(p.copy_best_ns), fmt_rate(p.copy_gbs > 0 ? p.gemm_gflops / p.copy_gbs : 0)});
+           p.gemm_bf16_gflops > 0 ? fmt_rate(p.gemm_bf16_gflops) : "-", fmt_rate(p.copy_gbs), fmt_ms(p.copy_best_ns), fmt_rate(p.copy_gbs > 0 ? p.gemm_gflops / p.copy_gbs : 0)});
   return s + t.str("  ");
 }
 
@@ -167,7 +185,9 @@ void save_probe(const ProbeResult& r, const std::string& path) {
                       {"gemm_gflops", p.gemm_gflops},
                       {"copy_gbs", p.copy_gbs},
                       {"gemm_best_ns", p.gemm_best_ns},
-                      {"copy_best_ns", p.copy_best_ns}});
+                      {"copy_best_ns", p.copy_best_ns},
+                      {"gemm_bf16_gflops", p.gemm_bf16_gflops},
+                      {"gemm_bf16_best_ns", p.gemm_bf16_best_ns}});
   file["devices"][r.device] = {{"backend", r.backend},       {"created", r.created}, {"gemm_size", r.gemm_size},
                                {"copy_bytes", r.copy_bytes}, {"repeats", r.repeats}, {"points", points}};
   write_file_atomic(path, file.dump(2) + "\n");
@@ -198,6 +218,7 @@ std::optional<Ceilings> ceilings_in(const nlohmann::json& file, const std::strin
   Ceilings c;
   c.gemm_gflops = pick->value("gemm_gflops", 0.0);
   c.copy_gbs = pick->value("copy_gbs", 0.0);
+  c.gemm_bf16_gflops = pick->value("gemm_bf16_gflops", 0.0);
   c.threads = pick->value("threads", 0);
   c.device = device;
   c.backend = d.value("backend", std::string());

@@ -14,7 +14,7 @@ namespace duet::profiler {
 struct ProbeOptions {
   std::string device = "cpu";  // "cpu", "cuda", "cuda:1"
   std::string backend;         // "" = the device's default backend; "reference" for plain loops
-  int64_t gemm_size = 2048;    // square fp32 GEMM, n x n times n x n
+  int64_t gemm_size = 2048;    // square fp32 GEMM, n x n times n x n (and the same in bf16)
   int64_t copy_mib = 256;      // size of each of the two copy buffers
   std::vector<int> threads;    // CPU thread counts to measure; empty: 1 .. omp_get_max_threads()
   int repeats = 5;             // timed runs after one warm-up; the best is kept
@@ -24,6 +24,9 @@ struct ProbePoint {
   int threads = 0;  // 0 on a GPU
   double gemm_gflops = 0, copy_gbs = 0;
   double gemm_best_ns = 0, copy_best_ns = 0;
+  // bf16 GEMM; 0 where the backend has no bf16 kernels for it (a CPU without AVX-512, a GPU
+  // whose cuBLAS refuses bf16)
+  double gemm_bf16_gflops = 0, gemm_bf16_best_ns = 0;
 };
 
 struct ProbeResult {
@@ -47,7 +50,8 @@ std::string default_probe_path(const nlohmann::json& machine);
 // Adds (or replaces) the device's entry in the probe file at `path` (created when absent) and
 // writes it atomically. File schema "duet.probe/1":
 // {"schema", "machine", "devices": {"cpu": {"backend", "created", "gemm_size", "copy_bytes",
-//   "repeats", "points": [{"threads", "gemm_gflops", "copy_gbs", "gemm_best_ns", "copy_best_ns"}]}}}
+//   "repeats", "points": [{"threads", "gemm_gflops", "copy_gbs", "gemm_best_ns", "copy_best_ns",
+//   "gemm_bf16_gflops", "gemm_bf16_best_ns"}]}}} (the bf16 pair is absent from older files: 0)
 void save_probe(const ProbeResult& r, const std::string& path);
 // Reads a probe file; throws duet::Error for a missing or malformed file or another schema.
 nlohmann::json load_probe(const std::string& path);

@@ -278,9 +278,10 @@ std::string format_header(const nlohmann::json& r) {
   s += "\n";
   const auto c = ceilings_of(r);
   if (c)
-    s += fmt::format("roofline: {} {} threads: GEMM {} GFLOP/s, copy {} GB/s, ridge {} FLOP/byte (probe {}, {})\n", c->device,
-                     c->threads, fmt_rate(c->gemm_gflops), fmt_rate(c->copy_gbs), fmt_rate(c->ridge()), c->probe_path,
-                     c->created);
+    s += fmt::format("roofline: {} {} threads: GEMM {} GFLOP/s{}, copy {} GB/s, ridge {} FLOP/byte (probe {}, {})\n",
+                     c->device, c->threads, fmt_rate(c->gemm_gflops),
+                     c->gemm_bf16_gflops > 0 ? fmt::format(" (bf16 {})", fmt_rate(c->gemm_bf16_gflops)) : std::string(),
+                     fmt_rate(c->copy_gbs), fmt_rate(c->ridge()), c->probe_path, c->created);
   else
     s += fmt::format("roofline: {}\n", r.at("roofline").value("note", std::string("no probe")));
   const nlohmann::json& t = r.at("totals");

@@ -401,6 +401,39 @@ TEST(ProfilerTables, BoundAgainstCeilings) {
   EXPECT_EQ(profiler::bound_of(1e9, 1e9, std::nullopt), "");
   EXPECT_DOUBLE_EQ(c.attainable_gflops(2), 20);
   EXPECT_DOUBLE_EQ(c.attainable_gflops(50), 100);
+  // 16-bit FLOPs go against the bf16 GEMM's ceiling, four times fp32's here (ridge 40 FLOP/byte).
+  c.gemm_bf16_gflops = 400;
+  EXPECT_DOUBLE_EQ(c.compute_ns(1e9), 1e7);  // ns
+  EXPECT_DOUBLE_EQ(c.compute_ns(1e9, 1e9), 2.5e6);
+  EXPECT_DOUBLE_EQ(c.compute_ns(2e9, 1e9), 1e7 + 2.5e6);
+  EXPECT_DOUBLE_EQ(c.memory_ns(1e9), 1e8);
+  EXPECT_EQ(profiler::bound_of(2e10, 1e9, c), "compute");
+  EXPECT_EQ(profiler::bound_of(2e10, 1e9, c, 2e10), "memory");
+  c.gemm_bf16_gflops = 0;  // not measured: fp32's ceiling for all
+  EXPECT_DOUBLE_EQ(c.compute_ns(1e9, 1e9), 1e7);
+}
+
+// The roof column of an autocast step: a bf16 product is held against the bf16 ceiling, an f32
+// one against fp32's, each row by its own records' dtypes.
+TEST(ProfilerTables, SixteenBitRowsUseTheBf16Ceiling) {
+  profiler::Ceilings c;
+  c.gemm_gflops = 100;
+  c.gemm_bf16_gflops = 400;
+  c.copy_gbs = 10;
+  profiler::OpRecord f32{.name = "matmul", .phase = "forward", .backend = "cpu", .dtype = "f32"};
+  f32.calls = 1;
+  f32.self_ns = f32.total_ns = 20'000'000;  // 1e9 FLOPs: 10 ms at the roof
+  f32.flops = 1e9;
+  f32.bytes = 1e6;
+  profiler::OpRecord bf16 = f32;
+  bf16.name = "linear";
+  bf16.dtype = "bf16";  // 2.5 ms at the roof
+  const auto rows = profiler::op_table({f32, bf16}, {.basis_ns = 4e7}, c, {});
+  ASSERT_EQ(rows.size(), 2u);
+  for (const profiler::TableRow& r : rows) {
+    EXPECT_EQ(r.bound, "compute") << r.key;
+    EXPECT_DOUBLE_EQ(r.roof_pct, r.key == "matmul" ? 0.5 : 0.125) << r.key;
+  }
 }
 
 // ---- memory -----------------------------------------------------------------------------------
@@ -806,6 +839,10 @@ TEST(ProfilerProbe, MeasuresSavesAndIsFoundForTheSameMachine) {
   ASSERT_EQ(p.points.size(), 1u);
   EXPECT_GT(p.points[0].gemm_gflops, 0);
   EXPECT_GT(p.points[0].copy_gbs, 0);
+  // bf16 is measured wherever the cpu backend has oneDNN's bf16 kernels (AVX-512), and 0 elsewhere
+  // (a build without oneDNN probes the reference loops).
+  const bool avx512 = p.machine.value("isa", json::object()).value("avx512f", false);
+  EXPECT_EQ(p.points[0].gemm_bf16_gflops > 0, avx512 && p.backend == "cpu") << p.backend << " " << p.machine.dump();
   EXPECT_FALSE(profiler::enabled());
   const std::string path = profiler::default_probe_path(p.machine);
   EXPECT_EQ(fs::path(path).parent_path(), dir.path);
@@ -817,6 +854,7 @@ TEST(ProfilerProbe, MeasuresSavesAndIsFoundForTheSameMachine) {
   const auto c = profiler::find_ceilings(p.machine, "cpu", 1, "", &why);
   ASSERT_TRUE(c);
   EXPECT_DOUBLE_EQ(c->gemm_gflops, p.points[0].gemm_gflops);
+  EXPECT_DOUBLE_EQ(c->gemm_bf16_gflops, p.points[0].gemm_bf16_gflops);
   EXPECT_EQ(c->probe_path, path);
   // Another CPU model does not match.
   json other = p.machine;
