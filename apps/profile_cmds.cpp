@@ -167,7 +167,7 @@ void start_profile(const profiler::SessionOptions& o) {
 namespace {
 ProbeCmd& add_probe_subcommand(CLI::App& app) {
   ProbeCmd& c = probe_cmd();
-  c.cmd = app.add_subcommand("probe", "Measure this machine's ceilings (fp32 GEMM GFLOP/s, copy GB/s per thread count) "
+  c.cmd = app.add_subcommand("probe", "Measure this machine's ceilings (fp32 and bf16 GEMM GFLOP/s, copy GB/s per thread count) "
                                       "for the profiler's roofline");
   c.cmd->add_option("--size", c.o.gemm_size, "Square GEMM size n (n x n times n x n)")->capture_default_str();
   c.cmd->add_option("--copy-mib", c.o.copy_mib, "Size of each copy buffer in MiB")->capture_default_str();
