@@ -191,7 +191,7 @@ void CpuAllocator::set_caching(bool on) {
 void CpuAllocator::set_cache_limit(int64_t bytes) {
   std::lock_guard<std::mutex> lk(cache_mu_);
   cache_limit_ = bytes;
-  if (cached_bytes_ > cache_limit_) release_stale_locked();
+  if (cached_bytes_ > cache_limit_) release_cached_locked();
 }
 
 CpuAllocator& cpu_allocator() {

@@ -94,6 +94,16 @@ TEST(Allocator, CachesLargeBlocksBySizeClass) {
   a.release_cached();
   EXPECT_EQ(a.stats().cached, 0);
 
+  // Lowering the limit below what is cached releases the cache.
+  {
+    Tensor x = Tensor::empty({250000}), y = Tensor::empty({250000});
+  }
+  EXPECT_EQ(a.stats().cached, 2 << 20);
+  const int64_t before = a.cache_limit();
+  a.set_cache_limit(1 << 20);
+  EXPECT_LE(a.stats().cached, 1 << 20);
+  a.set_cache_limit(before);
+
   // A limit below a block's class: nothing is kept.
   const int64_t limit = a.cache_limit();
   a.set_cache_limit(1 << 20);
