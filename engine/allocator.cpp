@@ -1,5 +1,6 @@
 #include "engine/allocator.h"
 #include <unistd.h>
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <new>
@@ -165,8 +166,11 @@ void CpuAllocator::release_cached_locked() {
 }
 
 void CpuAllocator::release_stale_locked() {
+  if (request_count_ <= next_stale_scan_) return;
+  uint64_t oldest = request_count_;
   for (auto it = free_.begin(); it != free_.end();) {
     if (it->second.last_request + kStaleAfter >= request_count_) {
+      oldest = std::min(oldest, it->second.last_request);
       ++it;
       continue;
     }
@@ -174,6 +178,7 @@ void CpuAllocator::release_stale_locked() {
     cached_bytes_ -= static_cast<int64_t>(it->first * it->second.blocks.size());
     it = free_.erase(it);
   }
+  next_stale_scan_ = oldest + kStaleAfter;
   set_cached(cached_bytes_);
 }
 

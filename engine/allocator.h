@@ -100,6 +100,9 @@ private:
   int64_t cache_limit_ = 0;  // bytes of unused blocks kept at most
   int64_t cached_bytes_ = 0;
   uint64_t request_count_ = 0;  // requests of cacheable size so far
+  // No class can be stale before this request count (the oldest last_request seen by the last
+  // scan, plus kStaleAfter): a full cache in steady state skips the scan on every free.
+  uint64_t next_stale_scan_ = kStaleAfter;
   std::unordered_map<size_t, SizeClass> free_;  // size class -> its unused blocks
 };
 

@@ -78,7 +78,6 @@ bool is_rows(const Tensor& x) {
   return (x.dim() == 4 && x.is_contiguous(MemoryFormat::channels_last)) || (x.dim() == 2 && x.is_contiguous());
 }
 
-
 // Sum and sum of squares of a contiguous span, eight lanes of double (no reassociation flags).
 inline void span_moments(const float* x, int64_t n, double& s1, double& s2) {
   double a[8] = {0, 0, 0, 0, 0, 0, 0, 0}, b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
