@@ -218,6 +218,9 @@ std::vector<Case> conv_cases() {
       {"3x3_same", 2, 3, 9, 9, 8, 3, P(1, 1, 1, 1), true},
       {"1x1", 1, 4, 8, 7, 6, 1, P(1, 0, 1, 1), false},
       {"1x1_stride2", 2, 8, 9, 9, 16, 1, P(2, 0, 1, 1), false},
+      // DenseNet's bottlenecks on small maps (the cpu backend runs them as matmul): many input
+      // channels, none a multiple of a vector.
+      {"1x1_many_channels", 3, 70, 2, 3, 36, 1, P(1, 0, 1, 1), false},
       {"7x7_stem", 2, 3, 15, 14, 8, 7, P(2, 3, 1, 1), false},
       {"3x3_stride2_odd", 2, 4, 7, 7, 6, 3, P(2, 0, 1, 1), true},
       {"3x3_stride2_pad", 1, 5, 10, 11, 7, 3, P(2, 1, 1, 1), false},

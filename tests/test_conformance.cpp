@@ -388,6 +388,58 @@ TEST(CpuBackend, WinogradConvolutionMatchesReference) {
   EXPECT_GE(n, 15);
 }
 
+// Pointwise convolutions as matrix products (backends/cpu/conv_algorithm.h), forced on for every
+// conv case, f32 and bf16: the cases the shape or layout rules out must still run (on oneDNN's
+// convolution), the others on matmul.
+TEST(CpuBackend, PointwiseConvolutionsAsGemmMatchReference) {
+  ScopedPolicy always(cpu::set_pointwise_gemm_policy, cpu::KernelPolicy::always);
+  int n = 0;
+  std::vector<Case> cases = conv_cases();
+  for (Case& c : opcheck::bf16_cases())
+    if (c.name.rfind("conv", 0) == 0) cases.push_back(std::move(c));
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    expect_cpu_matches_reference(c);
+    n += c.name.find("1x1") != std::string::npos;
+  }
+  EXPECT_GE(n, 20);
+}
+
+// Which pointwise convolutions the automatic policy gives to matmul: all three passes of a
+// DenseNet bottleneck on a 2x2 map; none of a ResNet-50 one on a 32x32 map, nor a 1x1 with a bias
+// gradient's weight pass.
+TEST(CpuBackend, AutomaticPolicyRunsSmallPointwiseConvolutionsAsMatmul) {
+  BackendGuard guard(DeviceType::cpu, Backend::cpu);
+  auto impls = [](const Shape& xs, const Shape& ws, bool bias) {
+    const Tensor x = random_tensor(xs, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);
+    const Tensor w = random_tensor(ws, 2, DType::f32).set_requires_grad(true);
+    const Tensor b = bias ? random_tensor({ws[0]}, 3, DType::f32).set_requires_grad(true) : Tensor();
+    profiler::clear();
+    profiler::enable(true);
+    sum(conv2d(x, w, b, Conv2dParams{})).backward();  // stride 1, no padding
+    profiler::enable(false);
+    std::string all;
+    for (const OpEvent& e : profiler::collect())
+      if (std::string(e.name).rfind("conv2d", 0) == 0) all += std::string(e.name) + "=" + e.impl + " ";
+    profiler::clear();
+    return all;
+  };
+  const auto count = [](const std::string& s) {
+    size_t n = 0;
+    for (size_t at = s.find("matmul/"); at != std::string::npos; at = s.find("matmul/", at + 1)) ++n;
+    return n;
+  };
+  const std::string dense = impls({64, 512, 2, 2}, {128, 512, 1, 1}, false);
+  EXPECT_EQ(count(dense), 3u) << dense;
+  const std::string resnet = impls({4, 64, 32, 32}, {64, 64, 1, 1}, false);
+  EXPECT_EQ(count(resnet), 0u) << resnet;
+  const std::string biased = impls({8, 32, 2, 2}, {16, 32, 1, 1}, true);
+  EXPECT_EQ(count(biased), 2u) << biased;  // forward and backward data
+  ScopedPolicy never(cpu::set_pointwise_gemm_policy, cpu::KernelPolicy::never);
+  const std::string off = impls({64, 512, 2, 2}, {128, 512, 1, 1}, false);
+  EXPECT_EQ(count(off), 0u) << off;
+}
+
 // Every matmul case on duet's small-matrix kernel (backends/cpu/small_gemm.h), forced on, and on
 // oneDNN, forced off: the automatic choice depends on the thread count, so this checks both paths
 // whatever it is.

@@ -4,22 +4,26 @@
 // oneDNN's plain-NCHW path is im2col+GEMM. Weights always go through a reorder to the primitive's
 // blocked layout in a per-thread scratch buffer (and the weight gradient back). oneDNN's dilation
 // is PyTorch's - 1. Depthwise shapes oneDNN has no depthwise kernel for run on duet's own
-// (depthwise.h). See docs/cpu_backend.md for the measured layout trade-off. bf16 (autocast) runs
+// (depthwise.h); pointwise ones on small maps run as matrix products (conv_algorithm.h). See docs/cpu_backend.md for the measured layout trade-off. bf16 (autocast) runs
 // the same primitives with bf16 memory and f32 accumulation; f16 goes to the reference backend
 // (lowp_on_reference in common.h says why).
 #include <atomic>
 #include "backends/cpu/common.h"
 #include "backends/cpu/conv_algorithm.h"
 #include "backends/cpu/depthwise.h"
+#include "backends/cpu/gemm.h"
 
 namespace duet {
 namespace cpu {
 namespace {
 std::atomic<KernelPolicy> g_winograd{policy_from_env("DUET_WINOGRAD")};
+std::atomic<KernelPolicy> g_pointwise_gemm{policy_from_env("DUET_POINTWISE_GEMM")};
 }  // namespace
 
 void set_winograd_policy(KernelPolicy p) { g_winograd.store(p); }
 KernelPolicy winograd_policy() { return g_winograd.load(); }
+void set_pointwise_gemm_policy(KernelPolicy p) { g_pointwise_gemm.store(p); }
+KernelPolicy pointwise_gemm_policy() { return g_pointwise_gemm.load(); }
 
 bool winograd_wanted(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p) {
   const KernelPolicy pol = winograd_policy();
@@ -35,6 +39,20 @@ bool winograd_wanted(const Tensor& x, const Tensor& w, const Tensor& y, const Co
   // Below 4x4 outputs the transform tiles are mostly padding: DenseNet's 128->32 at 2x2 ran 0.16 ms
   // forward against 0.06 ms direct.
   return y.size(2) >= 4 && y.size(3) >= 4;
+}
+
+bool pointwise_gemm_wanted(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p) {
+  const KernelPolicy pol = pointwise_gemm_policy();
+  if (pol == KernelPolicy::never) return false;
+  const bool shape = p.groups == 1 && w.size(2) == 1 && w.size(3) == 1 && p.stride_h == 1 && p.stride_w == 1 &&
+                     p.pad_h == 0 && p.pad_w == 0;
+  // Pixel rows of C channels each, and the weights as a row-major [O, C] matrix (a dense 1x1
+  // kernel is that in both weight layouts).
+  const bool layouts = x.is_contiguous(MemoryFormat::channels_last) && y.is_contiguous(MemoryFormat::channels_last) &&
+                       w.stride(1) == 1 && w.stride(0) == w.size(1);
+  if (!shape || !layouts) return false;
+  if (pol == KernelPolicy::always) return true;
+  return x.size(0) * x.size(2) * x.size(3) <= 1024;
 }
 }  // namespace cpu
 
@@ -214,6 +232,30 @@ struct ConvBwdWeights {
   Reordered x, dy, dw;
 };
 
+// Pointwise convolutions as matrix products (conv_algorithm.h): the maps as [P = N*H*W, C] pixel
+// rows, the weights as the row-major [O, C] matrix.
+MatrixOperand pixel_rows(const Tensor& t) {
+  const int64_t rows = t.size(0) * t.size(2) * t.size(3), C = t.size(1);
+  return {t, rows, C, C, 1};
+}
+MatrixOperand weight_matrix(const Tensor& w, bool transposed) {
+  const int64_t O = w.size(0), C = w.size(1);
+  return transposed ? MatrixOperand{w, C, O, 1, C} : MatrixOperand{w, O, C, C, 1};
+}
+MatrixOperand transposed(const MatrixOperand& m) { return {m.t, m.cols, m.rows, m.col, m.row}; }
+// y = x W^T (+ bias) (then ReLU)
+void pointwise_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, bool relu) {
+  gemm("conv2d", pixel_rows(x), weight_matrix(w, true), pixel_rows(y), bias, relu);
+}
+// dx = dy W
+void pointwise_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx) {
+  gemm("conv2d_backward_data", pixel_rows(dy), weight_matrix(w, false), pixel_rows(dx), Tensor(), false);
+}
+// dW = dy^T x
+void pointwise_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw) {
+  gemm("conv2d_backward_weight", transposed(pixel_rows(dy)), pixel_rows(x), weight_matrix(dw, false), Tensor(), false);
+}
+
 }  // namespace
 
 void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv2dParams& p) {
@@ -227,6 +269,7 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, co
       if (p.relu) activation(Activation::relu, 0.0, y, y);
     };
     if (own_depthwise_always(dw)) return own();
+    if (pointwise_gemm_wanted(x, w, y, p)) return pointwise_forward(x, w, bias, y, p.relu);
     const bool wino = winograd_wanted(x, w, y, p);
     const char* tag = wino ? (p.relu ? "conv_fwd_wino_relu" : "conv_fwd_wino") : (p.relu ? "conv_fwd_relu" : "conv_fwd");
     auto e = cached<ConvFwd>(conv_key(tag, x, w, bias, y, p), [&] {
@@ -266,6 +309,7 @@ void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const T
       depthwise_backward_data(dy, w, dx, p);
     };
     if (own_depthwise_always(dw)) return own();
+    if (pointwise_gemm_wanted(dx, w, dy, p)) return pointwise_backward_data(dy, w, dx);
     const bool wino = winograd_wanted(dx, w, dy, p);
     auto e = cached<ConvBwdData>(conv_key(wino ? "conv_bwd_data_wino" : "conv_bwd_data", dy, w, dx, Tensor(), p), [&] {
       ConvBwdData r;
@@ -311,6 +355,8 @@ void CpuBackend::conv2d_backward_weight(const Tensor& x, const Tensor& dy, const
       depthwise_backward_weight(x, dy, dw, dbias, p);
     };
     if (own_depthwise_always(depthwise)) return own();
+    if (!dbias.defined() && pointwise_gemm_wanted(x, dw, dy, p))
+      return pointwise_backward_weight(x, dy, dw);
     const bool wino = winograd_wanted(x, dw, dy, p);
     auto e = cached<ConvBwdWeights>(conv_key(wino ? "conv_bwd_w_wino" : "conv_bwd_w", x, dy, dw, dbias, p), [&] {
       ConvBwdWeights r;

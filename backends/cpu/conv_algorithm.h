@@ -25,4 +25,25 @@ KernelPolicy winograd_policy();
 // Whether the policy asks for Winograd on this f32 convolution of x into y.
 bool winograd_wanted(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p);
 
+// A pointwise convolution (1x1 kernel, stride 1, no padding, one group) of channels-last maps is
+// one matrix product: the [N*H*W, C] pixel rows times the transposed [O, C] weights; its backward
+// passes are the products with W and with the rows' transpose. On small maps oneDNN 2.6's 1x1
+// convolution kernels split the work poorly between threads, and its matmul primitive runs the
+// same products faster: DenseNet-121 at 32 px has its bottlenecks on 2x2 and 1x1 maps with up to
+// 1,000 input channels, where the weight gradients ran 3-6x and the other passes 1.2-2.8x faster
+// as matmul (2 threads, Zen 4 EPYC; docs/cpu_backend.md). From a few thousand rows up the
+// convolution kernels are as fast or faster (ResNet-50's layers at 32x32 and 16x16 maps), and
+// they stay.
+//
+// automatic: as matmul when the maps are channels-last, the weights dense and N*H*W is at most
+// 1,024 rows; the weight gradient only without a bias (its gradient would be a second pass, so
+// the convolution kernel, which fuses it, keeps those).
+// never: always oneDNN's convolution (DUET_POINTWISE_GEMM=0 in the environment sets this).
+// always: as matmul wherever the shape and layouts allow, any size (tests use it).
+void set_pointwise_gemm_policy(KernelPolicy p);
+KernelPolicy pointwise_gemm_policy();
+
+// Whether the policy runs the convolution of x by w into y (any of its passes) as matrix products.
+bool pointwise_gemm_wanted(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p);
+
 }  // namespace duet::cpu

@@ -6,6 +6,7 @@
 // with the bias fused into the primitive. bf16 (autocast) runs the same primitive with bf16 memory
 // and f32 accumulation; f16 goes to the reference backend (lowp_on_reference in common.h).
 #include "backends/cpu/common.h"
+#include "backends/cpu/gemm.h"
 #include "backends/cpu/small_gemm.h"
 
 namespace duet {
@@ -36,7 +37,49 @@ MatrixView matrix_view(const Tensor& t, bool trans, int64_t batch) {
 
 constexpr const char* kSmallGemm = "duet:small_gemm_avx512";
 
+dnnl::memory::desc matrix_md(const MatrixOperand& m) {
+  return dnnl::memory::desc({m.rows, m.cols}, dt_of(m.t.dtype()), dims{m.row, m.col});
+}
+Key& add_operand(Key& k, const MatrixOperand& m) {
+  return k.add(m.rows).add(m.cols).add(m.row).add(m.col).add(static_cast<int64_t>(m.t.dtype()));
+}
+
 }  // namespace
+
+namespace cpu {
+void gemm(const char* op, const MatrixOperand& a, const MatrixOperand& b, const MatrixOperand& c, const Tensor& bias,
+          bool relu) {
+  guarded(op, {&a.t, &b.t, &c.t}, [&] {
+    Key key("gemm");
+    add_operand(add_operand(add_operand(key, a), b), c);
+    key.add(bias.defined() ? bias.stride(0) : int64_t(-1)).add(int64_t(relu));
+    if (bias.defined()) key.add(static_cast<int64_t>(bias.dtype()));
+    auto e = cached<MatmulEntry>(key, [&] {
+      MatmulEntry r;
+      r.a = matrix_md(a);
+      r.b = matrix_md(b);
+      r.c = matrix_md(c);
+      if (bias.defined()) r.bias = dnnl::memory::desc({1, c.cols}, dt_of(bias.dtype()), dims{c.cols * bias.stride(0), bias.stride(0)});
+      const auto d = bias.defined() ? dnnl::matmul::desc(r.a, r.b, r.bias, r.c) : dnnl::matmul::desc(r.a, r.b, r.c);
+      dnnl::primitive_attr attr;
+      if (relu) {
+        dnnl::post_ops ops;
+        ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+        attr.set_post_ops(ops);
+      }
+      r.pd = dnnl::matmul::primitive_desc(d, attr, engine());
+      r.prim = dnnl::matmul(r.pd);
+      return r;
+    });
+    // Named as a matmul, so that a profile shows which convolutions ran as one.
+    if (profiler::enabled()) profiler::note_impl(std::string("matmul/") + e->pd.impl_info_str());
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, mem(e->a, a.t)}, {DNNL_ARG_WEIGHTS, mem(e->b, b.t)}, {DNNL_ARG_DST, mem(e->c, c.t)}};
+    if (bias.defined()) args.emplace(DNNL_ARG_BIAS, mem(e->bias, bias));
+    e->prim.execute(stream(), args);
+  });
+}
+}  // namespace cpu
 
 void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool trans_a, bool trans_b) {
   if (BackendImpl* ref = lowp_fallback("matmul", a)) return ref->matmul(a, b, out, trans_a, trans_b);
