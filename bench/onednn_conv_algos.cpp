@@ -4,15 +4,18 @@
 //   nhwc direct       channels-last memory used in place (duet's default)
 //   blocked direct    oneDNN picks its layout (nChw16c) and kernel
 //   blocked winograd  Winograd F(4x4, 3x3), 3x3 stride 1 only
-// Layout reorders are not timed (duet pays them around the blocked variants). Times are the
-// median of 15 runs after 3 warm-up runs; GFLOP/s count direct convolution's FLOPs.
+// Times are the median of 15 runs after 3 warm-up runs; GFLOP/s count direct convolution's FLOPs.
+// The layout reorders duet pays around a blocked variant (channels-last activations in, blocked
+// out and back) are timed apart, as "+ reorders": for the backward-weights pass that is its two
+// inputs, x and dy, to the blocked layout.
 //
-//   OMP_NUM_THREADS=2 build/bench/duet_onednn_conv_algos 64 64 32 64 3 1   # N C H(=W) O K stride
+//   OMP_NUM_THREADS=2 build/bench/duet_onednn_conv_algos 64 64 32 64 3 1 [bf16]  # N C H(=W) O K stride
 #include <dnnl.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 namespace {
@@ -39,10 +42,12 @@ struct Variant {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 7) {
-    std::fprintf(stderr, "usage: %s N C H O K stride   (square maps and kernels, padding K/2)\n", argv[0]);
+  if (argc != 7 && !(argc == 8 && std::string(argv[7]) == "bf16")) {
+    std::fprintf(stderr, "usage: %s N C H O K stride [bf16]   (square maps and kernels, padding K/2)\n", argv[0]);
     return 2;
   }
+  // bf16: activations and weights in bf16 (as under duet's --amp bf16), f32 accumulation.
+  const memory::data_type T = argc == 8 ? memory::data_type::bf16 : memory::data_type::f32;
   const memory::dim N = std::atol(argv[1]), C = std::atol(argv[2]), H = std::atol(argv[3]), O = std::atol(argv[4]),
                     K = std::atol(argv[5]), S = std::atol(argv[6]), P = K / 2;
   const memory::dim OH = (H + 2 * P - K) / S + 1;
@@ -53,12 +58,12 @@ int main(int argc, char** argv) {
   const Variant variants[] = {{"nhwc direct", memory::format_tag::nhwc, dnnl::algorithm::convolution_direct},
                               {"blocked direct", memory::format_tag::any, dnnl::algorithm::convolution_direct},
                               {"blocked winograd", memory::format_tag::any, dnnl::algorithm::convolution_winograd}};
-  std::printf("N=%ld C=%ld H=W=%ld O=%ld K=%ld stride=%ld, %s\n", long(N), long(C), long(H), long(O), long(K), long(S),
-              "ms (GFLOP/s) per pass");
+  std::printf("N=%ld C=%ld H=W=%ld O=%ld K=%ld stride=%ld %s, %s\n", long(N), long(C), long(H), long(O), long(K),
+              long(S), T == memory::data_type::bf16 ? "bf16" : "f32", "ms (GFLOP/s) per pass");
   for (const Variant& v : variants) {
     try {
-      const memory::desc x(xs, memory::data_type::f32, v.act), y(ys, memory::data_type::f32, v.act);
-      const memory::desc w(ws, memory::data_type::f32, memory::format_tag::any);
+      const memory::desc x(xs, T, v.act), y(ys, T, v.act);
+      const memory::desc w(ws, T, memory::format_tag::any);
       const dnnl::convolution_forward::primitive_desc fwd(
           dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, v.alg, x, w, y, strides, pad, pad), eng);
       const dnnl::convolution_backward_data::primitive_desc bwd_d(
@@ -68,11 +73,30 @@ int main(int argc, char** argv) {
       memory src(fwd.src_desc(), eng), wei(fwd.weights_desc(), eng), dst(fwd.dst_desc(), eng);
       memory dsrc(bwd_d.diff_src_desc(), eng), wei_d(bwd_d.weights_desc(), eng), ddst(bwd_d.diff_dst_desc(), eng);
       memory src_w(bwd_w.src_desc(), eng), dwei(bwd_w.diff_weights_desc(), eng), ddst_w(bwd_w.diff_dst_desc(), eng);
-      for (memory* m : {&src, &wei, &ddst, &wei_d, &src_w, &ddst_w}) {
-        float* p = static_cast<float*>(m->get_data_handle());
-        const size_t n = m->get_desc().get_size() / sizeof(float);
-        for (size_t i = 0; i < n; ++i) p[i] = 0.01f * float(i % 97) - 0.4f;
-      }
+      // Filled through f32 buffers and reorders, so bf16 gets the same values rounded.
+      auto fill = [&](memory& m) {
+        const memory::desc f32_md(m.get_desc().dims(), memory::data_type::f32, m.get_desc().dims().size() == 4
+                                                                                  ? memory::format_tag::abcd
+                                                                                  : memory::format_tag::abcde);
+        memory tmp(f32_md, eng);
+        float* p = static_cast<float*>(tmp.get_data_handle());
+        for (size_t i = 0; i < f32_md.get_size() / sizeof(float); ++i) p[i] = 0.01f * float(i % 97) - 0.4f;
+        dnnl::reorder(tmp, m).execute(st, tmp, m);
+        st.wait();
+      };
+      for (memory* m : {&src, &wei, &ddst, &wei_d, &src_w, &ddst_w}) fill(*m);
+      // The reorders from channels-last user memory into the backward-weights pass's inputs.
+      const memory::desc x_user(xs, T, memory::format_tag::nhwc), y_user(ys, T, memory::format_tag::nhwc);
+      memory xu(x_user, eng), yu(y_user, eng);
+      fill(xu);
+      fill(yu);
+      const bool reorder_x = bwd_w.src_desc() != x_user, reorder_y = bwd_w.diff_dst_desc() != y_user;
+      const double tr = reorder_x || reorder_y ? median_ms([&] {
+        if (reorder_x) dnnl::reorder(xu, src_w).execute(st, xu, src_w);
+        if (reorder_y) dnnl::reorder(yu, ddst_w).execute(st, yu, ddst_w);
+        st.wait();
+      })
+                                               : 0.0;
       dnnl::convolution_forward f(fwd);
       dnnl::convolution_backward_data bd(bwd_d);
       dnnl::convolution_backward_weights bw(bwd_w);
@@ -88,9 +112,10 @@ int main(int argc, char** argv) {
         bw.execute(st, {{DNNL_ARG_SRC, src_w}, {DNNL_ARG_DIFF_DST, ddst_w}, {DNNL_ARG_DIFF_WEIGHTS, dwei}});
         st.wait();
       });
-      std::printf("  %-17s fwd %8.3f (%4.0f) %-24s bwd-data %8.3f (%4.0f) %-24s bwd-weights %8.3f (%4.0f) %s\n", v.name,
-                  tf, flops / tf / 1e6, fwd.impl_info_str(), td, flops / td / 1e6, bwd_d.impl_info_str(), tw,
-                  flops / tw / 1e6, bwd_w.impl_info_str());
+      std::printf("  %-17s fwd %8.3f (%4.0f) %-24s bwd-data %8.3f (%4.0f) %-24s bwd-weights %8.3f (%4.0f) %s"
+                  " + reorders %.3f\n",
+                  v.name, tf, flops / tf / 1e6, fwd.impl_info_str(), td, flops / td / 1e6, bwd_d.impl_info_str(), tw,
+                  flops / tw / 1e6, bwd_w.impl_info_str(), tr);
     } catch (const dnnl::error& e) {
       std::printf("  %-17s not available for this shape (%s)\n", v.name, e.what());
     }
