@@ -275,6 +275,14 @@ std::string format_header(const nlohmann::json& r) {
                    isa.empty() ? std::string("-") : fmt::format("{}", fmt::join(isa, " ")),
                    member(m, "onednn").is_string() ? member(m, "onednn").get<std::string>() : std::string("n/a"));
   if (m.contains("cuda") && m["cuda"].is_object()) s += fmt::format(", cuda {}", m["cuda"].dump());
+  // The cpu backend's kernel choices, only where one differs from the default.
+  if (m.contains("cpu_kernels") && m["cpu_kernels"].is_object()) {
+    std::vector<std::string> changed;
+    for (auto it = m["cpu_kernels"].begin(); it != m["cpu_kernels"].end(); ++it)
+      if (it.value() != "automatic" && it.value() != false)
+        changed.push_back(fmt::format("{}={}", it.key(), it.value().is_string() ? it.value().get<std::string>() : it.value().dump()));
+    if (!changed.empty()) s += fmt::format(", cpu kernels {}", fmt::join(changed, " "));
+  }
   s += "\n";
   const auto c = ceilings_of(r);
   if (c)

@@ -388,15 +388,21 @@ TEST(CpuBackend, WinogradConvolutionMatchesReference) {
   EXPECT_GE(n, 15);
 }
 
+// Every convolution case, and its bf16 twin.
+std::vector<Case> conv_cases_f32_and_bf16() {
+  std::vector<Case> cases = conv_cases();
+  for (Case& c : opcheck::bf16_cases())
+    if (c.name.rfind("conv", 0) == 0) cases.push_back(std::move(c));
+  return cases;
+}
+
 // Pointwise convolutions as matrix products (backends/cpu/conv_algorithm.h), forced on for every
 // conv case, f32 and bf16: the cases the shape or layout rules out must still run (on oneDNN's
 // convolution), the others on matmul.
 TEST(CpuBackend, PointwiseConvolutionsAsGemmMatchReference) {
   ScopedPolicy always(cpu::set_pointwise_gemm_policy, cpu::KernelPolicy::always);
   int n = 0;
-  std::vector<Case> cases = conv_cases();
-  for (Case& c : opcheck::bf16_cases())
-    if (c.name.rfind("conv", 0) == 0) cases.push_back(std::move(c));
+  const std::vector<Case> cases = conv_cases_f32_and_bf16();
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     expect_cpu_matches_reference(c);
@@ -438,6 +444,33 @@ TEST(CpuBackend, AutomaticPolicyRunsSmallPointwiseConvolutionsAsMatmul) {
   ScopedPolicy never(cpu::set_pointwise_gemm_policy, cpu::KernelPolicy::never);
   const std::string off = impls({64, 512, 2, 2}, {128, 512, 1, 1}, false);
   EXPECT_EQ(count(off), 0u) << off;
+}
+
+// Autotuning (conv_algorithm.h): every convolution case, f32 and bf16, on whichever algorithm
+// wins on this machine, and the timing happens once per shape and pass.
+TEST(CpuBackend, AutotunedConvolutionsMatchReferenceAndTuneOnce) {
+  cpu::set_conv_autotune(true);
+  struct Off {
+    ~Off() { cpu::set_conv_autotune(false); }
+  } off;
+  const std::vector<Case> cases = conv_cases_f32_and_bf16();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    expect_cpu_matches_reference(c);
+  }
+  BackendGuard guard(DeviceType::cpu, Backend::cpu);
+  const Tensor x = random_tensor({4, 48, 6, 6}, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);
+  const Tensor w = random_tensor({40, 48, 3, 3}, 2, DType::f32).set_requires_grad(true);
+  const Tensor w1 = random_tensor({24, 40, 1, 1}, 3, DType::f32).set_requires_grad(true);
+  auto step = [&] { sum(conv2d(conv2d(x, w, Tensor(), Conv2dParams{1, 1, 1, 1}), w1, Tensor(), Conv2dParams{})).backward(); };
+  const int64_t before = cpu::conv_autotune_runs();
+  step();
+  const int64_t first = cpu::conv_autotune_runs();
+  // 3x3: direct, blocked and Winograd forward, direct and Winograd backward passes; 1x1: direct
+  // and matmul for each pass; 4 timed runs each.
+  EXPECT_EQ(first - before, 4 * (3 + 2 + 2 + 2 + 2 + 2));
+  step();
+  EXPECT_EQ(cpu::conv_autotune_runs(), first) << "the second step timed algorithms again";
 }
 
 // Every matmul case on duet's small-matrix kernel (backends/cpu/small_gemm.h), forced on, and on

@@ -343,6 +343,18 @@ TEST(ProfilerSteps, ThroughputModeRecordsStepsButNoOps) {
   EXPECT_NE(text.find("throughput mode"), std::string::npos) << text;
 }
 
+// The header names the cpu backend's kernel choices (DUET_WINOGRAD=0, autotuning, ...) only where
+// one differs from the default, so a report says whether it ran the usual algorithms.
+TEST(ProfilerReport, HeaderNamesChangedCpuKernelChoices) {
+  json r = small_training_report(1, TimingMode::throughput);
+  r["machine"]["cpu_kernels"] = {{"winograd", "automatic"}, {"pointwise_gemm", "automatic"}, {"conv_autotune", false}};
+  EXPECT_EQ(profiler::format_report(r, {}).find("cpu kernels"), std::string::npos);
+  r["machine"]["cpu_kernels"]["winograd"] = "never";
+  r["machine"]["cpu_kernels"]["conv_autotune"] = true;
+  const std::string text = profiler::format_report(r, {});
+  EXPECT_NE(text.find("cpu kernels conv_autotune=true winograd=never"), std::string::npos) << text;
+}
+
 TEST(ProfilerTables, LayerTableCarriesForwardScopeIntoBackward) {
   const json r = small_training_report();
   bool conv_fwd = false, conv_bwd = false;

@@ -7,7 +7,13 @@
 // (depthwise.h); pointwise ones on small maps run as matrix products (conv_algorithm.h). See docs/cpu_backend.md for the measured layout trade-off. bf16 (autocast) runs
 // the same primitives with bf16 memory and f32 accumulation; f16 goes to the reference backend
 // (lowp_on_reference in common.h says why).
+#include <algorithm>
+#include <array>
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <limits>
+#include <mutex>
 #include "backends/cpu/common.h"
 #include "backends/cpu/conv_algorithm.h"
 #include "backends/cpu/depthwise.h"
@@ -18,6 +24,10 @@ namespace cpu {
 namespace {
 std::atomic<KernelPolicy> g_winograd{policy_from_env("DUET_WINOGRAD")};
 std::atomic<KernelPolicy> g_pointwise_gemm{policy_from_env("DUET_POINTWISE_GEMM")};
+std::atomic<bool> g_autotune{[] {
+  const char* v = std::getenv("DUET_CONV_AUTOTUNE");
+  return v != nullptr && std::string(v) == "1";
+}()};
 }  // namespace
 
 void set_winograd_policy(KernelPolicy p) { g_winograd.store(p); }
@@ -25,12 +35,14 @@ KernelPolicy winograd_policy() { return g_winograd.load(); }
 void set_pointwise_gemm_policy(KernelPolicy p) { g_pointwise_gemm.store(p); }
 KernelPolicy pointwise_gemm_policy() { return g_pointwise_gemm.load(); }
 
+bool winograd_applicable(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
+  return x.dtype() == DType::f32 && p.groups == 1 && w.size(2) == 3 && w.size(3) == 3 && p.stride_h == 1 &&
+         p.stride_w == 1 && p.dilation_h == 1 && p.dilation_w == 1;
+}
+
 bool winograd_wanted(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p) {
   const KernelPolicy pol = winograd_policy();
-  if (pol == KernelPolicy::never || x.dtype() != DType::f32) return false;
-  const bool shape = p.groups == 1 && w.size(2) == 3 && w.size(3) == 3 && p.stride_h == 1 && p.stride_w == 1 &&
-                     p.dilation_h == 1 && p.dilation_w == 1;
-  if (!shape) return false;
+  if (pol == KernelPolicy::never || !winograd_applicable(x, w, p)) return false;
   if (pol == KernelPolicy::always) return true;
   // Winograd's transforms work on 16-channel blocks: with fewer than 32 channels on either side
   // they cost more than they save (a 3-channel stem ran 4.6 ms forward against 0.9 ms direct;
@@ -41,18 +53,19 @@ bool winograd_wanted(const Tensor& x, const Tensor& w, const Tensor& y, const Co
   return y.size(2) >= 4 && y.size(3) >= 4;
 }
 
-bool pointwise_gemm_wanted(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p) {
-  const KernelPolicy pol = pointwise_gemm_policy();
-  if (pol == KernelPolicy::never) return false;
+bool pointwise_gemm_applicable(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p) {
   const bool shape = p.groups == 1 && w.size(2) == 1 && w.size(3) == 1 && p.stride_h == 1 && p.stride_w == 1 &&
                      p.pad_h == 0 && p.pad_w == 0;
   // Pixel rows of C channels each, and the weights as a row-major [O, C] matrix (a dense 1x1
   // kernel is that in both weight layouts).
-  const bool layouts = x.is_contiguous(MemoryFormat::channels_last) && y.is_contiguous(MemoryFormat::channels_last) &&
-                       w.stride(1) == 1 && w.stride(0) == w.size(1);
-  if (!shape || !layouts) return false;
-  if (pol == KernelPolicy::always) return true;
-  return x.size(0) * x.size(2) * x.size(3) <= 1024;
+  return shape && x.is_contiguous(MemoryFormat::channels_last) && y.is_contiguous(MemoryFormat::channels_last) &&
+         w.stride(1) == 1 && w.stride(0) == w.size(1);
+}
+
+bool pointwise_gemm_wanted(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p) {
+  const KernelPolicy pol = pointwise_gemm_policy();
+  if (pol == KernelPolicy::never || !pointwise_gemm_applicable(x, w, y, p)) return false;
+  return pol == KernelPolicy::always || x.size(0) * x.size(2) * x.size(3) <= 1024;
 }
 }  // namespace cpu
 
@@ -256,45 +269,215 @@ void pointwise_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& 
   gemm("conv2d_backward_weight", transposed(pixel_rows(dy)), pixel_rows(x), weight_matrix(dw, false), Tensor(), false);
 }
 
+void own_depthwise_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv2dParams& p) {
+  profiler::note_impl(kOwnDepthwise);
+  depthwise_forward(x, w, bias, y, p);
+  if (p.relu) cpu_backend().activation(Activation::relu, 0.0, y, y);
+}
+void own_depthwise_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p) {
+  profiler::note_impl(kOwnDepthwise);
+  depthwise_backward_data(dy, w, dx, p);
+}
+void own_depthwise_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& dbias,
+                                   const Conv2dParams& p) {
+  profiler::note_impl(kOwnDepthwise);
+  depthwise_backward_weight(x, dy, dw, dbias, p);
+}
+
+// ---- each pass with a given algorithm ----------------------------------------------------------
+// winograd falls back to direct where oneDNN has no Winograd kernel for the shape (with_algorithm);
+// direct falls back to duet's own depthwise loops where oneDNN has only a generic kernel for a
+// depthwise shape (own_depthwise_instead_of).
+
+void run_forward(ConvAlgo a, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
+                 const Conv2dParams& p) {
+  if (a == ConvAlgo::matmul) return pointwise_forward(x, w, bias, y, p.relu);
+  // Where oneDNN has no Winograd kernel, the rule's fallback for small maps is the blocked layout.
+  const bool wino = a == ConvAlgo::winograd;
+  const bool blocked = a == ConvAlgo::direct_blocked || (wino && blocked_forward(w, y, p));
+  Key key = conv_key("conv_fwd", x, w, bias, y, p);
+  key.add(int64_t(p.relu)).add(static_cast<int64_t>(a));
+  auto e = cached<ConvFwd>(key, [&] {
+    ConvFwd r;
+    if (bias.defined()) r.bias = bias_md(bias);
+    r.pd = with_algorithm(wino, blocked, [&](dnnl::algorithm alg, bool blocked_layout) {
+      return jit_for_thin_input(x.size(1) / p.groups, [&] {
+        return forward_pd(activation_md(x, blocked_layout), weights_any(w.shape(), p.groups, w.dtype()),
+                          bias.defined() ? &r.bias : nullptr, activation_md(y, blocked_layout), p, alg, p.relu);
+      });
+    });
+    r.prim = dnnl::convolution_forward(r.pd);
+    r.x = reordered(md_of(x), r.pd.src_desc(), false);
+    r.w = reordered(weights_md(w, p.groups), r.pd.weights_desc(), false);
+    r.y = reordered(md_of(y), r.pd.dst_desc(), true);
+    return r;
+  });
+  if (own_depthwise_instead_of(depthwise_applicable(x, w, y, p), e->pd)) return own_depthwise_forward(x, w, bias, y, p);
+  note(e->pd);
+  dnnl::memory ym = output_mem(e->y, y, 2);
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, input_mem(e->x, x, 1)}, {DNNL_ARG_WEIGHTS, input_mem(e->w, w, 0)}, {DNNL_ARG_DST, ym}};
+  if (bias.defined()) args.emplace(DNNL_ARG_BIAS, mem(e->bias, bias));
+  e->prim.execute(stream(), args);
+  finish_output(e->y, ym, y);
+}
+
+void run_backward_data(ConvAlgo a, const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p) {
+  if (a == ConvAlgo::matmul) return pointwise_backward_data(dy, w, dx);
+  const bool wino = a == ConvAlgo::winograd;
+  Key key = conv_key("conv_bwd_data", dy, w, dx, Tensor(), p);
+  key.add(static_cast<int64_t>(a));
+  auto e = cached<ConvBwdData>(key, [&] {
+    ConvBwdData r;
+    const ConvGeometry g = geometry(p);
+    const auto wa = weights_any(w.shape(), p.groups, w.dtype());
+    r.pd = with_algorithm(wino, false, [&](dnnl::algorithm alg, bool blocked) {
+      const auto dxa = activation_md(dx, blocked), dya = activation_md(dy, blocked);
+      const auto hint = forward_pd(dxa, wa, nullptr, dya, p, alg);
+      return dnnl::convolution_backward_data::primitive_desc(
+          dnnl::convolution_backward_data::desc(alg, dxa, wa, dya, g.strides, g.dilates, g.pad_l, g.pad_r), engine(),
+          hint);
+    });
+    r.prim = dnnl::convolution_backward_data(r.pd);
+    r.dy = reordered(md_of(dy), r.pd.diff_dst_desc(), false);
+    r.w = reordered(weights_md(w, p.groups), r.pd.weights_desc(), false);
+    r.dx = reordered(md_of(dx), r.pd.diff_src_desc(), true);
+    return r;
+  });
+  if (own_depthwise_instead_of(depthwise_applicable(dx, w, dy, p), e->pd)) return own_depthwise_backward_data(dy, w, dx, p);
+  note(e->pd);
+  dnnl::memory dxm = output_mem(e->dx, dx, 2);
+  e->prim.execute(stream(), {{DNNL_ARG_DIFF_DST, input_mem(e->dy, dy, 1)},
+                             {DNNL_ARG_WEIGHTS, input_mem(e->w, w, 0)},
+                             {DNNL_ARG_DIFF_SRC, dxm}});
+  finish_output(e->dx, dxm, dx);
+}
+
+void run_backward_weight(ConvAlgo a, const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& dbias,
+                         const Conv2dParams& p) {
+  if (a == ConvAlgo::matmul) return pointwise_backward_weight(x, dy, dw);
+  const bool wino = a == ConvAlgo::winograd;
+  Key key = conv_key("conv_bwd_w", x, dy, dw, dbias, p);
+  key.add(static_cast<int64_t>(a));
+  auto e = cached<ConvBwdWeights>(key, [&] {
+    ConvBwdWeights r;
+    const ConvGeometry g = geometry(p);
+    const auto wa = weights_any(dw.shape(), p.groups, dw.dtype());
+    if (dbias.defined()) r.dbias = bias_md(dbias);
+    r.pd = with_algorithm(wino, false, [&](dnnl::algorithm alg, bool blocked) {
+      const auto xa = activation_md(x, blocked), dya = activation_md(dy, blocked);
+      const auto hint = forward_pd(xa, wa, dbias.defined() ? &r.dbias : nullptr, dya, p, alg);
+      const auto d = dbias.defined() ? dnnl::convolution_backward_weights::desc(alg, xa, wa, r.dbias, dya, g.strides,
+                                                                                g.dilates, g.pad_l, g.pad_r)
+                                     : dnnl::convolution_backward_weights::desc(alg, xa, wa, dya, g.strides,
+                                                                                g.dilates, g.pad_l, g.pad_r);
+      return dnnl::convolution_backward_weights::primitive_desc(d, engine(), hint);
+    });
+    r.prim = dnnl::convolution_backward_weights(r.pd);
+    r.x = reordered(md_of(x), r.pd.src_desc(), false);
+    r.dy = reordered(md_of(dy), r.pd.diff_dst_desc(), false);
+    r.dw = reordered(weights_md(dw, p.groups), r.pd.diff_weights_desc(), true);
+    return r;
+  });
+  if (own_depthwise_instead_of(depthwise_applicable(x, dw, dy, p), e->pd))
+    return own_depthwise_backward_weight(x, dy, dw, dbias, p);
+  note(e->pd);
+  dnnl::memory dwm = output_mem(e->dw, dw, 0);
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, input_mem(e->x, x, 1)}, {DNNL_ARG_DIFF_DST, input_mem(e->dy, dy, 2)}, {DNNL_ARG_DIFF_WEIGHTS, dwm}};
+  if (dbias.defined()) args.emplace(DNNL_ARG_DIFF_BIAS, mem(e->dbias, dbias));
+  e->prim.execute(stream(), args);
+  finish_output(e->dw, dwm, dw);
+}
+
+// ---- which algorithm ------------------------------------------------------------------------------
+
+// The fixed rules (conv_algorithm.h): matmul for small pointwise maps, Winograd for dense 3x3
+// layers, the blocked layout for forwards onto small maps, else direct on the tensors' layout.
+ConvAlgo rule_of(ConvPass pass, const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p,
+                 bool bias_gradient) {
+  if (!(pass == ConvPass::backward_weight && bias_gradient) && pointwise_gemm_wanted(x, w, y, p))
+    return ConvAlgo::matmul;
+  if (winograd_wanted(x, w, y, p)) return ConvAlgo::winograd;
+  if (pass == ConvPass::forward && blocked_forward(w, y, p)) return ConvAlgo::direct_blocked;
+  return ConvAlgo::direct;
+}
+
+// Every algorithm that can run the pass (a policy set to never rules its algorithm out).
+std::vector<ConvAlgo> candidates(ConvPass pass, const Tensor& x, const Tensor& w, const Tensor& y,
+                                 const Conv2dParams& p, bool bias_gradient) {
+  std::vector<ConvAlgo> c{ConvAlgo::direct};
+  if (pass == ConvPass::forward && p.groups == 1 && (w.size(2) > 1 || w.size(3) > 1)) c.push_back(ConvAlgo::direct_blocked);
+  if (winograd_policy() != KernelPolicy::never && winograd_applicable(x, w, p)) c.push_back(ConvAlgo::winograd);
+  if (pointwise_gemm_policy() != KernelPolicy::never && pointwise_gemm_applicable(x, w, y, p) &&
+      !(pass == ConvPass::backward_weight && bias_gradient))
+    c.push_back(ConvAlgo::matmul);
+  return c;
+}
+
+std::mutex g_tuned_mutex;
+std::unordered_map<std::string, ConvAlgo> g_tuned;  // guarded by g_tuned_mutex
+std::atomic<int64_t> g_tuning_runs{0};
+
+// The algorithm for this pass: the rule's, or with autotuning on, the fastest candidate on this
+// machine for this shape, timed once on the call's own tensors (run(algo) executes the pass) and
+// remembered. A candidate that fails to build is skipped.
+template <class Run>
+ConvAlgo choose(ConvPass pass, Key key, const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p,
+                bool bias_gradient, Run run) {
+  const ConvAlgo rule = rule_of(pass, x, w, y, p, bias_gradient);
+  if (!conv_autotune()) return rule;
+  const std::vector<ConvAlgo> cands = candidates(pass, x, w, y, p, bias_gradient);
+  if (cands.size() < 2) return rule;
+  key.add(static_cast<int64_t>(pass)).add(int64_t(bias_gradient)).add(int64_t(p.relu));
+  {
+    std::lock_guard<std::mutex> lock(g_tuned_mutex);
+    if (auto it = g_tuned.find(key.s); it != g_tuned.end()) return it->second;
+  }
+  ConvAlgo best = rule;
+  double best_ns = std::numeric_limits<double>::infinity();
+  for (ConvAlgo c : cands) {
+    std::array<double, 3> ns{};
+    try {
+      run(c);  // builds the primitive and warms the caches
+      for (double& t : ns) {
+        const auto t0 = std::chrono::steady_clock::now();
+        run(c);
+        t = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+      }
+    } catch (const dnnl::error&) {
+      continue;
+    } catch (const Error&) {
+      continue;
+    }
+    g_tuning_runs.fetch_add(4);
+    std::sort(ns.begin(), ns.end());
+    if (ns[1] < best_ns) {
+      best_ns = ns[1];
+      best = c;
+    }
+  }
+  std::lock_guard<std::mutex> lock(g_tuned_mutex);
+  g_tuned.emplace(key.s, best);
+  return best;
+}
+
 }  // namespace
+
+namespace cpu {
+void set_conv_autotune(bool on) { g_autotune.store(on); }
+bool conv_autotune() { return g_autotune.load(); }
+int64_t conv_autotune_runs() { return g_tuning_runs.load(); }
+}  // namespace cpu
 
 void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv2dParams& p) {
   if (BackendImpl* ref = lowp_fallback("conv2d", x)) return ref->conv2d(x, w, bias, y, p);
   if (y.numel() == 0) return;
   guarded("conv2d", {&x, &w, &bias}, [&] {
-    const bool dw = depthwise_applicable(x, w, y, p);
-    const auto own = [&] {
-      profiler::note_impl(kOwnDepthwise);
-      depthwise_forward(x, w, bias, y, p);
-      if (p.relu) activation(Activation::relu, 0.0, y, y);
-    };
-    if (own_depthwise_always(dw)) return own();
-    if (pointwise_gemm_wanted(x, w, y, p)) return pointwise_forward(x, w, bias, y, p.relu);
-    const bool wino = winograd_wanted(x, w, y, p);
-    const char* tag = wino ? (p.relu ? "conv_fwd_wino_relu" : "conv_fwd_wino") : (p.relu ? "conv_fwd_relu" : "conv_fwd");
-    auto e = cached<ConvFwd>(conv_key(tag, x, w, bias, y, p), [&] {
-      ConvFwd r;
-      if (bias.defined()) r.bias = bias_md(bias);
-      r.pd = with_algorithm(wino, blocked_forward(w, y, p), [&](dnnl::algorithm alg, bool blocked) {
-        return jit_for_thin_input(x.size(1) / p.groups, [&] {
-          return forward_pd(activation_md(x, blocked), weights_any(w.shape(), p.groups, w.dtype()),
-                            bias.defined() ? &r.bias : nullptr, activation_md(y, blocked), p, alg, p.relu);
-        });
-      });
-      r.prim = dnnl::convolution_forward(r.pd);
-      r.x = reordered(md_of(x), r.pd.src_desc(), false);
-      r.w = reordered(weights_md(w, p.groups), r.pd.weights_desc(), false);
-      r.y = reordered(md_of(y), r.pd.dst_desc(), true);
-      return r;
-    });
-    if (own_depthwise_instead_of(dw, e->pd)) return own();
-    note(e->pd);
-    dnnl::memory ym = output_mem(e->y, y, 2);
-    std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_SRC, input_mem(e->x, x, 1)}, {DNNL_ARG_WEIGHTS, input_mem(e->w, w, 0)}, {DNNL_ARG_DST, ym}};
-    if (bias.defined()) args.emplace(DNNL_ARG_BIAS, mem(e->bias, bias));
-    e->prim.execute(stream(), args);
-    finish_output(e->y, ym, y);
+    if (own_depthwise_always(depthwise_applicable(x, w, y, p))) return own_depthwise_forward(x, w, bias, y, p);
+    const ConvAlgo a = choose(ConvPass::forward, conv_key("tune", x, w, bias, y, p), x, w, y, p, false,
+                              [&](ConvAlgo c) { run_forward(c, x, w, bias, y, p); });
+    run_forward(a, x, w, bias, y, p);
   });
 }
 
@@ -303,38 +486,10 @@ void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const T
   if (dx.numel() == 0) return;
   if (dy.numel() == 0) return fill(dx, 0.0);
   guarded("conv2d_backward_data", {&dy, &w, &dx}, [&] {
-    const bool dw = depthwise_applicable(dx, w, dy, p);
-    const auto own = [&] {
-      profiler::note_impl(kOwnDepthwise);
-      depthwise_backward_data(dy, w, dx, p);
-    };
-    if (own_depthwise_always(dw)) return own();
-    if (pointwise_gemm_wanted(dx, w, dy, p)) return pointwise_backward_data(dy, w, dx);
-    const bool wino = winograd_wanted(dx, w, dy, p);
-    auto e = cached<ConvBwdData>(conv_key(wino ? "conv_bwd_data_wino" : "conv_bwd_data", dy, w, dx, Tensor(), p), [&] {
-      ConvBwdData r;
-      const ConvGeometry g = geometry(p);
-      const auto wa = weights_any(w.shape(), p.groups, w.dtype());
-      r.pd = with_algorithm(wino, false, [&](dnnl::algorithm alg, bool blocked) {
-        const auto dxa = activation_md(dx, blocked), dya = activation_md(dy, blocked);
-        const auto hint = forward_pd(dxa, wa, nullptr, dya, p, alg);
-        return dnnl::convolution_backward_data::primitive_desc(
-            dnnl::convolution_backward_data::desc(alg, dxa, wa, dya, g.strides, g.dilates, g.pad_l, g.pad_r), engine(),
-            hint);
-      });
-      r.prim = dnnl::convolution_backward_data(r.pd);
-      r.dy = reordered(md_of(dy), r.pd.diff_dst_desc(), false);
-      r.w = reordered(weights_md(w, p.groups), r.pd.weights_desc(), false);
-      r.dx = reordered(md_of(dx), r.pd.diff_src_desc(), true);
-      return r;
-    });
-    if (own_depthwise_instead_of(dw, e->pd)) return own();
-    note(e->pd);
-    dnnl::memory dxm = output_mem(e->dx, dx, 2);
-    e->prim.execute(stream(), {{DNNL_ARG_DIFF_DST, input_mem(e->dy, dy, 1)},
-                               {DNNL_ARG_WEIGHTS, input_mem(e->w, w, 0)},
-                               {DNNL_ARG_DIFF_SRC, dxm}});
-    finish_output(e->dx, dxm, dx);
+    if (own_depthwise_always(depthwise_applicable(dx, w, dy, p))) return own_depthwise_backward_data(dy, w, dx, p);
+    const ConvAlgo a = choose(ConvPass::backward_data, conv_key("tune", dy, w, dx, Tensor(), p), dx, w, dy, p, false,
+                              [&](ConvAlgo c) { run_backward_data(c, dy, w, dx, p); });
+    run_backward_data(a, dy, w, dx, p);
   });
 }
 
@@ -349,43 +504,11 @@ void CpuBackend::conv2d_backward_weight(const Tensor& x, const Tensor& dy, const
     return;
   }
   guarded("conv2d_backward_weight", {&x, &dy, &dw}, [&] {
-    const bool depthwise = depthwise_applicable(x, dw, dy, p);
-    const auto own = [&] {
-      profiler::note_impl(kOwnDepthwise);
-      depthwise_backward_weight(x, dy, dw, dbias, p);
-    };
-    if (own_depthwise_always(depthwise)) return own();
-    if (!dbias.defined() && pointwise_gemm_wanted(x, dw, dy, p))
-      return pointwise_backward_weight(x, dy, dw);
-    const bool wino = winograd_wanted(x, dw, dy, p);
-    auto e = cached<ConvBwdWeights>(conv_key(wino ? "conv_bwd_w_wino" : "conv_bwd_w", x, dy, dw, dbias, p), [&] {
-      ConvBwdWeights r;
-      const ConvGeometry g = geometry(p);
-      const auto wa = weights_any(dw.shape(), p.groups, dw.dtype());
-      if (dbias.defined()) r.dbias = bias_md(dbias);
-      r.pd = with_algorithm(wino, false, [&](dnnl::algorithm alg, bool blocked) {
-        const auto xa = activation_md(x, blocked), dya = activation_md(dy, blocked);
-        const auto hint = forward_pd(xa, wa, dbias.defined() ? &r.dbias : nullptr, dya, p, alg);
-        const auto d = dbias.defined() ? dnnl::convolution_backward_weights::desc(alg, xa, wa, r.dbias, dya, g.strides,
-                                                                                  g.dilates, g.pad_l, g.pad_r)
-                                       : dnnl::convolution_backward_weights::desc(alg, xa, wa, dya, g.strides,
-                                                                                  g.dilates, g.pad_l, g.pad_r);
-        return dnnl::convolution_backward_weights::primitive_desc(d, engine(), hint);
-      });
-      r.prim = dnnl::convolution_backward_weights(r.pd);
-      r.x = reordered(md_of(x), r.pd.src_desc(), false);
-      r.dy = reordered(md_of(dy), r.pd.diff_dst_desc(), false);
-      r.dw = reordered(weights_md(dw, p.groups), r.pd.diff_weights_desc(), true);
-      return r;
-    });
-    if (own_depthwise_instead_of(depthwise, e->pd)) return own();
-    note(e->pd);
-    dnnl::memory dwm = output_mem(e->dw, dw, 0);
-    std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_SRC, input_mem(e->x, x, 1)}, {DNNL_ARG_DIFF_DST, input_mem(e->dy, dy, 2)}, {DNNL_ARG_DIFF_WEIGHTS, dwm}};
-    if (dbias.defined()) args.emplace(DNNL_ARG_DIFF_BIAS, mem(e->dbias, dbias));
-    e->prim.execute(stream(), args);
-    finish_output(e->dw, dwm, dw);
+    if (own_depthwise_always(depthwise_applicable(x, dw, dy, p)))
+      return own_depthwise_backward_weight(x, dy, dw, dbias, p);
+    const ConvAlgo a = choose(ConvPass::backward_weight, conv_key("tune", x, dy, dw, dbias, p), x, dw, dy, p,
+                              dbias.defined(), [&](ConvAlgo c) { run_backward_weight(c, x, dy, dw, dbias, p); });
+    run_backward_weight(a, x, dy, dw, dbias, p);
   });
 }
 

@@ -22,7 +22,9 @@ namespace duet::cpu {
 void set_winograd_policy(KernelPolicy p);
 KernelPolicy winograd_policy();
 
-// Whether the policy asks for Winograd on this f32 convolution of x into y.
+// Whether oneDNN's Winograd can compute this convolution (f32, dense 3x3, stride and dilation 1),
+// and whether the policy asks for it.
+bool winograd_applicable(const Tensor& x, const Tensor& w, const Conv2dParams& p);
 bool winograd_wanted(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p);
 
 // A pointwise convolution (1x1 kernel, stride 1, no padding, one group) of channels-last maps is
@@ -43,7 +45,28 @@ bool winograd_wanted(const Tensor& x, const Tensor& w, const Tensor& y, const Co
 void set_pointwise_gemm_policy(KernelPolicy p);
 KernelPolicy pointwise_gemm_policy();
 
-// Whether the policy runs the convolution of x by w into y (any of its passes) as matrix products.
+// Whether the convolution of x by w into y (any of its passes) can run as matrix products, and
+// whether the policy runs it so.
+bool pointwise_gemm_applicable(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p);
 bool pointwise_gemm_wanted(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p);
+
+// The ways one pass of a convolution can run: oneDNN's direct kernels on the tensors' own layout,
+// the same on oneDNN's blocked layout (reorders around it), Winograd, or a matrix product.
+enum class ConvAlgo : uint8_t { direct, direct_blocked, winograd, matmul };
+enum class ConvPass : uint8_t { forward, backward_data, backward_weight };
+
+// Autotuning, off by default (DUET_CONV_AUTOTUNE=1 in the environment turns it on at start-up).
+// The rules above were measured on two or three CPUs; with autotuning, the first time a pass of a
+// convolution meets a shape (with its layouts, dtype and thread count), every algorithm that can
+// run it is timed on the call's own tensors, one warm-up and the median of three runs each, and
+// the fastest is used for that shape from then on, like torch.backends.cudnn.benchmark. The first
+// step pays for the timing, and two runs of a program may pick differently where two algorithms
+// are close, so their results may differ by rounding (Winograd's error is about twice direct's).
+// An algorithm a policy sets to never is not a candidate.
+void set_conv_autotune(bool on);
+bool conv_autotune();
+// How many timed executions autotuning has run since start (warm-ups included): the second step
+// of a training loop must add none.
+int64_t conv_autotune_runs();
 
 }  // namespace duet::cpu

@@ -3,6 +3,9 @@
 // training step that repeats the previous step's shapes creates no primitive at all.
 #include <cstdlib>
 #include "backends/cpu/common.h"
+#include "backends/cpu/conv_algorithm.h"
+#include "backends/cpu/depthwise.h"
+#include "backends/cpu/small_gemm.h"
 #include "backends/cpu/threads.h"
 #include "backends/cpu/cpu_backend.h"
 
@@ -16,6 +19,13 @@ BackendImpl& cpu_backend() {
 void cpu_describe_machine(nlohmann::json& m) {
   const dnnl_version_t* v = dnnl_version();
   m["onednn"] = fmt::format("{}.{}.{}", v->major, v->minor, v->patch);
+  // The kernel choices in force (environment or API), so that two reports say whether they ran
+  // the same algorithms.
+  m["cpu_kernels"] = {{"winograd", cpu::policy_name(cpu::winograd_policy())},
+                      {"pointwise_gemm", cpu::policy_name(cpu::pointwise_gemm_policy())},
+                      {"depthwise", cpu::policy_name(cpu::depthwise_policy())},
+                      {"small_gemm", cpu::policy_name(cpu::small_gemm_policy())},
+                      {"conv_autotune", cpu::conv_autotune()}};
 }
 
 namespace cpu {

@@ -13,4 +13,12 @@ KernelPolicy policy_from_env(const char* variable) {
   return KernelPolicy::automatic;
 }
 
+const char* policy_name(KernelPolicy p) {
+  switch (p) {
+    case KernelPolicy::always: return "always";
+    case KernelPolicy::never: return "never";
+    default: return "automatic";
+  }
+}
+
 }  // namespace duet::cpu

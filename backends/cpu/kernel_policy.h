@@ -11,5 +11,6 @@ enum class KernelPolicy { automatic, always, never };
 // The policy an environment variable sets at start-up: "0" or "never", "always", or (unset or
 // anything else) automatic.
 KernelPolicy policy_from_env(const char* variable);
+const char* policy_name(KernelPolicy p);  // "automatic", "always", "never"
 
 }  // namespace duet::cpu
