@@ -10,7 +10,8 @@ allocator caches included) and, for duet, its allocator's peak of live tensor by
 
 duet's cpu backend runs dense 3x3 stride-1 convolutions with Winograd (docs/cpu_backend.md), which
 PyTorch's CPU path does not use; --also-direct adds a column timing duet with DUET_WINOGRAD=0, the
-same direct-convolution algorithms PyTorch runs.
+same direct-convolution algorithms PyTorch runs; --also-autotune one with DUET_CONV_AUTOTUNE=1 (each
+convolution's algorithm timed on this machine in the first step, docs/cpu_backend.md).
 
 PyTorch runs at its best: torch.set_num_threads(threads), and for conv nets both NCHW and
 channels-last inputs and weights are timed and the faster is kept (the table says which).
@@ -200,6 +201,8 @@ def main():
     ap.add_argument("--json", help="write the table as JSON here")
     ap.add_argument("--also-direct", action="store_true",
                     help="also time duet with DUET_WINOGRAD=0 (direct convolution only), as a third column")
+    ap.add_argument("--also-autotune", action="store_true",
+                    help="also time duet with DUET_CONV_AUTOTUNE=1 (convolution algorithms measured per shape)")
     ap.add_argument("--compile", action="store_true", help="also time PyTorch under torch.compile (inductor)")
     ap.add_argument("--compile-timeout", type=float, default=900,
                     help="seconds a torch.compile run may take, compilation included (default 900)")
@@ -223,12 +226,14 @@ def main():
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
     for model in a.models.split(","):
         image_size, classes = MODELS[model]
-        d_runs, t_runs, direct_runs, compile_runs, d_bf16_runs, t_bf16_runs = [], [], [], [], [], []
+        d_runs, t_runs, direct_runs, tuned_runs, compile_runs, d_bf16_runs, t_bf16_runs = [], [], [], [], [], [], []
         layouts = [False] if model.startswith("vit") else [False, True]
         for _ in range(a.rounds):
             d_runs.append(duet_side(a, model, image_size, classes))
             if a.also_direct:
                 direct_runs.append(duet_side(a, model, image_size, classes, dict(os.environ, DUET_WINOGRAD="0")))
+            if a.also_autotune:
+                tuned_runs.append(duet_side(a, model, image_size, classes, dict(os.environ, DUET_CONV_AUTOTUNE="1")))
             t_runs.append(min((torch_side(a, model, image_size, classes, cl) for cl in layouts),
                               key=lambda r: r["median_step_s"]))
             if a.compile:
@@ -258,6 +263,10 @@ def main():
             direct_step = statistics.median(r["median_step_s"] for r in direct_runs)
             row["duet_direct_step_ms"] = direct_step * 1e3
             row["speedup_direct"] = t_step / direct_step
+        if tuned_runs:
+            tuned_step = statistics.median(r["median_step_s"] for r in tuned_runs)
+            row["duet_autotune_step_ms"] = tuned_step * 1e3
+            row["speedup_autotune"] = t_step / tuned_step
         if compile_runs:
             c_step = statistics.median(r["median_step_s"] for r in compile_runs)
             row["torch_compile_step_ms"] = c_step * 1e3
@@ -275,6 +284,8 @@ def main():
               f"torch {row['torch_peak_rss_mib']:.0f} MiB  (duet tensors {row['duet_allocator_peak_mib']:.0f} MiB){warn}"
               + (f"  | direct conv only: {row['duet_direct_step_ms']:.1f} ms, {row['speedup_direct']:.2f}x"
                  if direct_runs else "")
+              + (f"  | autotuned: {row['duet_autotune_step_ms']:.1f} ms, {row['speedup_autotune']:.2f}x"
+                 if tuned_runs else "")
               + (f"  | torch.compile {row['torch_compile_step_ms']:.1f} ms, duet {row['speedup_compile']:.2f}x"
                  if compile_runs else "")
               + (f"  | bf16: duet {row['duet_bf16_step_ms']:.1f} ms, torch autocast {row['torch_bf16_step_ms']:.1f} ms, "
@@ -287,8 +298,11 @@ def main():
         return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
 
     geo_direct, geo_compile, geo_bf16 = geomean("speedup_direct"), geomean("speedup_compile"), geomean("speedup_bf16")
+    geo_tuned = geomean("speedup_autotune")
     if geo_direct:
         print(f"with direct convolution only (DUET_WINOGRAD=0): {geo_direct:.2f}x")
+    if geo_tuned:
+        print(f"with autotuned convolutions (DUET_CONV_AUTOTUNE=1): {geo_tuned:.2f}x")
     if geo_compile:
         print(f"against torch.compile: {geo_compile:.2f}x over {sum('speedup_compile' in r for r in rows)} models")
     if geo_bf16:
@@ -297,6 +311,7 @@ def main():
         os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
         with open(a.json, "w") as f:
             json.dump({"rows": rows, "geomean_speedup": geo, "geomean_speedup_direct": geo_direct,
+                       "geomean_speedup_autotune": geo_tuned,
                        "geomean_speedup_compile": geo_compile, "geomean_speedup_bf16": geo_bf16, "machine": m,
                        "date": time.strftime("%Y-%m-%d"), "batch": a.batch, "threads": a.threads,
                        "steps": a.steps, "warmup": a.warmup, "rounds": a.rounds}, f, indent=1)
