@@ -1,5 +1,5 @@
 // One matrix product on oneDNN's matmul primitive, for ops of the cpu backend that reduce to a
-// GEMM (pointwise convolutions on small maps, conv.cpp). Each operand is a 2-D view of a tensor's
+// GEMM (linear layers, matmul.cpp; pointwise convolutions on small maps, conv.cpp). Each operand is a 2-D view of a tensor's
 // memory: element (i, j) at data[i * row + j * col], so a transposed operand is the same memory
 // with its two strides swapped and needs no copy.
 #pragma once
@@ -15,8 +15,8 @@ struct MatrixOperand {
 
 // c = a @ b, plus bias[j] on every row when bias is defined (a vector of c.cols elements, any
 // stride), then max(0, .) when relu. The primitive is cached per shape, strides and dtypes; bf16
-// operands accumulate in f32 and c may be bf16 or f32. `op` names the caller in error messages; the profiler
-// reports the implementation as "matmul/<oneDNN's kernel>".
+// operands accumulate in f32 and c may be bf16 or f32. `op` names the caller in error messages;
+// the profiler reports the implementation as "matmul/<oneDNN's kernel>".
 void gemm(const char* op, const MatrixOperand& a, const MatrixOperand& b, const MatrixOperand& c, const Tensor& bias,
           bool relu);
 

@@ -2,9 +2,10 @@
 // duet's own kernel for batches of small f32 matrices (small_gemm.h: attention). A
 // transposed operand is the stored block described with swapped strides, so q @ k^T and the
 // weight-gradient products need no copy; a batch-1 operand broadcasts through oneDNN's own batch
-// broadcasting. linear is a 2-D matmul whose weights are the [out, in] matrix read transposed,
-// with the bias fused into the primitive. bf16 (autocast) runs the same primitive with bf16 memory
-// and f32 accumulation; f16 goes to the reference backend (lowp_on_reference in common.h).
+// broadcasting. linear is a 2-D matmul (gemm.h) whose weights are the [out, in] matrix read
+// transposed, with the bias fused into the primitive. bf16 (autocast) runs the same primitive
+// with bf16 memory and f32 accumulation; f16 goes to the reference backend (lowp_on_reference in
+// common.h).
 #include "backends/cpu/common.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/small_gemm.h"
@@ -117,32 +118,10 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bias, co
   if (y.numel() == 0) return;
   const int64_t N = x.size(0), I = x.size(1), O = w.size(0);
   if (I == 0) return reference_fallback("no product with 0 input features, y = bias").linear(x, w, bias, y);
-  guarded("linear", {&x, &w, &bias}, [&] {
-    DUET_CHECK(x.is_contiguous() && w.is_contiguous() && y.is_contiguous(),
-               "linear on backend 'cpu': x, weight and y must be contiguous");
-    Key key("linear");
-    key.add(N).add(I).add(O).add(bias.defined() ? bias.stride(0) : int64_t(-1)).add(static_cast<int64_t>(x.dtype()));
-    const dt t = dt_of(x.dtype());
-    auto e = cached<MatmulEntry>(key, [&] {
-      MatmulEntry r;
-      r.a = dnnl::memory::desc({N, I}, t, dims{I, 1});
-      r.b = dnnl::memory::desc({I, O}, t, dims{1, I});  // w [O, I] row-major, read as [I, O]
-      r.c = dnnl::memory::desc({N, O}, t, dims{O, 1});
-      if (bias.defined()) {
-        r.bias = dnnl::memory::desc({1, O}, t, dims{O * bias.stride(0), bias.stride(0)});
-        r.pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(r.a, r.b, r.bias, r.c), engine());
-      } else {
-        r.pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(r.a, r.b, r.c), engine());
-      }
-      r.prim = dnnl::matmul(r.pd);
-      return r;
-    });
-    note(e->pd);
-    std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_SRC, mem(e->a, x)}, {DNNL_ARG_WEIGHTS, mem(e->b, w)}, {DNNL_ARG_DST, mem(e->c, y)}};
-    if (bias.defined()) args.emplace(DNNL_ARG_BIAS, mem(e->bias, bias));
-    e->prim.execute(stream(), args);
-  });
+  DUET_CHECK(x.is_contiguous() && w.is_contiguous() && y.is_contiguous(),
+             "linear on backend 'cpu': x, weight and y must be contiguous");
+  // w [O, I] row-major, read as [I, O]
+  gemm("linear", {x, N, I, I, 1}, {w, I, O, 1, I}, {y, N, O, O, 1}, bias, false);
 }
 
 }  // namespace duet
