@@ -4,9 +4,10 @@
 // oneDNN's plain-NCHW path is im2col+GEMM. Weights always go through a reorder to the primitive's
 // blocked layout in a per-thread scratch buffer (and the weight gradient back). oneDNN's dilation
 // is PyTorch's - 1. Depthwise shapes oneDNN has no depthwise kernel for run on duet's own
-// (depthwise.h); pointwise ones on small maps run as matrix products (conv_algorithm.h). See docs/cpu_backend.md for the measured layout trade-off. bf16 (autocast) runs
-// the same primitives with bf16 memory and f32 accumulation; f16 goes to the reference backend
-// (lowp_on_reference in common.h says why).
+// (depthwise.h); pointwise ones on small maps run as matrix products, and conv_algorithm.h says
+// which algorithm each pass gets (fixed rules, or autotuned). See docs/cpu_backend.md for the
+// measured layout trade-off. bf16 (autocast) runs the same primitives with bf16 memory and f32
+// accumulation; f16 goes to the reference backend (lowp_on_reference in common.h says why).
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -269,7 +270,8 @@ void pointwise_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& 
   gemm("conv2d_backward_weight", transposed(pixel_rows(dy)), pixel_rows(x), weight_matrix(dw, false), Tensor(), false);
 }
 
-void own_depthwise_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv2dParams& p) {
+void own_depthwise_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
+                           const Conv2dParams& p) {
   profiler::note_impl(kOwnDepthwise);
   depthwise_forward(x, w, bias, y, p);
   if (p.relu) cpu_backend().activation(Activation::relu, 0.0, y, y);
@@ -312,7 +314,8 @@ void run_forward(ConvAlgo a, const Tensor& x, const Tensor& w, const Tensor& bia
     r.y = reordered(md_of(y), r.pd.dst_desc(), true);
     return r;
   });
-  if (own_depthwise_instead_of(depthwise_applicable(x, w, y, p), e->pd)) return own_depthwise_forward(x, w, bias, y, p);
+  if (own_depthwise_instead_of(depthwise_applicable(x, w, y, p), e->pd))
+    return own_depthwise_forward(x, w, bias, y, p);
   note(e->pd);
   dnnl::memory ym = output_mem(e->y, y, 2);
   std::unordered_map<int, dnnl::memory> args{
@@ -344,7 +347,8 @@ void run_backward_data(ConvAlgo a, const Tensor& dy, const Tensor& w, const Tens
     r.dx = reordered(md_of(dx), r.pd.diff_src_desc(), true);
     return r;
   });
-  if (own_depthwise_instead_of(depthwise_applicable(dx, w, dy, p), e->pd)) return own_depthwise_backward_data(dy, w, dx, p);
+  if (own_depthwise_instead_of(depthwise_applicable(dx, w, dy, p), e->pd))
+    return own_depthwise_backward_data(dy, w, dx, p);
   note(e->pd);
   dnnl::memory dxm = output_mem(e->dx, dx, 2);
   e->prim.execute(stream(), {{DNNL_ARG_DIFF_DST, input_mem(e->dy, dy, 1)},
@@ -407,7 +411,8 @@ ConvAlgo rule_of(ConvPass pass, const Tensor& x, const Tensor& w, const Tensor& 
 std::vector<ConvAlgo> candidates(ConvPass pass, const Tensor& x, const Tensor& w, const Tensor& y,
                                  const Conv2dParams& p, bool bias_gradient) {
   std::vector<ConvAlgo> c{ConvAlgo::direct};
-  if (pass == ConvPass::forward && p.groups == 1 && (w.size(2) > 1 || w.size(3) > 1)) c.push_back(ConvAlgo::direct_blocked);
+  if (pass == ConvPass::forward && p.groups == 1 && (w.size(2) > 1 || w.size(3) > 1))
+    c.push_back(ConvAlgo::direct_blocked);
   if (winograd_policy() != KernelPolicy::never && winograd_applicable(x, w, p)) c.push_back(ConvAlgo::winograd);
   if (pointwise_gemm_policy() != KernelPolicy::never && pointwise_gemm_applicable(x, w, y, p) &&
       !(pass == ConvPass::backward_weight && bias_gradient))
@@ -422,13 +427,15 @@ std::atomic<int64_t> g_tuning_runs{0};
 // The algorithm for this pass: the rule's, or with autotuning on, the fastest candidate on this
 // machine for this shape, timed once on the call's own tensors (run(algo) executes the pass) and
 // remembered. A candidate that fails to build is skipped.
-template <class Run>
-ConvAlgo choose(ConvPass pass, Key key, const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p,
-                bool bias_gradient, Run run) {
+// make_key() builds the shape's key, only when autotuning needs it.
+template <class MakeKey, class Run>
+ConvAlgo choose(ConvPass pass, MakeKey make_key, const Tensor& x, const Tensor& w, const Tensor& y,
+                const Conv2dParams& p, bool bias_gradient, Run run) {
   const ConvAlgo rule = rule_of(pass, x, w, y, p, bias_gradient);
   if (!conv_autotune()) return rule;
   const std::vector<ConvAlgo> cands = candidates(pass, x, w, y, p, bias_gradient);
   if (cands.size() < 2) return rule;
+  Key key = make_key();
   key.add(static_cast<int64_t>(pass)).add(int64_t(bias_gradient)).add(int64_t(p.relu));
   {
     std::lock_guard<std::mutex> lock(g_tuned_mutex);
@@ -475,8 +482,9 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, co
   if (y.numel() == 0) return;
   guarded("conv2d", {&x, &w, &bias}, [&] {
     if (own_depthwise_always(depthwise_applicable(x, w, y, p))) return own_depthwise_forward(x, w, bias, y, p);
-    const ConvAlgo a = choose(ConvPass::forward, conv_key("tune", x, w, bias, y, p), x, w, y, p, false,
-                              [&](ConvAlgo c) { run_forward(c, x, w, bias, y, p); });
+    const auto key = [&] { return conv_key("tune", x, w, bias, y, p); };
+    const ConvAlgo a =
+        choose(ConvPass::forward, key, x, w, y, p, false, [&](ConvAlgo c) { run_forward(c, x, w, bias, y, p); });
     run_forward(a, x, w, bias, y, p);
   });
 }
@@ -487,7 +495,8 @@ void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const T
   if (dy.numel() == 0) return fill(dx, 0.0);
   guarded("conv2d_backward_data", {&dy, &w, &dx}, [&] {
     if (own_depthwise_always(depthwise_applicable(dx, w, dy, p))) return own_depthwise_backward_data(dy, w, dx, p);
-    const ConvAlgo a = choose(ConvPass::backward_data, conv_key("tune", dy, w, dx, Tensor(), p), dx, w, dy, p, false,
+    const auto key = [&] { return conv_key("tune", dy, w, dx, Tensor(), p); };
+    const ConvAlgo a = choose(ConvPass::backward_data, key, dx, w, dy, p, false,
                               [&](ConvAlgo c) { run_backward_data(c, dy, w, dx, p); });
     run_backward_data(a, dy, w, dx, p);
   });
@@ -506,8 +515,9 @@ void CpuBackend::conv2d_backward_weight(const Tensor& x, const Tensor& dy, const
   guarded("conv2d_backward_weight", {&x, &dy, &dw}, [&] {
     if (own_depthwise_always(depthwise_applicable(x, dw, dy, p)))
       return own_depthwise_backward_weight(x, dy, dw, dbias, p);
-    const ConvAlgo a = choose(ConvPass::backward_weight, conv_key("tune", x, dy, dw, dbias, p), x, dw, dy, p,
-                              dbias.defined(), [&](ConvAlgo c) { run_backward_weight(c, x, dy, dw, dbias, p); });
+    const auto key = [&] { return conv_key("tune", x, dy, dw, dbias, p); };
+    const ConvAlgo a = choose(ConvPass::backward_weight, key, x, dw, dy, p, dbias.defined(),
+                              [&](ConvAlgo c) { run_backward_weight(c, x, dy, dw, dbias, p); });
     run_backward_weight(a, x, dy, dw, dbias, p);
   });
 }

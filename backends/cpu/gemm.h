@@ -1,7 +1,7 @@
 // One matrix product on oneDNN's matmul primitive, for ops of the cpu backend that reduce to a
-// GEMM (linear layers, matmul.cpp; pointwise convolutions on small maps, conv.cpp). Each operand is a 2-D view of a tensor's
-// memory: element (i, j) at data[i * row + j * col], so a transposed operand is the same memory
-// with its two strides swapped and needs no copy.
+// GEMM (linear layers, matmul.cpp; pointwise convolutions on small maps, conv.cpp). Each operand
+// is a 2-D view of a tensor's memory: element (i, j) at data[i * row + j * col], so a transposed
+// operand is the same memory with its two strides swapped and needs no copy.
 #pragma once
 #include <cstdint>
 #include "engine/tensor.h"

@@ -60,7 +60,8 @@ void gemm(const char* op, const MatrixOperand& a, const MatrixOperand& b, const 
       r.a = matrix_md(a);
       r.b = matrix_md(b);
       r.c = matrix_md(c);
-      if (bias.defined()) r.bias = dnnl::memory::desc({1, c.cols}, dt_of(bias.dtype()), dims{c.cols * bias.stride(0), bias.stride(0)});
+      if (bias.defined())
+        r.bias = dnnl::memory::desc({1, c.cols}, dt_of(bias.dtype()), dims{c.cols * bias.stride(0), bias.stride(0)});
       const auto d = bias.defined() ? dnnl::matmul::desc(r.a, r.b, r.bias, r.c) : dnnl::matmul::desc(r.a, r.b, r.c);
       dnnl::primitive_attr attr;
       if (relu) {
