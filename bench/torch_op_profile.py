@@ -24,13 +24,12 @@ models with thousands of small ops per step.
 """
 import argparse
 import collections
-import contextlib
 import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_throughput import MODELS, torch_model  # noqa: E402
+from train_throughput import MODELS, time_torch_steps, torch_model  # noqa: E402
 
 FAMILIES = ("conv", "matmul", "norm", "cast", "other")
 
@@ -62,7 +61,6 @@ def duet_family(name):
 
 def torch_profile(a):
     import torch
-    import torch.nn.functional as F
     from torch.profiler import ProfilerActivity, profile
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -73,21 +71,10 @@ def torch_profile(a):
     model = model.to(memory_format=fmt).train()
     x = torch.randn(a.batch, 3, size, size).contiguous(memory_format=fmt)
     y = torch.arange(a.batch) % classes
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
-
-    def step():
-        with torch.autocast("cpu", dtype=torch.bfloat16) if a.amp == "bf16" else contextlib.nullcontext():
-            loss = F.cross_entropy(model(x), y)
-        loss.item()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-
-    for _ in range(a.warmup):
-        step()
+    autocast = torch.bfloat16 if a.amp == "bf16" else None
+    time_torch_steps(model, x, y, a.warmup, 0, "cpu", autocast)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        for _ in range(a.steps):
-            step()
+        time_torch_steps(model, x, y, 0, a.steps, "cpu", autocast)
     per_op = collections.Counter()
     for e in prof.key_averages():
         per_op[e.key] += e.self_cpu_time_total / 1e3 / a.steps  # ms per step

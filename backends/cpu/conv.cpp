@@ -396,11 +396,16 @@ void run_backward_weight(ConvAlgo a, const Tensor& x, const Tensor& dy, const Te
 
 // ---- which algorithm ------------------------------------------------------------------------------
 
+// A weight gradient that also sums the bias gradient keeps the convolution kernel, which fuses it.
+bool pointwise_allowed(ConvPass pass, bool bias_gradient) {
+  return !(pass == ConvPass::backward_weight && bias_gradient);
+}
+
 // The fixed rules (conv_algorithm.h): matmul for small pointwise maps, Winograd for dense 3x3
 // layers, the blocked layout for forwards onto small maps, else direct on the tensors' layout.
 ConvAlgo rule_of(ConvPass pass, const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p,
                  bool bias_gradient) {
-  if (!(pass == ConvPass::backward_weight && bias_gradient) && pointwise_gemm_wanted(x, w, y, p))
+  if (pointwise_allowed(pass, bias_gradient) && pointwise_gemm_wanted(x, w, y, p))
     return ConvAlgo::matmul;
   if (winograd_wanted(x, w, y, p)) return ConvAlgo::winograd;
   if (pass == ConvPass::forward && blocked_forward(w, y, p)) return ConvAlgo::direct_blocked;
@@ -415,7 +420,7 @@ std::vector<ConvAlgo> candidates(ConvPass pass, const Tensor& x, const Tensor& w
     c.push_back(ConvAlgo::direct_blocked);
   if (winograd_policy() != KernelPolicy::never && winograd_applicable(x, w, p)) c.push_back(ConvAlgo::winograd);
   if (pointwise_gemm_policy() != KernelPolicy::never && pointwise_gemm_applicable(x, w, y, p) &&
-      !(pass == ConvPass::backward_weight && bias_gradient))
+      pointwise_allowed(pass, bias_gradient))
     c.push_back(ConvAlgo::matmul);
   return c;
 }
