@@ -42,9 +42,9 @@ OpCost conv2d(const Shape& x, const Shape& w, const Shape& y, size_t elem, bool 
   return c;
 }
 
-OpCost batch_norm(const Shape& x, size_t elem, bool training) {
+OpCost batch_norm(const Shape& x, size_t elem, bool training, bool residual) {
   const double n = static_cast<double>(numel_of(x));
-  return {training ? 8.0 * n : 2.0 * n, 2.0 * n * static_cast<double>(elem)};
+  return {(training ? 8.0 * n : 2.0 * n) + (residual ? n : 0.0), (residual ? 3.0 : 2.0) * n * static_cast<double>(elem)};
 }
 OpCost batch_norm_backward(const Shape& x, size_t elem) {
   const double n = static_cast<double>(numel_of(x));

@@ -22,7 +22,7 @@ OpCost matmul(int64_t batch, int64_t m, int64_t n, int64_t k, size_t elem, bool 
 // (+ N*O*OH*OW for a bias). The backward ops have the same FLOPs (dbias adds N*O*OH*OW).
 OpCost conv2d(const Shape& x, const Shape& w, const Shape& y, size_t elem, bool bias);
 // Batch norm forward (training): ~ 8 FLOPs per element (two passes of statistics + affine).
-OpCost batch_norm(const Shape& x, size_t elem, bool training);
+OpCost batch_norm(const Shape& x, size_t elem, bool training, bool residual = false);
 OpCost batch_norm_backward(const Shape& x, size_t elem);
 OpCost layer_norm(const Shape& x, size_t elem);
 OpCost layer_norm_backward(const Shape& x, size_t elem);

@@ -1,5 +1,7 @@
 // MobileNet v1 and v2 (torchvision/models/mobilenetv2.py for v2 and for the shared init).
 #include "models/mobilenet.h"
+#include <optional>
+#include "engine/profiler.h"
 #include "models/blocks.h"
 
 namespace duet::models {
@@ -76,8 +78,15 @@ InvertedResidual::InvertedResidual(int64_t in, int64_t out, int64_t stride, int6
 }
 
 Tensor InvertedResidual::forward(const Tensor& x) {
-  const Tensor y = (*conv)(x);
-  return use_res_connect ? add(x, y) : y;
+  if (!use_res_connect) return (*conv)(x);
+  // The branch's last module, its batch norm, adds x in its own pass (bn(y) + x, fused). The
+  // branch's modules run one by one here, inside its profiler scope as (*conv)(x) would open.
+  std::optional<profiler::ScopeGuard> scope;
+  if (profiler::enabled()) scope.emplace(conv->name());
+  Tensor y = x;
+  const size_t n = conv->size();
+  for (size_t i = 0; i + 1 < n; ++i) y = (*conv)[i](y);
+  return static_cast<nn::BatchNorm2d&>((*conv)[n - 1]).forward_add(y, x, /*relu=*/false);
 }
 
 MobileNetV2::MobileNetV2(const MobileNetV2Config& cfg_in) : config(cfg_in) {

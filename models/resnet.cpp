@@ -30,9 +30,9 @@ BasicBlock::BasicBlock(int64_t inplanes, int64_t planes, int64_t stride, std::sh
 
 Tensor BasicBlock::forward(const Tensor& x) {
   Tensor out = bn1->forward_relu((*conv1)(x));  // bn1 then relu, fused
-  out = (*bn2)((*conv2)(out));
+  out = (*conv2)(out);
   const Tensor identity = downsample ? (*downsample)(x) : x;
-  return (*relu)(add(out, identity));
+  return bn2->forward_add(out, identity, /*relu=*/true);  // relu(bn2(out) + identity), fused
 }
 
 Bottleneck::Bottleneck(int64_t inplanes, int64_t planes, int64_t stride, std::shared_ptr<nn::Module> ds,
@@ -53,9 +53,9 @@ Bottleneck::Bottleneck(int64_t inplanes, int64_t planes, int64_t stride, std::sh
 Tensor Bottleneck::forward(const Tensor& x) {
   Tensor out = bn1->forward_relu((*conv1)(x));  // bn then relu, fused
   out = bn2->forward_relu((*conv2)(out));
-  out = (*bn3)((*conv3)(out));
+  out = (*conv3)(out);
   const Tensor identity = downsample ? (*downsample)(x) : x;
-  return (*relu)(add(out, identity));
+  return bn3->forward_add(out, identity, /*relu=*/true);  // relu(bn3(out) + identity), fused
 }
 
 // ---- the network ---------------------------------------------------------------------------------

@@ -335,6 +335,35 @@ std::vector<Case> norm_cases() {
                    }});
     }
   }
+  // batch norm + residual add (+ ReLU) fused, the end of a ResNet block (relu) or of MobileNetV2's
+  // inverted residual (no relu), train and eval. The residual's layout may differ from x's (the
+  // front-end brings it into x's); the permuted 1x1 maps take the oneDNN path on the cpu backend,
+  // where the add and the ReLU follow the primitive.
+  for (bool training : {true, false}) {
+    for (int layout = 0; layout < 5; ++layout) {
+      for (bool relu : {true, false}) {
+        if (!relu && layout != 1) continue;
+        BatchNormParams p;
+        p.training = training;
+        p.relu = relu;
+        const Shape xs = layout == 2 ? Shape{12, 5} : layout == 3 ? Shape{6, 1, 1, 5} : Shape{3, 5, 4, 7};
+        In x{xs, layout == 1 || layout == 4 ? Layout::channels_last : Layout::plain, true, -2, 3};
+        In r{xs, layout == 1 ? Layout::channels_last : Layout::plain, true, -1, 1};
+        const In rm = prm({5}, false, -0.5, 0.5), rv = prm({5}, false, 0.5, 1.5);
+        const char* layouts[] = {"_nchw", "_nhwc", "_2d", "_nhwc_1x1", "_nhwc_nchw_residual"};
+        const std::string n = std::string(relu ? "batch_norm_add_relu_" : "batch_norm_add_") +
+                              (training ? "train" : "eval") + layouts[layout];
+        const bool nhwc_1x1 = layout == 3;
+        v.push_back({n, {x, prm({5}), prm({5}), rm, rv, r}, [p, nhwc_1x1](const std::vector<Tensor>& t) {
+                       Tensor rmean = t[3].clone(), rvar = t[4].clone();
+                       const Tensor x = nhwc_1x1 ? t[0].permute({0, 3, 1, 2}) : t[0];
+                       const Tensor res = nhwc_1x1 ? t[5].permute({0, 3, 1, 2}) : t[5];
+                       Tensor y = batch_norm(x, t[1], t[2], rmean, rvar, p, res);
+                       return std::vector<Tensor>{y, rmean, rvar};
+                     }});
+      }
+    }
+  }
   auto ln = one([](const std::vector<Tensor>& t) {
     return layer_norm(t[0], t.size() > 1 ? t[1] : Tensor(), t.size() > 2 ? t[2] : Tensor(), 1e-5);
   });

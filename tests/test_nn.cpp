@@ -303,6 +303,69 @@ TEST(Module, BatchNormForwardReluIsTheFusedPair) {
   EXPECT_EQ(relus, 0);
 }
 
+TEST(Module, BatchNormForwardAddIsTheFusedTriple) {
+  // Values and gradients (input, residual, weight) equal [relu](bn(x) + r); one fused op in the
+  // module's scope and no separate add or relu, for both layouts and with and without the ReLU.
+  for (const bool act : {true, false}) {
+    for (const MemoryFormat f : {MemoryFormat::channels_last, MemoryFormat::contiguous}) {
+      SCOPED_TRACE(std::string(act ? "relu " : "no relu ") + (f == MemoryFormat::contiguous ? "nchw" : "nhwc"));
+      struct Net : nn::Module {
+        std::shared_ptr<nn::BatchNorm2d> bn = register_module("bn", std::make_shared<nn::BatchNorm2d>(4));
+        bool fused = true, act = true;
+        Tensor r;
+        Tensor forward(const Tensor& x) override {
+          if (fused) return bn->forward_add(x, r, act);
+          const Tensor y = add((*bn)(x), r);
+          return act ? relu(y) : y;
+        }
+      };
+      Net a, b;
+      a.act = b.act = act;
+      b.fused = false;
+      a.named_modules();
+      const Tensor x = images(3, 4, 5, 5, 7).contiguous(f);
+      const Tensor r = images(3, 4, 5, 5, 8).contiguous(f);
+      const Tensor xa = x.detach().set_requires_grad(true), xb = x.detach().set_requires_grad(true);
+      a.r = r.detach().set_requires_grad(true);
+      b.r = r.detach().set_requires_grad(true);
+      profiler::clear();
+      profiler::enable(true);
+      // A loss whose gradient differs per element (and, unlike sum(y * y), accumulates nothing).
+      const Tensor wl = images(3, 4, 5, 5, 9);
+      const Tensor ya = a(xa);
+      sum(mul(ya, wl)).backward();
+      profiler::enable(false);
+      const Tensor yb = b(xb);
+      sum(mul(yb, wl)).backward();
+      EXPECT_TRUE(all_close(ya, yb, 1e-6, 1e-6));
+      EXPECT_TRUE(all_close(xa.grad(), xb.grad(), 1e-5, 1e-5));
+      EXPECT_TRUE(all_close(a.r.grad(), b.r.grad(), 1e-6, 1e-6));
+      EXPECT_TRUE(all_close(a.bn->weight.grad(), b.bn->weight.grad(), 1e-5, 1e-5));
+      EXPECT_TRUE(all_close(a.bn->running_var, b.bn->running_var, 1e-6, 1e-6));
+      int fused = 0, others = 0;
+      for (const OpEvent& e : profiler::collect()) {
+        const std::string n = e.name;
+        if (n == (act ? "batch_norm+add+relu" : "batch_norm+add") && e.scope == "bn") ++fused;
+        if (n == "relu" || n == "add" || n == "batch_norm") ++others;
+      }
+      profiler::clear();
+      EXPECT_EQ(fused, 1);
+      EXPECT_EQ(others, 0);
+    }
+  }
+}
+
+TEST(Module, BatchNormForwardAddChecksItsResidual) {
+  nn::BatchNorm2d bn(4);
+  const Tensor x = images(2, 4, 3, 3, 1);
+  EXPECT_ERROR_HAS(bn.forward_add(x, images(2, 4, 3, 2, 2), true), "residual", "[2, 4, 3, 2]", "[2, 4, 3, 3]");
+  EXPECT_ERROR_HAS(bn.forward_add(x, Tensor(), true), "residual");
+  // A residual of another dtype promotes as add() does (bf16 branch onto an f32 stream).
+  const Tensor r = images(2, 4, 3, 3, 2);
+  const Tensor y = bn.forward_add(x.to(DType::bf16), r, true);
+  EXPECT_EQ(y.dtype(), DType::f32);
+}
+
 TEST(Module, LayerNormAndSequential) {
   nn::LayerNorm ln(6);
   EXPECT_EQ(ln.extra_repr(), "(6,), eps=1e-05, elementwise_affine=True");

@@ -5,6 +5,7 @@
 // batch norm backward hands oneDNN the variance 1/invstd^2 with epsilon 0, which reproduces the
 // forward's invstd exactly without knowing eps.
 #include <cmath>
+#include <type_traits>
 #include "backends/cpu/common.h"
 #include "engine/half.h"
 #include "engine/scalar_math.h"
@@ -189,42 +190,62 @@ void row_sums(const T* a, const float* ka, const T* b, const float* kb, int64_t 
     }
 }
 
-// y = (x - mean[c]) * scale[c] + beta[c] over every plane, then max(y, 0) when relu (NaN stays
-// NaN). The mean is subtracted first, as oneDNN does: folded into one shift, x * scale + shift
-// would cancel digits wherever the mean is large against the spread.
-void affine_planes(const float* x, float* y, int64_t N, int64_t C, int64_t HW, const float* mean, const float* scale,
-                   const float* beta, bool relu) {
-  parallel_for(N * C, N * C * HW, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      const int64_t c = i % C;
-      const float m = mean[c], a = scale[c], d = beta[c];
-      const float* xp = x + i * HW;
-      float* yp = y + i * HW;
-      if (relu) {
-        for (int64_t k = 0; k < HW; ++k) yp[k] = std::max((xp[k] - m) * a + d, 0.0f);
-      } else {
-        for (int64_t k = 0; k < HW; ++k) yp[k] = (xp[k] - m) * a + d;
+// f(res, relu) with both flags as compile-time constants (std::bool_constant), so that each of
+// the four variants of a loop below is its own branch-free, vectorisable loop.
+template <class F>
+void with_flags(bool res, bool relu, F&& f) {
+  if (res) {
+    if (relu) f(std::true_type{}, std::true_type{});
+    else f(std::true_type{}, std::false_type{});
+  } else {
+    if (relu) f(std::false_type{}, std::true_type{});
+    else f(std::false_type{}, std::false_type{});
+  }
+}
+
+// y = (x - mean[c]) * scale[c] + beta[c] over every plane, plus r (the residual) when there is
+// one, then max(y, 0) when relu (NaN stays NaN). The mean is subtracted first, as oneDNN does:
+// folded into one shift, x * scale + shift would cancel digits wherever the mean is large against
+// the spread. The residual is added in the same pass: a ResNet block's bn, add and relu then read
+// and write its output once instead of three times.
+void affine_planes(const float* x, const float* r, float* y, int64_t N, int64_t C, int64_t HW, const float* mean,
+                   const float* scale, const float* beta, bool relu) {
+  with_flags(r != nullptr, relu, [&](auto res, auto act) {
+    parallel_for(N * C, N * C * HW, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const int64_t c = i % C;
+        const float m = mean[c], a = scale[c], d = beta[c];
+        const float* xp = x + i * HW;
+        float* yp = y + i * HW;
+        for (int64_t k = 0; k < HW; ++k) {
+          float v = (xp[k] - m) * a + d;
+          if constexpr (decltype(res)::value) v += r[i * HW + k];
+          if constexpr (decltype(act)::value) v = std::max(v, 0.0f);
+          yp[k] = v;
+        }
       }
-    }
+    });
   });
 }
 
 // The same map over rows of C channels.
 template <class T>
-void affine_rows(const T* x, T* y, int64_t R, int64_t C, const float* mean, const float* scale, const float* beta,
-                 bool relu) {
-  parallel_for(R, R * C, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      const T* xr = x + r * C;
-      T* yr = y + r * C;
-      if (relu) {
+void affine_rows(const T* x, const T* r, T* y, int64_t R, int64_t C, const float* mean, const float* scale,
+                 const float* beta, bool relu) {
+  with_flags(r != nullptr, relu, [&](auto res, auto act) {
+    parallel_for(R, R * C, [&](int64_t b, int64_t e) {
+      for (int64_t row = b; row < e; ++row) {
+        const T* xr = x + row * C;
+        T* yr = y + row * C;
 #pragma omp simd
-        for (int64_t c = 0; c < C; ++c) yr[c] = narrow<T>(std::max((widen(xr[c]) - mean[c]) * scale[c] + beta[c], 0.0f));
-      } else {
-#pragma omp simd
-        for (int64_t c = 0; c < C; ++c) yr[c] = narrow<T>((widen(xr[c]) - mean[c]) * scale[c] + beta[c]);
+        for (int64_t c = 0; c < C; ++c) {
+          float v = (widen(xr[c]) - mean[c]) * scale[c] + beta[c];
+          if constexpr (decltype(res)::value) v += widen(r[row * C + c]);
+          if constexpr (decltype(act)::value) v = std::max(v, 0.0f);
+          yr[c] = narrow<T>(v);
+        }
       }
-    }
+    });
   });
 }
 
@@ -324,17 +345,17 @@ void dispatch_f32_bf16(DType t, F&& f) {
 }  // namespace
 
 void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
-                            const Tensor& running_var, const Tensor& y, const Tensor& save_mean,
-                            const Tensor& save_invstd, const BatchNormParams& p) {
+                            const Tensor& running_var, const Tensor& residual, const Tensor& y,
+                            const Tensor& save_mean, const Tensor& save_invstd, const BatchNormParams& p) {
   // bf16 runs on oneDNN's primitive (bf16 data, f32 statistics and parameters).
   if (BackendImpl* ref = lowp_fallback("batch_norm", x))
-    return ref->batch_norm(x, gamma, beta, running_mean, running_var, y, save_mean, save_invstd, p);
+    return ref->batch_norm(x, gamma, beta, running_mean, running_var, residual, y, save_mean, save_invstd, p);
   const int64_t C = x.size(1);
   const int64_t count = C > 0 ? x.numel() / C : 0;
   DUET_CHECK(p.training || (running_mean.defined() && running_var.defined()),
              "batch_norm on backend 'cpu': evaluation mode needs running_mean and running_var");
   if (x.numel() == 0) return;
-  if (const BnLoops loops = bn_loops(x, {&y}); loops != BnLoops::none) {
+  if (const BnLoops loops = bn_loops(x, {&y, &residual}); loops != BnLoops::none) {
     note_loops(loops);
     const int64_t HW = x.dim() == 4 ? x.size(2) * x.size(3) : 1, N = x.size(0), R = N * HW;
     std::vector<float> gbuf, bbuf, mean(static_cast<size_t>(C)), var(static_cast<size_t>(C)),
@@ -371,11 +392,12 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
       scale[c] = static_cast<float>(inv * g[c]);
     }
     if (loops == BnLoops::planes)
-      affine_planes(x.data<float>(), y.data<float>(), N, C, HW, mean.data(), scale.data(), b, p.relu);
+      affine_planes(x.data<float>(), residual.defined() ? residual.data<float>() : nullptr, y.data<float>(), N, C, HW,
+                    mean.data(), scale.data(), b, p.relu);
     else dispatch_f32_bf16(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      affine_rows(ptr<T>(x), ptr<T>(y), R, C, mean.data(), scale.data(), b,
-                  p.relu);
+      affine_rows(ptr<T>(x), residual.defined() ? ptr<T>(residual) : nullptr, ptr<T>(y), R, C, mean.data(),
+                  scale.data(), b, p.relu);
     });
     if (save_mean.defined()) store_vec(save_mean, mean.data());
     if (save_invstd.defined()) store_vec(save_invstd, invstd.data());
@@ -385,8 +407,11 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
   guarded("batch_norm", {&x, &gamma, &beta}, [&] {
     DUET_CHECK(same_layout(x, y), "batch_norm on backend 'cpu': x and y must share a layout");
     const float eps = static_cast<float>(p.eps);
+    // oneDNN's fused ReLU comes before anything added after the primitive: with a residual, the
+    // add and the ReLU are passes of their own (this path is for layouts the loops do not take).
+    const bool fuse_relu = p.relu && !residual.defined();
     Key key("bn_fwd");
-    key.add(x).add(double(eps)).add(int64_t(p.training)).add(int64_t(p.relu));
+    key.add(x).add(double(eps)).add(int64_t(p.training)).add(int64_t(fuse_relu));
     auto e = cached<BnFwd>(key, [&] {
       BnFwd r;
       r.x = md_of(x);
@@ -397,7 +422,7 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
       // oneDNN applies the ReLU in its normalisation pass. In training it also writes a bit mask
       // (the workspace) for its own fused backward; duet's backward masks the gradient with the
       // saved output instead (any backend can), so the mask goes to scratch memory.
-      if (p.relu) flags = flags | nf::fuse_norm_relu;
+      if (fuse_relu) flags = flags | nf::fuse_norm_relu;
       r.pd = bn_fwd_pd(r.x, eps, flags, p.training);
       r.prim = dnnl::batch_normalization_forward(r.pd);
       return r;
@@ -414,7 +439,7 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
       std::vector<float> mean(static_cast<size_t>(C)), var(static_cast<size_t>(C));
       args.emplace(DNNL_ARG_MEAN, mem(e->vec, mean.data()));
       args.emplace(DNNL_ARG_VARIANCE, mem(e->vec, var.data()));
-      if (p.relu) {
+      if (fuse_relu) {
         const dnnl::memory::desc ws = e->pd.workspace_desc();
         args.emplace(DNNL_ARG_WORKSPACE, mem(ws, scratch(ws.get_size(), 0)));
       }
@@ -438,6 +463,10 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
       if (save_invstd.defined()) store_vec(save_invstd, invstd.data());
     }
   });
+  if (residual.defined()) {
+    binary(BinaryOp::add, y, residual, y);
+    if (p.relu) activation(Activation::relu, 0.0, y, y);
+  }
 }
 
 void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& save_mean,

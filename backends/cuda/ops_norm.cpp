@@ -36,13 +36,14 @@ void* ptr_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr
 }  // namespace
 
 void CudaBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
-                             const Tensor& running_var, const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd,
-                             const BatchNormParams& p) {
+                             const Tensor& running_var, const Tensor& residual, const Tensor& y, const Tensor& save_mean,
+                             const Tensor& save_invstd, const BatchNormParams& p) {
   OpGuard g("batch_norm", x);
   check_float(g.op, "input", x);
   const bool nhwc = channels_last(x) || channels_last(y);
   check_layout(g.op, "input", x, nhwc);
   check_layout(g.op, "output", y, nhwc);
+  if (residual.defined()) check_layout(g.op, "residual", residual, nhwc);
   DUET_CHECK(running_mean.defined() && running_var.defined(),
              "batch_norm on backend 'cuda': running_mean and running_var must be given (the front-end passes scratch "
              "buffers when the module keeps none)");
@@ -78,8 +79,10 @@ void CudaBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor&
                                                              running_mean.raw_data(), running_var.raw_data(), p.eps),
                      g.op);
   }
-  // Fused ReLU as a second pass on the same stream (cuDNN's BatchNormalizationForwardTrainingEx
-  // can fuse it, only for NHWC half with a reserve buffer: not worth the second code path here).
+  // The residual add and the ReLU as passes of their own on the same stream (cuDNN's
+  // BatchNormalizationForwardTrainingEx can fuse both, only for NHWC half with a reserve buffer:
+  // not worth the second code path here).
+  if (residual.defined()) binary(BinaryOp::add, y, residual, y);
   if (p.relu) activation(Activation::relu, 0.0, y, y);
 }
 

@@ -193,12 +193,15 @@ void layer_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
 }  // namespace
 
 void ReferenceBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                  const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
-                                  const Tensor& save_mean, const Tensor& save_invstd, const BatchNormParams& p) {
+                                  const Tensor& running_mean, const Tensor& running_var, const Tensor& residual,
+                                  const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd,
+                                  const BatchNormParams& p) {
   dispatch_float_or_half(x.dtype(), "batch_norm", [&](auto tag) {
     batch_norm_kernel<decltype(tag)>(x, gamma, beta, running_mean, running_var, y, save_mean, save_invstd, p);
   });
-  if (p.relu) activation(Activation::relu, 0.0, y, y);  // the reference does not fuse: a second pass
+  // The reference does not fuse: the residual add and the ReLU are passes of their own.
+  if (residual.defined()) binary(BinaryOp::add, y, residual, y);
+  if (p.relu) activation(Activation::relu, 0.0, y, y);
 }
 
 void ReferenceBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,

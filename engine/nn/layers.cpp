@@ -94,15 +94,22 @@ BatchNorm2d::BatchNorm2d(int64_t channels, double eps_, double momentum_) : eps(
   num_batches_tracked = register_buffer("num_batches_tracked", Tensor::zeros({}, DType::i64));
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x) { return run(x, false); }
+Tensor BatchNorm2d::forward(const Tensor& x) { return run(x, false, Tensor()); }
 
 Tensor BatchNorm2d::forward_relu(const Tensor& x) {
-  if (!profiler::enabled()) return run(x, true);
+  if (!profiler::enabled()) return run(x, true, Tensor());
   profiler::ScopeGuard scope(name());
-  return run(x, true);
+  return run(x, true, Tensor());
 }
 
-Tensor BatchNorm2d::run(const Tensor& x, bool relu) {
+Tensor BatchNorm2d::forward_add(const Tensor& x, const Tensor& residual, bool relu) {
+  DUET_CHECK(residual.defined(), "BatchNorm2d({}): forward_add needs a residual, got an undefined tensor", weight.size(0));
+  if (!profiler::enabled()) return run(x, relu, residual);
+  profiler::ScopeGuard scope(name());
+  return run(x, relu, residual);
+}
+
+Tensor BatchNorm2d::run(const Tensor& x, bool relu, const Tensor& residual) {
   DUET_CHECK(x.defined() && (x.dim() == 4 || x.dim() == 2),
              "BatchNorm2d: input has shape {}, expected [N, C, H, W] or [N, C]",
              x.defined() ? shape_str(x.shape()) : std::string("undefined"));
@@ -118,8 +125,12 @@ Tensor BatchNorm2d::run(const Tensor& x, bool relu) {
       num_batches_tracked.copy_(add(num_batches_tracked.to(DType::f64), 1.0));
     }
   }
-  if (training && sum_over_replicas) return run_synced(x, relu);
-  return batch_norm(x, weight, bias, running_mean, running_var, BatchNormParams{training, momentum, eps, relu});
+  if (training && sum_over_replicas) {
+    if (!residual.defined()) return run_synced(x, relu);
+    const Tensor y = add(run_synced(x, false), residual);
+    return relu ? duet::relu(y) : y;
+  }
+  return batch_norm(x, weight, bias, running_mean, running_var, BatchNormParams{training, momentum, eps, relu}, residual);
 }
 
 // Training-mode batch norm whose statistics are those of every replica's batch together: the

@@ -44,6 +44,10 @@ public:
   // profiler scope. Models keep their ReLU modules registered, so names and printing stay
   // torchvision's; they call this instead of running the two modules one after the other.
   Tensor forward_relu(const Tensor& x);
+  // forward(x) + residual, then relu when asked, as one fused op ("batch_norm+add+relu",
+  // "batch_norm+add"): the end of a ResNet block or of MobileNetV2's inverted residual. One pass
+  // writes the block's output instead of three (normalise, add, ReLU).
+  Tensor forward_add(const Tensor& x, const Tensor& residual, bool relu);
   std::string type_name() const override { return "BatchNorm2d"; }
   std::string extra_repr() const override;
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;  // names as torch.nn
@@ -58,7 +62,7 @@ public:
   std::function<Tensor(const Tensor&)> sum_over_replicas;
 
 private:
-  Tensor run(const Tensor& x, bool relu);
+  Tensor run(const Tensor& x, bool relu, const Tensor& residual);
   Tensor run_synced(const Tensor& x, bool relu);
 };
 

@@ -8,10 +8,23 @@ namespace duet {
 using namespace detail;
 
 Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
-                  const Tensor& running_var, const BatchNormParams& p) {
+                  const Tensor& running_var, const BatchNormParams& p, const Tensor& residual) {
   check_float_or_half("batch_norm", "input", x_in);
   DUET_CHECK(x_in.dim() == 4 || x_in.dim() == 2, "batch_norm: input has shape {}, expected [N, C, H, W] or [N, C]",
              shape_str(x_in.shape()));
+  if (residual.defined()) {
+    DUET_CHECK(residual.device() == x_in.device(), "batch_norm: residual is on {}, input on {}: expected one device",
+               residual.device().str(), x_in.device().str());
+    check_shape("batch_norm", "residual", residual, x_in.shape());
+    if (residual.dtype() != x_in.dtype()) {
+      // A residual of another dtype (an f32 stream meeting a bf16 branch) promotes as add() does:
+      // the same ops, unfused.
+      BatchNormParams q = p;
+      q.relu = false;
+      const Tensor y = add(batch_norm(x_in, gamma, beta, running_mean, running_var, q), residual);
+      return p.relu ? relu(y) : y;
+    }
+  }
   const int64_t C = x_in.size(1);
   // A 16-bit input (a mixed-precision network's activations) is normalised with f32 parameters and
   // statistics, as PyTorch keeps a BatchNorm's: the activations are 16-bit, the sums are not.
@@ -49,22 +62,25 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, c
   }
   const MemoryFormat f = format_of(x_in);
   const Tensor x = in_format(x_in.detach(), f);
+  const Tensor r = residual.defined() ? in_format(residual.detach(), f) : Tensor();
   Tensor y, save_mean, save_invstd;
   {
-    Dispatch<OpId::batch_norm> kernel(backend_of(x), {&x});
+    Dispatch<OpId::batch_norm> kernel(backend_of(x), {&x, &r});
     y = x.dim() == 4 ? Tensor::empty(x.shape(), opts, f) : Tensor::empty(x.shape(), opts);
     save_mean = Tensor::empty({C}, param_opts);
     save_invstd = Tensor::empty({C}, param_opts);
-    kernel(x, gamma.detach(), beta.detach(), rm, rv, y, save_mean, save_invstd, p);
+    kernel(x, gamma.detach(), beta.detach(), rm, rv, r, y, save_mean, save_invstd, p);
   }
-  if (should_record({&x_in, &gamma, &beta})) {
+  if (should_record({&x_in, &gamma, &beta, &residual})) {
     const bool need_x = x_in.requires_grad(), need_g = gamma.requires_grad(), need_b = beta.requires_grad();
+    const bool need_r = residual.defined() && residual.requires_grad();
     const Tensor gd = gamma.detach();
     const bool training = p.training;
     const Tensor yd = p.relu ? y.detach() : Tensor();  // the fused ReLU's mask (the next layer keeps y anyway)
-    record("batch_norm", {&x_in, &gamma, &beta}, {&y}, [=](const std::vector<Tensor>& gs) {
+    record("batch_norm", {&x_in, &gamma, &beta, &residual}, {&y}, [=](const std::vector<Tensor>& gs) {
       Tensor dx, dgamma, dbeta;
       const Tensor g_out = yd.defined() ? activation_backward_op(Activation::relu, yd, gs[0]) : gs[0];
+      const Tensor dresidual = need_r ? g_out : Tensor();  // y = bn(x) + residual
       if (training) {
         const Tensor dy = in_format(g_out, x.dim() == 4 ? f : MemoryFormat::contiguous);
         Dispatch<OpId::batch_norm_backward> kernel(backend_of(dy), {&dy, &x});
@@ -84,7 +100,7 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, c
         if (need_g) dgamma = sum(mul(g, mul(sub(x, mu), invstd)), red).to(gd.dtype());
         if (need_b) dbeta = sum(g, red).to(gd.dtype());
       }
-      return std::vector<Tensor>{dx, dgamma, dbeta};
+      return std::vector<Tensor>{dx, dgamma, dbeta, dresidual};
     });
   }
   return y;
