@@ -14,11 +14,19 @@ struct Operand {
   bool trans;
 };
 
-// A 3-D tensor as a contiguous block, transposed or not, copying only when neither works.
+// t's last two dims are a transposed matrix: unit stride down its rows (k^T in attention).
+bool is_transposed_view(const Tensor& t) {
+  return t.dim() >= 2 && t.size(-1) > 1 && t.size(-2) > 1 && t.stride(-2) == 1 && t.stride(-1) != 1;
+}
+
+// A 3-D tensor as a contiguous block, transposed or not, copying only when neither works. The
+// copy keeps the unit-stride dim innermost (a transposed view is copied as its transpose and
+// passed with trans = true): it then moves whole rows instead of gathering with a stride.
 Operand as_operand(const Tensor& t3) {
   if (t3.is_contiguous()) return {t3, false};
   const Tensor tt = t3.transpose(1, 2);
   if (tt.is_contiguous()) return {tt, true};
+  if (is_transposed_view(t3)) return {tt.contiguous(), true};
   return {t3.contiguous(), false};
 }
 
@@ -33,15 +41,14 @@ Tensor bmm(const Tensor& a, const Tensor& b, const char* name) {
   return out;
 }
 
+// t as [batch, rows, cols]: a view where the strides allow, else a copy. A transposed view (k^T
+// of a k that is itself a strided view, attention's heads) is reshaped as its transpose, so that
+// a copy, if needed, runs along rows and as_operand() then sees a transposed block.
 Tensor as3d(const Tensor& t, int64_t batch) {
   if (t.dim() == 3) return t;
   if (t.dim() == 2) return t.unsqueeze(0);
+  if (is_transposed_view(t)) return t.transpose(-1, -2).reshape({batch, t.size(-1), t.size(-2)}).transpose(1, 2);
   return t.reshape({batch, t.size(-2), t.size(-1)});
-}
-
-// t is the transpose of a contiguous tensor (k.transpose(-1, -2) in attention).
-bool is_transposed_block(const Tensor& t) {
-  return t.dim() >= 2 && !t.is_contiguous() && t.transpose(-1, -2).is_contiguous();
 }
 
 Tensor matmul_impl(const Tensor& a, const Tensor& b, const char* name) {
@@ -89,15 +96,15 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
       const Tensor& g = gs[0];
       Tensor ga, gb;
       // An operand that is a transposed view gets its gradient computed transposed, (g^T a)^T for
-      // b, so that it lands contiguous in the memory layout of the tensor it is a view of: the
-      // gradient of k in q @ k^T needs no transposing copy then.
+      // b, so that its rows run the way the tensor it is a view of runs: the gradient of k in
+      // q @ k^T then reaches k (and the buffer k is a slice of) without a transposing copy.
       if (need_a)
-        ga = sum_to(is_transposed_block(ad) ? matmul_impl(bd, g.transpose(-1, -2), "matmul.backward_a").transpose(-1, -2)
-                                            : matmul_impl(g, bd.transpose(-1, -2), "matmul.backward_a"),
+        ga = sum_to(is_transposed_view(ad) ? matmul_impl(bd, g.transpose(-1, -2), "matmul.backward_a").transpose(-1, -2)
+                                           : matmul_impl(g, bd.transpose(-1, -2), "matmul.backward_a"),
                     sa);
       if (need_b)
-        gb = sum_to(is_transposed_block(bd) ? matmul_impl(g.transpose(-1, -2), ad, "matmul.backward_b").transpose(-1, -2)
-                                            : matmul_impl(ad.transpose(-1, -2), g, "matmul.backward_b"),
+        gb = sum_to(is_transposed_view(bd) ? matmul_impl(g.transpose(-1, -2), ad, "matmul.backward_b").transpose(-1, -2)
+                                           : matmul_impl(ad.transpose(-1, -2), g, "matmul.backward_b"),
                     sb);
       return std::vector<Tensor>{ga, gb};
     });
