@@ -93,7 +93,10 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     const Tensor ad = a.detach(), bd = b.detach();
     const Shape sa = a.shape(), sb = b.shape();
     record("matmul", {&a, &b}, {&out}, [=](const std::vector<Tensor>& gs) {
-      const Tensor& g = gs[0];
+      // A strided gradient (attention's, through the permute that puts the heads side by side)
+      // feeds both products: made contiguous once here rather than copied by each.
+      const bool copy_once = need_a && need_b && !gs[0].is_contiguous() && !is_transposed_view(gs[0]);
+      const Tensor g = copy_once ? gs[0].contiguous() : gs[0];
       Tensor ga, gb;
       // An operand that is a transposed view gets its gradient computed transposed, (g^T a)^T for
       // b, so that its rows run the way the tensor it is a view of runs: the gradient of k in
