@@ -176,6 +176,31 @@ TEST(Autograd, GradientThroughATransposedViewNeedsNoCopy) {
   EXPECT_EQ(k.grad().to_vector<float>(), (std::vector<float>{9, 12, 9, 12}));
 }
 
+// k as attention has it, a strided slice of the packed qkv buffer: q @ k^T copies k along its rows
+// (k's shape, not k^T's), and the gradient of k comes out in k's orientation, so writing it into
+// the packed buffer's gradient is a row copy too. Values as with a contiguous k.
+TEST(Autograd, AStridedTransposedOperandIsCopiedAlongItsRows) {
+  const Tensor packed = duet::testing::random_tensor({2, 5, 2, 4}, 3, DType::f32).set_requires_grad(true);
+  const Tensor q = duet::testing::random_tensor({2, 5, 4}, 4, DType::f32);
+  const Tensor wl = duet::testing::random_tensor({2, 5, 5}, 5, DType::f32);
+  profiler::clear();
+  profiler::enable(true);
+  const Tensor y = matmul(q, packed.select(2, 1).transpose(-1, -2));
+  sum(mul(y, wl)).backward();
+  profiler::enable(false);
+  std::string copies;
+  for (const OpEvent& e : profiler::collect())
+    if (std::string(e.name) == "copy") copies += e.shapes + " ";
+  profiler::clear();
+  EXPECT_NE(copies.find("[2, 5, 4]"), std::string::npos) << copies;
+  EXPECT_EQ(copies.find("[2, 4, 5]"), std::string::npos) << copies;
+  const Tensor k2 = packed.detach().select(2, 1).contiguous().set_requires_grad(true);
+  sum(mul(matmul(q, k2.transpose(-1, -2)), wl)).backward();
+  EXPECT_TRUE(all_close(y, matmul(q, k2.detach().transpose(-1, -2)), 1e-6, 1e-6));
+  EXPECT_TRUE(all_close(packed.grad().select(2, 1), k2.grad(), 1e-6, 1e-6));
+  EXPECT_TRUE(all_close(packed.grad().select(2, 0), Tensor::zeros({2, 5, 4}), 0, 0));
+}
+
 // The parts of unbind (and split) share one node: their gradients land in one buffer laid out
 // like the input, with no zero-filled buffer per part and no adds; an unused part gets zeros.
 TEST(Autograd, UnbindWritesEveryPartsGradientIntoOneBuffer) {
