@@ -366,6 +366,26 @@ TEST(Module, BatchNormForwardAddChecksItsResidual) {
   EXPECT_EQ(y.dtype(), DType::f32);
 }
 
+TEST(Module, BatchNormForwardAddWithSyncedStatisticsIsTheSameTriple) {
+  // With sum_over_replicas set (one replica: the sums are the local ones), forward_add runs the
+  // synced batch norm, then add and relu as ops of their own; the values and gradients are the
+  // fused op's.
+  nn::BatchNorm2d fused(4), synced(4);
+  synced.sum_over_replicas = [](const Tensor& t) { return t; };
+  const Tensor x = images(3, 4, 5, 5, 7).contiguous(MemoryFormat::channels_last);
+  const Tensor r = images(3, 4, 5, 5, 8).contiguous(MemoryFormat::channels_last);
+  const Tensor wl = images(3, 4, 5, 5, 9);
+  const Tensor xa = x.detach().set_requires_grad(true), xb = x.detach().set_requires_grad(true);
+  const Tensor ra = r.detach().set_requires_grad(true), rb = r.detach().set_requires_grad(true);
+  const Tensor ya = fused.forward_add(xa, ra, true), yb = synced.forward_add(xb, rb, true);
+  sum(mul(ya, wl)).backward();
+  sum(mul(yb, wl)).backward();
+  EXPECT_TRUE(all_close(ya, yb, 1e-5, 1e-5));
+  EXPECT_TRUE(all_close(xa.grad(), xb.grad(), 1e-4, 1e-4));
+  EXPECT_TRUE(all_close(ra.grad(), rb.grad(), 1e-6, 1e-6));
+  EXPECT_TRUE(all_close(fused.running_var, synced.running_var, 1e-6, 1e-6));
+}
+
 TEST(Module, LayerNormAndSequential) {
   nn::LayerNorm ln(6);
   EXPECT_EQ(ln.extra_repr(), "(6,), eps=1e-05, elementwise_affine=True");
