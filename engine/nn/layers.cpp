@@ -96,14 +96,16 @@ BatchNorm2d::BatchNorm2d(int64_t channels, double eps_, double momentum_) : eps(
 
 Tensor BatchNorm2d::forward(const Tensor& x) { return run(x, false, Tensor()); }
 
-Tensor BatchNorm2d::forward_relu(const Tensor& x) {
-  if (!profiler::enabled()) return run(x, true, Tensor());
-  profiler::ScopeGuard scope(name());
-  return run(x, true, Tensor());
-}
+Tensor BatchNorm2d::forward_relu(const Tensor& x) { return run_in_scope(x, true, Tensor()); }
 
 Tensor BatchNorm2d::forward_add(const Tensor& x, const Tensor& residual, bool relu) {
   DUET_CHECK(residual.defined(), "BatchNorm2d({}): forward_add needs a residual, got an undefined tensor", weight.size(0));
+  return run_in_scope(x, relu, residual);
+}
+
+// The fused entry points are called instead of operator(), so they open the module's profiler
+// scope themselves.
+Tensor BatchNorm2d::run_in_scope(const Tensor& x, bool relu, const Tensor& residual) {
   if (!profiler::enabled()) return run(x, relu, residual);
   profiler::ScopeGuard scope(name());
   return run(x, relu, residual);
@@ -125,18 +127,14 @@ Tensor BatchNorm2d::run(const Tensor& x, bool relu, const Tensor& residual) {
       num_batches_tracked.copy_(add(num_batches_tracked.to(DType::f64), 1.0));
     }
   }
-  if (training && sum_over_replicas) {
-    if (!residual.defined()) return run_synced(x, relu);
-    const Tensor y = add(run_synced(x, false), residual);
-    return relu ? duet::relu(y) : y;
-  }
+  if (training && sum_over_replicas) return run_synced(x, relu, residual);
   return batch_norm(x, weight, bias, running_mean, running_var, BatchNormParams{training, momentum, eps, relu}, residual);
 }
 
 // Training-mode batch norm whose statistics are those of every replica's batch together: the
 // same formulas as the batch_norm kernels (two passes: the mean, then the mean squared
 // deviation), written as ops so that autograd differentiates through the replicas' sums.
-Tensor BatchNorm2d::run_synced(const Tensor& x, bool relu) {
+Tensor BatchNorm2d::run_synced(const Tensor& x, bool relu, const Tensor& residual) {
   const int64_t C = x.size(1);
   const Shape per_channel = x.dim() == 4 ? Shape{1, C, 1, 1} : Shape{1, C};
   const std::vector<int64_t> dims = x.dim() == 4 ? std::vector<int64_t>{0, 2, 3} : std::vector<int64_t>{0};
@@ -152,6 +150,7 @@ Tensor BatchNorm2d::run_synced(const Tensor& x, bool relu) {
   const Tensor var = mul(sum_over_replicas(sum(mul(centred, centred), dims)), 1.0 / count);  // biased, as the kernels
   const Tensor scale = mul(rsqrt(add(var, eps)), weight);
   Tensor y = add(mul(centred, scale.reshape(per_channel)), bias.reshape(per_channel));
+  if (residual.defined()) y = add(y, residual);
   if (relu) y = duet::relu(y);
   {
     // The running variance is the unbiased estimate over all replicas' samples, as in PyTorch.

@@ -62,8 +62,9 @@ public:
   std::function<Tensor(const Tensor&)> sum_over_replicas;
 
 private:
+  Tensor run_in_scope(const Tensor& x, bool relu, const Tensor& residual);
   Tensor run(const Tensor& x, bool relu, const Tensor& residual);
-  Tensor run_synced(const Tensor& x, bool relu);
+  Tensor run_synced(const Tensor& x, bool relu, const Tensor& residual);
 };
 
 class LayerNorm : public Module {
