@@ -141,6 +141,14 @@ std::vector<Case> reduction_cases() {
   auto sum_rows = one([](const std::vector<Tensor>& x) { return sum(x[0], {0}); });
   v.push_back({"sum_bias_grad_shape", {In{{4096, 24}}}, sum_rows, 2.0});
   v.push_back({"sum_few_long_rows", {In{{2, 70000}}}, one([](const std::vector<Tensor>& x) { return sum(x[0], {1}); }), 2.0});
+  // Big enough that the CUDA backend splits the reduced extent over many blocks and finishes with a
+  // second pass (math::plan_reduce): a full mean and max, and 32-column tiles with split rows.
+  auto all = [](auto fn) { return one([fn](const std::vector<Tensor>& x) { return fn(x[0], std::vector<int64_t>{}); }); };
+  v.push_back({"mean_all_split", {In{{1 << 21}}}, all([](const Tensor& x, std::vector<int64_t> d) { return mean(x, d, false); }), 2.0});
+  // (No finite differences for the max of 2M draws: its runner-up lies within the step size.)
+  v.push_back({"amax_all_split", {In{{1 << 21}}}, all([](const Tensor& x, std::vector<int64_t> d) { return amax(x, d); }), 1.0,
+               false});
+  v.push_back({"sum_d0_column_tiles", {In{{2048, 1000}}}, sum_rows, 2.0});
   v.push_back({"sum_to_broadcast", {In{{2, 3, 4}}}, one([](const std::vector<Tensor>& x) { return sum_to(x[0], {3, 1}); })});
   for (int64_t d : {0, 1, -1}) {
     In a{{7, 9, 11}, Layout::plain, false};

@@ -195,6 +195,93 @@ TEST(CudaHostLaunch, GridSizes) {
   EXPECT_FALSE(m::reduce_block_per_output(100000, 8));   // many short ones: a thread each
 }
 
+// Every plan must cover each reduced element exactly once, in splits that are never empty, with a
+// launch the hardware accepts.
+void expect_valid_plan(const m::ReducePlan& p, int64_t outputs, int64_t extent) {
+  SCOPED_TRACE(testing::Message() << "outputs " << outputs << " extent " << extent);
+  EXPECT_GE(p.blocks_x, 1);
+  EXPECT_LE(p.blocks_x, m::kMaxBlocks);
+  EXPECT_GE(p.splits, 1);
+  EXPECT_LE(p.splits, m::kMaxReduceSplits);
+  EXPECT_LE(int64_t(p.block_x) * p.block_y, 1024);
+  EXPECT_EQ(p.block_x % 32, 0);  // whole warps: the shuffle trees assume them
+  int64_t covered = 0;
+  for (int64_t s = 0; s < p.splits; ++s) {
+    int64_t b = 0, e = 0;
+    m::reduce_split_range(p, extent, s, b, e);
+    EXPECT_EQ(b, covered);
+    EXPECT_TRUE(e > b || extent == 0) << "split " << s << " is empty";
+    covered = e;
+  }
+  EXPECT_EQ(covered, extent);
+}
+
+TEST(CudaHostLaunch, ReducePlans) {
+  using K = m::ReducePlan::Kind;
+  const int sms = 132;  // an H100
+  // A full reduction (GradScaler's amax of a 2.4M-element gradient): rows, spread over the GPU.
+  m::ReducePlan p = m::plan_reduce(1, 2359296, false, true, sms);
+  expect_valid_plan(p, 1, 2359296);
+  EXPECT_EQ(p.kind, K::rows);
+  EXPECT_EQ(p.block_x, 512);
+  EXPECT_EQ(p.splits, 2359296 / (512 * 16));  // as many as fill the GPU, at least 16 elements a thread
+  // Too little work to split: one block.
+  p = m::plan_reduce(1, 1000, false, true, sms);
+  expect_valid_plan(p, 1, 1000);
+  EXPECT_EQ(p.splits, 1);
+  // A linear layer's bias gradient, [4160, 192] summed over rows: 32-output column tiles, the rows
+  // split so that the 6 tiles become enough blocks.
+  p = m::plan_reduce(192, 4160, true, false, sms);
+  expect_valid_plan(p, 192, 4160);
+  EXPECT_EQ(p.kind, K::columns);
+  EXPECT_EQ(p.block_x, 32);
+  EXPECT_EQ(p.block_y, 16);
+  EXPECT_EQ(p.blocks_x, 6);
+  EXPECT_GT(p.splits, 1);
+  EXPECT_GE(p.chunk, 16 * 16);  // each thread still sums at least 16 rows
+  // A channels-last conv bias gradient, [64 * 32 * 32, 64]: columns too.
+  p = m::plan_reduce(64, 65536, true, false, sms);
+  expect_valid_plan(p, 64, 65536);
+  EXPECT_EQ(p.kind, K::columns);
+  EXPECT_EQ(p.blocks_x, 2);
+  EXPECT_EQ(p.splits, 65536 / (16 * 16));
+  // NCHW conv bias gradient: neither walk is one contiguous run, few outputs: a block per channel.
+  p = m::plan_reduce(64, 65536, false, false, sms);
+  expect_valid_plan(p, 64, 65536);
+  EXPECT_EQ(p.kind, K::rows);
+  // Row sums of many rows (softmax-like): a block per row, enough of them that nothing is split.
+  p = m::plan_reduce(100000, 1000, false, true, sms);
+  expect_valid_plan(p, 100000, 1000);
+  EXPECT_EQ(p.kind, K::rows);
+  EXPECT_EQ(p.splits, 1);
+  // Many short strided reductions: a thread each, never split.
+  p = m::plan_reduce(100000, 8, false, false, sms);
+  expect_valid_plan(p, 100000, 8);
+  EXPECT_EQ(p.kind, K::threads);
+  EXPECT_EQ(p.splits, 1);
+  // Short column sums (a [8, 100000] tensor over dim 0): threads, whose reads are coalesced already.
+  p = m::plan_reduce(100000, 8, true, false, sms);
+  EXPECT_EQ(p.kind, K::threads);
+  // Without a multiprocessor count (the second pass) nothing is split.
+  p = m::plan_reduce(1, 1 << 24, false, true, 0);
+  expect_valid_plan(p, 1, 1 << 24);
+  EXPECT_EQ(p.splits, 1);
+  // An empty extent (a sum over a zero-size dim) is one empty split.
+  p = m::plan_reduce(5, 0, false, true, sms);
+  expect_valid_plan(p, 5, 0);
+  // Sweep: every combination yields a valid plan.
+  for (int64_t outputs : {1, 3, 31, 32, 33, 528, 4095, 4096, 70000, 5000000})
+    for (int64_t extent : {0, 1, 7, 63, 64, 255, 4096, 65537, 3000000})
+      for (int adj = 0; adj < 4; ++adj) {
+        const m::ReducePlan q = m::plan_reduce(outputs, extent, adj & 1, adj & 2, sms);
+        expect_valid_plan(q, outputs, extent);
+        if (q.splits > 1) {  // the second pass over [outputs, splits] must fit one launch unsplit
+          const m::ReducePlan second = m::plan_reduce(outputs, q.splits, false, true, 0);
+          expect_valid_plan(second, outputs, q.splits);
+        }
+      }
+}
+
 // ---- kernel maths against the formulas ----------------------------------------------------------
 TEST(CudaHostMath, ElementwiseOps) {
   const double nan = std::numeric_limits<double>::quiet_NaN();

@@ -84,6 +84,11 @@ private:
   size_t bytes_ = 0;
 };
 
+// out (contiguous) = `op` of x over the dims where `reduced` is not 1, keeping those where `kept`
+// is not 1 (each shape is x's sizes with the other dims set to 1): any layout, no permuted copy.
+// Shared by the reduction ops and conv2d's bias gradient.
+void reduce_strided(OpGuard& g, ReduceOp op, const Tensor& x, const Shape& kept, const Shape& reduced, const Tensor& out);
+
 // Argument checks the front-ends do not make because they depend on this backend's limits.
 void check_float(const char* op, const char* arg, const Tensor& t);
 // conv2d, matmul and linear also take f16 and bf16 (autocast).

@@ -174,6 +174,7 @@ DeviceContext::DeviceContext(int index) : index_(index) {
              "cuda:{} is a {} (compute capability {}.{}), and this duet has GPU code only for CUDA architectures '{}': "
              "rebuild with -DCMAKE_CUDA_ARCHITECTURES=native (or add {}{}-real to the list)",
              index, p.name, p.major, p.minor, built_archs(), p.major, p.minor);
+  multiprocessors_ = p.multiProcessorCount > 0 ? p.multiProcessorCount : 1;
   // Non-blocking: the legacy default stream would otherwise serialise against this one.
   DUET_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cuda device setup");
   allocator_ = &cuda::allocator(index);

@@ -26,6 +26,7 @@ public:
   DeviceContext& operator=(const DeviceContext&) = delete;
 
   int index() const { return index_; }
+  int multiprocessors() const { return multiprocessors_; }  // the SM count, for launch planning
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas(const char* op);  // created on first use, bound to stream()
   cudnnHandle_t cudnn(const char* op);    // created on first use, bound to stream()
@@ -34,6 +35,7 @@ public:
 
 private:
   int index_;
+  int multiprocessors_ = 1;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;

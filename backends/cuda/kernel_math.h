@@ -41,6 +41,79 @@ DUET_HD inline bool reduce_block_per_output(int64_t outputs, int64_t extent) {
   return extent >= 128 || outputs < 4096;
 }
 
+// How the strided reduction (kernels_reduce.cu) spreads `outputs` results over `extent` elements
+// each across the GPU. Three shapes of work, chosen by which index walks memory with stride 1:
+//  - columns: neighbouring outputs are neighbours in memory and the reduced elements are far apart
+//    (a bias gradient, a sum over N, H, W of a channels-last tensor). A block is 32 neighbouring
+//    outputs by block_y rows, so each warp reads 32 consecutive elements per step instead of each
+//    thread walking its own column with a large stride;
+//  - rows: the reduced elements of one output are neighbours (a row sum, a full reduction), or
+//    neither index is: a block per output, its threads striding along the row, a shuffle tree;
+//  - threads: many short reductions whose elements are far apart, one thread each.
+// When the outputs alone make too few blocks to fill the GPU (a full reduction, GradScaler's amax,
+// a bias of 64 channels), the reduced extent is cut into `splits` chunks as well, each reduced by
+// blocks of its own. They write partial results, in the accumulator type, to a workspace laid out
+// [outputs, splits]; a second launch then reduces that as rows. The order of every sum is fixed by
+// the plan, so results are reproducible run to run (no atomics).
+struct ReducePlan {
+  enum class Kind { columns, rows, threads };
+  Kind kind = Kind::threads;
+  int block_x = kBlock, block_y = 1;  // threads per block
+  int64_t blocks_x = 0;               // blocks along the outputs (grid-stride beyond that)
+  int64_t splits = 1;                 // blocks along the reduced extent
+  int64_t chunk = 0;                  // reduced elements per split; the last split may get fewer
+};
+
+constexpr int64_t kMaxReduceSplits = 1024;  // keeps the second pass to one short row per output
+// Blocks per multiprocessor a reduction aims for before it splits the extent: enough resident
+// blocks to hide memory latency.
+constexpr int64_t kReduceBlocksPerSM = 4;
+
+// `outputs_adjacent`: stepping to the next output moves one element in memory; `reduced_adjacent`:
+// stepping along the reduced extent does. `multiprocessors` is the GPU's SM count; 0 forbids
+// splitting (the second pass, which has no workspace of its own).
+DUET_HD inline ReducePlan plan_reduce(int64_t outputs, int64_t extent, bool outputs_adjacent, bool reduced_adjacent,
+                                      int multiprocessors) {
+  ReducePlan p;
+  int64_t min_per_split = 0;  // reduced elements a split must get for its block to be worth launching
+  if (outputs_adjacent && !reduced_adjacent && extent >= 64) {
+    p.kind = ReducePlan::Kind::columns;
+    p.block_x = 32;
+    p.block_y = 1;
+    while (p.block_y < 16 && int64_t(p.block_y) * 8 <= extent) p.block_y *= 2;
+    const int64_t tiles = ceil_div(outputs, 32);
+    p.blocks_x = tiles < kMaxBlocks ? tiles : kMaxBlocks;
+    min_per_split = int64_t(p.block_y) * 16;
+  } else if (reduced_adjacent || reduce_block_per_output(outputs, extent)) {
+    p.kind = ReducePlan::Kind::rows;
+    p.block_x = row_block(extent);
+    p.blocks_x = outputs < kMaxBlocks ? outputs : kMaxBlocks;
+    min_per_split = int64_t(p.block_x) * 16;
+  } else {
+    p.kind = ReducePlan::Kind::threads;
+    p.block_x = kBlock;
+    p.blocks_x = grid_for(outputs);
+  }
+  p.chunk = extent;
+  if (p.kind == ReducePlan::Kind::threads || multiprocessors <= 0 || p.blocks_x <= 0) return p;
+  const int64_t want = kReduceBlocksPerSM * multiprocessors;
+  if (p.blocks_x >= want) return p;
+  int64_t splits = ceil_div(want, p.blocks_x);
+  const int64_t most = extent / min_per_split;  // every split keeps at least min_per_split elements
+  if (splits > most) splits = most;
+  if (splits > kMaxReduceSplits) splits = kMaxReduceSplits;
+  if (splits <= 1) return p;
+  p.chunk = ceil_div(extent, splits);
+  p.splits = ceil_div(extent, p.chunk);  // rounding the chunk up may leave fewer, never empty, splits
+  return p;
+}
+
+// The reduced elements [begin, end) that split `s` of a plan covers.
+DUET_HD inline void reduce_split_range(const ReducePlan& p, int64_t extent, int64_t s, int64_t& begin, int64_t& end) {
+  begin = s * p.chunk;
+  end = begin + p.chunk < extent ? begin + p.chunk : extent;
+}
+
 // ---- scalar helpers, activations: the one definition every backend uses (engine/scalar_math.h) ----
 using duet::k_abs;
 using duet::k_erf;
@@ -119,9 +192,11 @@ template <class T> DUET_HD inline T uniform_value(double lo, double hi, double u
   return v;
 }
 
+// (The C maths functions are called as ::f: engine headers declare duet::sqrt and others for
+// Tensors, which would hide them when this header is included after those.)
 // Box-Muller, cosine branch only, from two uniforms (u1 at counter 2i, u2 at 2i + 1).
 DUET_HD inline double box_muller(double u1, double u2) {
-  return sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586476925 * u2);
+  return ::sqrt(-2.0 * ::log(1.0 - u1)) * ::cos(6.283185307179586476925 * u2);
 }
 
 // ---- optimizers ---------------------------------------------------------------------------------------
@@ -134,8 +209,8 @@ template <class T> struct AdamConsts {
 
 template <class T> inline AdamConsts<T> make_adam_consts(const AdamParams& p) {
   const double t = double(p.step);
-  const double bc1 = 1.0 - pow(p.beta1, t), bc2 = 1.0 - pow(p.beta2, t);
-  return {T(p.lr / bc1), T(sqrt(bc2)), T(p.eps), T(p.beta1), T(p.beta2), T(1.0 - p.beta1), T(1.0 - p.beta2),
+  const double bc1 = 1.0 - ::pow(p.beta1, t), bc2 = 1.0 - ::pow(p.beta2, t);
+  return {T(p.lr / bc1), T(::sqrt(bc2)), T(p.eps), T(p.beta1), T(p.beta2), T(1.0 - p.beta1), T(1.0 - p.beta2),
           T(p.weight_decay), T(1.0 - p.lr * p.weight_decay), p.decoupled};
 }
 

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include "backends/cuda/indexing.h"
+#include "backends/cuda/kernel_math.h"
 #include "engine/dtype.h"
 #include "engine/op_params.h"
 
@@ -48,9 +49,12 @@ cudaError_t activation_backward(Activation act, double alpha, DType dt, const vo
 cudaError_t add_channel_bias(DType dt, void* y, const Dims4& Y, const void* bias, cudaStream_t s);
 
 // ---- reductions (kernels_reduce.cu) ----------------------------------------------------------------
-// out[o] (contiguous, `outputs` of them) = op over r < extent of x[kept.offsets(o) + reduced.offsets(r)].
+// out[o] (contiguous, `outputs` of them) = op over r < extent of x[kept.offsets(o) + reduced.offsets(r)],
+// spread over the GPU as `plan` (math::plan_reduce) says; `workspace` holds reduce_workspace() bytes.
+size_t reduce_workspace(DType dt, const math::ReducePlan& plan, int64_t outputs);
 cudaError_t reduce(ReduceOp op, DType dt, const void* x, const OffsetCalc<1>& kept, const OffsetCalc<1>& reduced,
-                   int64_t outputs, int64_t extent, void* out, cudaStream_t s);
+                   int64_t outputs, int64_t extent, const math::ReducePlan& plan, void* workspace, void* out,
+                   cudaStream_t s);
 // x contiguous viewed as [outer, len, inner]; out[outer, inner] = index of the first maximum (NaN wins).
 cudaError_t argmax(DType dt, const void* x, int64_t outer, int64_t len, int64_t inner, int64_t* out, cudaStream_t s);
 

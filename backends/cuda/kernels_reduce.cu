@@ -1,9 +1,11 @@
 // Reductions without a permute: the host splits x's dims into kept and reduced ones and hands over
-// one offset calculator for each, so any set of dims of any layout is reduced in place. A result
-// with much work gets a whole block (threads stride over the reduced elements, then a shuffle
-// tree); many small results get one thread each. Accumulation is in T (float for f32, as cuDNN and
-// PyTorch do; float for f16/bf16 too, which only conv2d's bias gradient sends here under
-// autocast); the tree order keeps f32 sums accurate to a few ulps of the double reference.
+// one offset calculator for each, so any set of dims of any layout is reduced in place. How the
+// work is spread (a block per output, 32-output column tiles, or a thread per output, and whether
+// the reduced extent is split over several blocks with a second pass) is math::plan_reduce's
+// choice, documented there. Accumulation is in acc_t<T> (float for f32, as cuDNN and PyTorch do;
+// float for f16/bf16 too, which only conv2d's bias gradient sends here under autocast); partial
+// results keep that type between the two passes. The tree order keeps f32 sums accurate to a few
+// ulps of the double reference.
 #include "backends/cuda/kernels_common.cuh"
 
 namespace duet::cuda::kern {
@@ -46,44 +48,105 @@ __device__ inline A block_reduce(ReduceOp op, A v, A* scratch) {
 }
 
 template <class A>
-__device__ inline A finish(ReduceOp op, A acc, int64_t extent) {
-  return op == ReduceOp::mean ? acc / A(extent) : acc;  // an empty mean is 0/0 = NaN, as in PyTorch
+__device__ inline A finish(ReduceOp op, A acc, int64_t count) {
+  return op == ReduceOp::mean ? acc / A(count) : acc;  // an empty mean is 0/0 = NaN, as in PyTorch
 }
 
-template <class T>
-__global__ void reduce_block_kernel(ReduceOp op, const T* x, OffsetCalc<1> kept, OffsetCalc<1> reduced, int64_t outputs,
-                                    int64_t extent, T* out) {
-  using A = acc_t<T>;
+// What every reduction kernel gets: the input walk, where the outputs go, and whether this launch
+// writes final results (`last`: a mean divides by `count`, the whole extent) or partials.
+template <class In, class Out>
+struct ReduceArgs {
+  ReduceOp op;
+  const In* x;
+  OffsetCalc<1> kept, reduced;
+  int64_t outputs, extent;
+  math::ReducePlan plan;
+  bool last;
+  int64_t count;
+  Out* out;  // [outputs, splits]: out[o * splits + split]
+};
+
+// Element r of the reduced walk of the output whose kept offset is `base`, widened.
+template <class In, class Out>
+__device__ inline acc_t<In> element(const ReduceArgs<In, Out>& a, int64_t base, int64_t r) {
+  int64_t off[1];
+  a.reduced.offsets(r, off);
+  return acc_t<In>(widen(a.x[base + off[0]]));
+}
+
+template <class In, class Out, class A>
+__device__ inline void store(const ReduceArgs<In, Out>& a, int64_t o, int64_t split, A acc) {
+  a.out[o * a.plan.splits + split] = narrow<Out>(a.last ? finish(a.op, acc, a.count) : acc);
+}
+
+template <class In, class Out>
+__global__ void reduce_rows_kernel(ReduceArgs<In, Out> a) {
+  using A = acc_t<In>;
   DUET_SHARED_SCRATCH(A, scratch);
-  for (int64_t o = blockIdx.x; o < outputs; o += gridDim.x) {
+  int64_t r0 = 0, r1 = 0;
+  math::reduce_split_range(a.plan, a.extent, blockIdx.y, r0, r1);
+  for (int64_t o = blockIdx.x; o < a.outputs; o += gridDim.x) {
     int64_t base[1];
-    kept.offsets(o, base);
-    A acc = reduce_init<A>(op);
-    for (int64_t r = threadIdx.x; r < extent; r += blockDim.x) {
-      int64_t off[1];
-      reduced.offsets(r, off);
-      acc = combine(op, acc, A(widen(x[base[0] + off[0]])));
-    }
-    acc = block_reduce(op, acc, scratch);
-    if (threadIdx.x == 0) out[o] = narrow<T>(finish(op, acc, extent));
+    a.kept.offsets(o, base);
+    A acc = reduce_init<A>(a.op);
+    for (int64_t r = r0 + threadIdx.x; r < r1; r += blockDim.x)
+      acc = combine(a.op, acc, element(a, base[0], r));
+    acc = block_reduce(a.op, acc, scratch);
+    if (threadIdx.x == 0) store(a, o, blockIdx.y, acc);
   }
 }
 
-template <class T>
-__global__ void reduce_thread_kernel(ReduceOp op, const T* x, OffsetCalc<1> kept, OffsetCalc<1> reduced,
-                                     int64_t outputs, int64_t extent, T* out) {
-  using A = acc_t<T>;
-  DUET_GRID_STRIDE(o, outputs) {
-    int64_t base[1];
-    kept.offsets(o, base);
-    A acc = reduce_init<A>(op);
-    for (int64_t r = 0; r < extent; ++r) {
-      int64_t off[1];
-      reduced.offsets(r, off);
-      acc = combine(op, acc, A(widen(x[base[0] + off[0]])));
+// Block (32, block_y): thread (tx, ty) reduces rows r0 + ty, r0 + ty + block_y, ... of output
+// 32 * tile + tx, then the column of block_y partial results is combined through shared memory.
+template <class In, class Out>
+__global__ void reduce_columns_kernel(ReduceArgs<In, Out> a) {
+  using A = acc_t<In>;
+  __shared__ alignas(16) unsigned char tile_raw[16 * 33 * sizeof(double)];  // block_y <= 16; 33: no bank conflicts
+  A* tile = reinterpret_cast<A*>(tile_raw);
+  int64_t r0 = 0, r1 = 0;
+  math::reduce_split_range(a.plan, a.extent, blockIdx.y, r0, r1);
+  for (int64_t first = int64_t(blockIdx.x) * 32; first < a.outputs; first += int64_t(gridDim.x) * 32) {
+    const int64_t o = first + threadIdx.x;
+    A acc = reduce_init<A>(a.op);
+    if (o < a.outputs) {
+      int64_t base[1];
+      a.kept.offsets(o, base);
+      for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y)
+        acc = combine(a.op, acc, element(a, base[0], r));
     }
-    out[o] = narrow<T>(finish(op, acc, extent));
+    tile[threadIdx.y * 33 + threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && o < a.outputs) {
+      for (int k = 1; k < int(blockDim.y); ++k) acc = combine(a.op, acc, tile[k * 33 + threadIdx.x]);
+      store(a, o, blockIdx.y, acc);
+    }
+    __syncthreads();  // the tile is reused by the next 32 outputs
   }
+}
+
+template <class In, class Out>
+__global__ void reduce_threads_kernel(ReduceArgs<In, Out> a) {
+  using A = acc_t<In>;
+  DUET_GRID_STRIDE(o, a.outputs) {
+    int64_t base[1];
+    a.kept.offsets(o, base);
+    A acc = reduce_init<A>(a.op);
+    for (int64_t r = 0; r < a.extent; ++r)
+      acc = combine(a.op, acc, element(a, base[0], r));
+    store(a, o, 0, acc);
+  }
+}
+
+template <class In, class Out>
+cudaError_t launch_reduce(const ReduceArgs<In, Out>& a, cudaStream_t s) {
+  const math::ReducePlan& p = a.plan;
+  const dim3 blocks(static_cast<unsigned>(p.blocks_x), static_cast<unsigned>(p.splits));
+  switch (p.kind) {
+    case math::ReducePlan::Kind::columns: reduce_columns_kernel<In, Out><<<blocks, dim3(32, p.block_y), 0, s>>>(a); break;
+    case math::ReducePlan::Kind::rows: reduce_rows_kernel<In, Out><<<blocks, p.block_x, 0, s>>>(a); break;
+    case math::ReducePlan::Kind::threads: reduce_threads_kernel<In, Out><<<blocks, p.block_x, 0, s>>>(a); break;
+  }
+  return launched();
 }
 
 // The first maximum along the line; a NaN counts as larger than everything, so the first NaN wins.
@@ -107,19 +170,32 @@ __global__ void argmax_kernel(const T* x, int64_t outer, int64_t len, int64_t in
 
 }  // namespace
 
+size_t reduce_workspace(DType dt, const math::ReducePlan& plan, int64_t outputs) {
+  if (plan.splits <= 1 || outputs <= 0) return 0;
+  const size_t acc = dt == DType::f64 ? sizeof(double) : sizeof(float);
+  return static_cast<size_t>(outputs) * static_cast<size_t>(plan.splits) * acc;
+}
+
 cudaError_t reduce(ReduceOp op, DType dt, const void* x, const OffsetCalc<1>& kept, const OffsetCalc<1>& reduced,
-                   int64_t outputs, int64_t extent, void* out, cudaStream_t s) {
+                   int64_t outputs, int64_t extent, const math::ReducePlan& plan, void* workspace, void* out,
+                   cudaStream_t s) {
   if (outputs <= 0) return cudaSuccess;
   DUET_DISPATCH_FLOAT_OR_HALF(dt, {
+    using A = acc_t<T>;
     const T* px = static_cast<const T*>(x);
     T* po = static_cast<T*>(out);
-    if (math::reduce_block_per_output(outputs, extent)) {
-      const int block = math::row_block(extent);
-      const unsigned blocks = static_cast<unsigned>(outputs < math::kMaxBlocks ? outputs : math::kMaxBlocks);
-      reduce_block_kernel<T><<<blocks, block, 0, s>>>(op, px, kept, reduced, outputs, extent, po);
-    } else {
-      reduce_thread_kernel<T><<<grid(outputs), math::kBlock, 0, s>>>(op, px, kept, reduced, outputs, extent, po);
-    }
+    if (plan.splits <= 1) return launch_reduce(ReduceArgs<T, T>{op, px, kept, reduced, outputs, extent, plan, true, extent, po}, s);
+    // Pass 1: partial results of every split; pass 2: each output's row of `splits` partials.
+    A* partial = static_cast<A*>(workspace);
+    if (const cudaError_t e = launch_reduce(ReduceArgs<T, A>{op, px, kept, reduced, outputs, extent, plan, false, extent, partial}, s);
+        e != cudaSuccess)
+      return e;
+    OffsetCalc<1> pk, pr;
+    pk.ndim = pr.ndim = 1;
+    pk.sizes[0] = outputs, pk.strides[0][0] = plan.splits;
+    pr.sizes[0] = plan.splits, pr.strides[0][0] = 1;
+    const math::ReducePlan second = math::plan_reduce(outputs, plan.splits, plan.splits == 1, true, 0);
+    return launch_reduce(ReduceArgs<A, T>{op, partial, pk, pr, outputs, plan.splits, second, true, extent, po}, s);
   });
   return launched();
 }

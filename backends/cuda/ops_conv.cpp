@@ -324,12 +324,8 @@ void CudaBackend::conv2d_backward_weight(const Tensor& x, const Tensor& dy, cons
   if (dbias.defined() && dbias.numel() > 0) {
     // dbias[o] = sum over n, h, w of dy[n, o, h, w]: the strided reduction keeps dim 1.
     DUET_CHECK(dbias.is_contiguous(), "{} on backend 'cuda': the bias gradient must be contiguous", g.op);
-    const Shape kept{1, dy.size(1), 1, 1}, reduced{dy.size(0), 1, dy.size(2), dy.size(3)};
-    const Shape* st[1] = {&dy.strides()};
-    DUET_CUDA_CHECK(kern::reduce(ReduceOp::sum, dy.dtype(), dy.raw_data(), offset_calc<1>(g.op, kept, st),
-                                 offset_calc<1>(g.op, reduced, st), dy.size(1), dy.size(0) * dy.size(2) * dy.size(3),
-                                 dbias.raw_data(), g.stream()),
-                    g.op);
+    // On channels-last dy that is a column sum, which the reduction plans as coalesced 32-channel tiles.
+    reduce_strided(g, ReduceOp::sum, dy, Shape{1, dy.size(1), 1, 1}, Shape{dy.size(0), 1, dy.size(2), dy.size(3)}, dbias);
   }
 }
 

@@ -1,10 +1,31 @@
-// Reductions reach the GPU as duet's strided reduction kernel (kernels_reduce.cu): the host splits
-// x's dims into kept and reduced ones and the kernel walks both index spaces through x's strides,
-// so no permuted copy is ever made. argmax is one thread per output line.
+// Reductions reach the GPU as duet's strided reduction kernels (kernels_reduce.cu): the host splits
+// x's dims into kept and reduced ones and the kernels walk both index spaces through x's strides,
+// so no permuted copy is ever made. math::plan_reduce picks the launch shape from which of the two
+// walks is contiguous in memory and from the GPU's SM count. argmax is one thread per output line.
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
 
 namespace duet {
+namespace cuda {
+
+void reduce_strided(OpGuard& g, ReduceOp op, const Tensor& x, const Shape& kept, const Shape& reduced, const Tensor& out) {
+  const Shape* st[1] = {&x.strides()};
+  const OffsetCalc<1> kc = offset_calc<1>(g.op, kept, st), rc = offset_calc<1>(g.op, reduced, st);
+  // After merging, the innermost remaining dim of each walk says whether it steps through memory
+  // one element at a time.
+  auto unit_inner = [](const OffsetCalc<1>& c) { return c.ndim > 0 && c.strides[0][c.ndim - 1] == 1; };
+  int64_t extent = 1;
+  for (int64_t r : reduced) extent *= r;
+  const math::ReducePlan plan =
+      math::plan_reduce(out.numel(), extent, unit_inner(kc), unit_inner(rc), g.ctx.multiprocessors());
+  Workspace ws(g.ctx, kern::reduce_workspace(x.dtype(), plan, out.numel()));
+  DUET_CUDA_CHECK(kern::reduce(op, x.dtype(), x.raw_data(), kc, rc, out.numel(), extent, plan, ws.get(), out.raw_data(),
+                               g.stream()),
+                  g.op);
+}
+
+}  // namespace cuda
+
 using namespace cuda;
 
 void CudaBackend::reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, const Tensor& out) {
@@ -21,9 +42,7 @@ void CudaBackend::reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t
   }
   DUET_CHECK(extent > 0 || op == ReduceOp::sum || op == ReduceOp::mean,
              "{} on backend 'cuda': cannot reduce over an empty dimension of shape {}", g.op, shape_str(x.shape()));
-  const Shape* st[1] = {&x.strides()};
-  const OffsetCalc<1> kc = offset_calc<1>(g.op, kept, st), rc = offset_calc<1>(g.op, reduced, st);
-  DUET_CUDA_CHECK(kern::reduce(op, x.dtype(), x.raw_data(), kc, rc, out.numel(), extent, out.raw_data(), g.stream()), g.op);
+  reduce_strided(g, op, x, kept, reduced, out);
 }
 
 void CudaBackend::argmax(const Tensor& x, int64_t dim, const Tensor& out) {
