@@ -144,12 +144,24 @@ TEST(CudaDevice, InvalidLabelIsReportedFromTheDevice) {
   DUET_REQUIRE_CUDA_DEVICE();
   const Tensor logits = Tensor::zeros({3, 4}, TensorOptions().with_device(cuda0()));
   const Tensor target = Tensor::from_vector<int64_t>({0, 7, 2}, {3}, TensorOptions(DType::i64).with_device(cuda0()));
+  // The loss does not wait for the GPU; reading it (a synchronisation) reports the label, once.
+  const Tensor loss = cross_entropy(logits, target);
   try {
-    (void)cross_entropy(logits, target).item();
+    (void)loss.item();
     FAIL() << "expected a duet::Error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("target[1] = 7 is not a valid class label"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("target[1] = 7 is not a valid class label, expected 0 <= label < 4"),
+              std::string::npos)
+        << e.what();
   }
+  EXPECT_NO_THROW((void)loss.item());
+  // The backward records it as well (a caller may skip reading the loss).
+  const Tensor lg = Tensor::zeros({3, 4}, TensorOptions().with_device(cuda0()).with_grad(true));
+  const Tensor l2 = cross_entropy(lg, target);
+  EXPECT_THROW(cuda::synchronize_all("test"), Error);
+  l2.backward();
+  EXPECT_THROW(cuda::synchronize_all("test"), Error);
+  EXPECT_NO_THROW(cuda::synchronize_all("test"));
 }
 
 TEST(CudaDevice, StreamTimerMeasuresGpuTime) {

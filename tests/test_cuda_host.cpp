@@ -282,6 +282,24 @@ TEST(CudaHostLaunch, ReducePlans) {
       }
 }
 
+// An invalid label recorded by a loss kernel is reported once, at the next synchronisation, with the
+// row, the label, the class count and the call that waited; the record is then clear again.
+TEST(CudaHostLabelErrors, APendingRecordBecomesOneMessage) {
+  cuda::kern::LabelError r;
+  EXPECT_FALSE(cuda::take_label_error(r, "copy").has_value());
+  r.row = 5;
+  r.label = -3;
+  r.classes = 10;
+  EXPECT_FALSE(cuda::take_label_error(r, "copy").has_value()) << "fields without the flag are not an error";
+  r.pending = 1;
+  const std::optional<std::string> m = cuda::take_label_error(r, "copy");
+  ASSERT_TRUE(m.has_value());
+  EXPECT_NE(m->find("target[5] = -3 is not a valid class label, expected 0 <= label < 10"), std::string::npos) << *m;
+  EXPECT_NE(m->find("in copy"), std::string::npos) << *m;
+  EXPECT_EQ(r.pending, 0);
+  EXPECT_FALSE(cuda::take_label_error(r, "copy").has_value()) << "reported twice";
+}
+
 // ---- kernel maths against the formulas ----------------------------------------------------------
 TEST(CudaHostMath, ElementwiseOps) {
   const double nan = std::numeric_limits<double>::quiet_NaN();

@@ -5,6 +5,7 @@
 #include "backends/cuda/device.h"
 #include <cstdio>
 #include <mutex>
+#include <new>
 #include <vector>
 #include "backends/cuda/arch_support.h"
 #include "backends/cuda/cublas_library.h"
@@ -203,7 +204,34 @@ cudnnHandle_t DeviceContext::cudnn(const char* op) {
   return cudnn_;
 }
 
-void DeviceContext::synchronize(const char* op) { DUET_CUDA_CHECK(cudaStreamSynchronize(stream_), op); }
+void DeviceContext::synchronize(const char* op) {
+  DUET_CUDA_CHECK(cudaStreamSynchronize(stream_), op);
+  if (label_errors_host_)
+    if (std::optional<std::string> message = take_label_error(*label_errors_host_, op)) throw Error(*message);
+}
+
+kern::LabelError* DeviceContext::label_errors(const char* op) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  if (!label_errors_device_) {
+    void* host = nullptr;
+    DUET_CUDA_CHECK(cudaHostAlloc(&host, sizeof(kern::LabelError), cudaHostAllocMapped), op);
+    label_errors_host_ = new (host) kern::LabelError{};
+    void* device = nullptr;
+    DUET_CUDA_CHECK(cudaHostGetDevicePointer(&device, host, 0), op);
+    label_errors_device_ = static_cast<kern::LabelError*>(device);
+  }
+  return label_errors_device_;
+}
+
+std::optional<std::string> take_label_error(kern::LabelError& record, const char* where) {
+  if (!record.pending) return std::nullopt;
+  const kern::LabelError e = record;
+  record = kern::LabelError{};
+  return fmt::format(
+      "cross_entropy: target[{}] = {} is not a valid class label, expected 0 <= label < {} (found on the GPU by an "
+      "earlier cross_entropy and reported at the next synchronisation, in {})",
+      e.row, e.label, e.classes, where);
+}
 
 DeviceContext& context(int index, const char* op) {
   check_device(index, op);

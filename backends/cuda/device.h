@@ -6,8 +6,10 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
+#include <optional>
 #include <string>
 #include "backends/cuda/caching_allocator.h"
+#include "backends/cuda/kernels.h"
 
 namespace duet::cuda {
 
@@ -31,7 +33,11 @@ public:
   cublasHandle_t cublas(const char* op);  // created on first use, bound to stream()
   cudnnHandle_t cudnn(const char* op);    // created on first use, bound to stream()
   CachingAllocator& allocator() { return *allocator_; }
+  // Waits for the stream; then reports an invalid label a loss kernel has recorded since the last
+  // wait (take_label_error) as a duet::Error.
   void synchronize(const char* op);
+  // The device's view of its LabelError record (host-mapped pinned memory, created on first use).
+  kern::LabelError* label_errors(const char* op);
 
 private:
   int index_;
@@ -40,7 +46,13 @@ private:
   cublasHandle_t cublas_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
   CachingAllocator* allocator_ = nullptr;  // leaked on purpose, see device.cpp
+  kern::LabelError* label_errors_host_ = nullptr;  // pinned and mapped; leaked likewise
+  kern::LabelError* label_errors_device_ = nullptr;
 };
+
+// The error message of a pending record, which it clears; nullopt when none is pending. `where` is
+// the call that waited (the error belongs to an earlier loss, not to it).
+std::optional<std::string> take_label_error(kern::LabelError& record, const char* where);
 
 // GPU time between two points of a device's stream, measured with CUDA events (the host clock
 // would measure launch time, since kernels run asynchronously).

@@ -74,15 +74,26 @@ cudaError_t batch_norm_eval_stats(DType dt, const void* running_mean, const void
                                   void* save_invstd, int64_t C, double eps, cudaStream_t s);
 
 // ---- losses (kernels_loss.cu) ---------------------------------------------------------------------------
+// An invalid class label found by a loss kernel, in host-mapped pinned memory (one per device,
+// DeviceContext::label_errors): the GPU writes it, the host reads it after its next synchronisation,
+// so the loss never makes the host wait. The first error stays until the host has reported it.
+struct LabelError {
+  int pending = 0;
+  int64_t row = 0, label = 0, classes = 0;
+};
+
 // Workspace bytes cross_entropy needs (the per-row losses).
 size_t cross_entropy_workspace(DType dt, int64_t N);
-// logits [N, C] contiguous, target i64 [N] contiguous, loss a scalar. A label outside [0, C) is
-// recorded in `bad_row` (device; must hold ~0ull on entry): the smallest offending row.
+// logits [N, C] contiguous, target i64 [N] contiguous, loss a scalar. Rows whose label is outside
+// [0, C) contribute nothing; the smallest of them is found with `bad_row` (device scratch that must
+// hold ~0ull on entry) and written to `errors` (the device's view of the mapped record) unless an
+// earlier error is still pending there.
 cudaError_t cross_entropy(DType dt, const void* logits, const int64_t* target, void* loss, int64_t N, int64_t C,
-                          double label_smoothing, void* workspace, unsigned long long* bad_row, cudaStream_t s);
+                          double label_smoothing, void* workspace, unsigned long long* bad_row, LabelError* errors,
+                          cudaStream_t s);
 cudaError_t cross_entropy_backward(DType dt, const void* logits, const int64_t* target, const void* dloss, void* dlogits,
                                    int64_t N, int64_t C, double label_smoothing, unsigned long long* bad_row,
-                                   cudaStream_t s);
+                                   LabelError* errors, cudaStream_t s);
 
 // ---- pooling (kernels_pool.cu) -----------------------------------------------------------------------
 cudaError_t max_pool2d(DType dt, const void* x, const Dims4& X, void* y, const Dims4& Y, const Pool2dParams& p,

@@ -2,7 +2,9 @@
 // log-sum-exp and the sum of its logits with shuffle reductions, so logits are read twice and no
 // log-softmax tensor is materialised. The mean over rows is a second single-block kernel (a fixed
 // summation order: the loss is bitwise reproducible run to run). Labels are checked on the device:
-// the smallest offending row is recorded with atomicMin and the host turns it into a duet::Error.
+// the smallest offending row is found with atomicMin, and one thread copies it, with its label, into
+// the device's LabelError record in host-mapped memory, which the host reports as a duet::Error at
+// its next synchronisation (PyTorch stops the process with a device-side assert instead).
 #include "backends/cuda/kernels_common.cuh"
 
 namespace duet::cuda::kern {
@@ -71,6 +73,24 @@ __global__ void ce_backward_kernel(const T* logits, const int64_t* target, const
   }
 }
 
+// One thread: the first invalid label of this launch goes to the record, unless one is pending.
+__global__ void record_label_error_kernel(const unsigned long long* bad_row, const int64_t* target, int64_t C,
+                                          LabelError* errors) {
+  const unsigned long long row = *bad_row;
+  if (row == ~0ull || errors->pending) return;
+  errors->row = static_cast<int64_t>(row);
+  errors->label = target[row];
+  errors->classes = C;
+  __threadfence_system();  // the fields reach the host before the flag that says they are there
+  errors->pending = 1;
+}
+
+cudaError_t record_label_error(const unsigned long long* bad_row, const int64_t* target, int64_t C, LabelError* errors,
+                               cudaStream_t s) {
+  record_label_error_kernel<<<1, 1, 0, s>>>(bad_row, target, C, errors);
+  return launched();
+}
+
 unsigned row_grid(int64_t rows) { return static_cast<unsigned>(rows < math::kMaxBlocks ? rows : math::kMaxBlocks); }
 
 }  // namespace
@@ -78,7 +98,8 @@ unsigned row_grid(int64_t rows) { return static_cast<unsigned>(rows < math::kMax
 size_t cross_entropy_workspace(DType dt, int64_t N) { return static_cast<size_t>(N > 0 ? N : 0) * dtype_size(dt); }
 
 cudaError_t cross_entropy(DType dt, const void* logits, const int64_t* target, void* loss, int64_t N, int64_t C,
-                          double label_smoothing, void* workspace, unsigned long long* bad_row, cudaStream_t s) {
+                          double label_smoothing, void* workspace, unsigned long long* bad_row, LabelError* errors,
+                          cudaStream_t s) {
   if (N <= 0) return cudaSuccess;
   DUET_DISPATCH_FLOAT(dt, {
     T* rows = static_cast<T*>(workspace);
@@ -87,17 +108,19 @@ cudaError_t cross_entropy(DType dt, const void* logits, const int64_t* target, v
     if (const cudaError_t e = launched(); e != cudaSuccess) return e;
     mean_kernel<T><<<1, 1024, 0, s>>>(rows, N, static_cast<T*>(loss));
   });
-  return launched();
+  if (const cudaError_t e = launched(); e != cudaSuccess) return e;
+  return record_label_error(bad_row, target, C, errors, s);
 }
 
 cudaError_t cross_entropy_backward(DType dt, const void* logits, const int64_t* target, const void* dloss, void* dlogits,
                                    int64_t N, int64_t C, double label_smoothing, unsigned long long* bad_row,
-                                   cudaStream_t s) {
+                                   LabelError* errors, cudaStream_t s) {
   if (N <= 0 || C <= 0) return cudaSuccess;
   DUET_DISPATCH_FLOAT(dt, ce_backward_kernel<T><<<row_grid(N), math::row_block(C), 0, s>>>(
                               static_cast<const T*>(logits), target, static_cast<const T*>(dloss), static_cast<T*>(dlogits),
                               N, C, static_cast<T>(label_smoothing), bad_row));
-  return launched();
+  if (const cudaError_t e = launched(); e != cudaSuccess) return e;
+  return record_label_error(bad_row, target, C, errors, s);
 }
 
 }  // namespace duet::cuda::kern

@@ -1,8 +1,9 @@
 // softmax and log_softmax reach the GPU through cudnnSoftmaxForward/Backward (CUDNN_SOFTMAX_ACCURATE
 // or CUDNN_SOFTMAX_LOG): a contiguous tensor softmaxed along any dim is viewed as
 // [outer, dim, inner, 1] and cuDNN's channel mode normalises over the second axis. Cross-entropy
-// is duet's fused kernel (kernels_loss.cu); it validates labels on the device and the host reads
-// the verdict back, which makes the loss call wait for the GPU (the loss is read right after anyway).
+// is duet's fused kernel (kernels_loss.cu); it validates labels on the device and records an invalid
+// one where the host finds it at its next synchronisation (DeviceContext::synchronize), so the loss
+// itself never waits for the GPU.
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cudnn_util.h"
@@ -26,21 +27,6 @@ Lines lines(const Tensor& t, int64_t dim) {
 }
 
 void set_lines(TensorDesc& d, DType dt, const Lines& l) { d.set(dt, l.outer, l.len, l.inner, 1, false); }
-
-// Labels are checked on the device; `bad_row` holds the smallest invalid row (or ~0). Reads it back
-// (a synchronisation) and turns it into the reference backend's message.
-void check_labels(OpGuard& g, const unsigned long long* bad_row_dev, const Tensor& target, int64_t C) {
-  unsigned long long bad = 0;
-  DUET_CUDA_CHECK(cudaMemcpyAsync(&bad, bad_row_dev, sizeof(bad), cudaMemcpyDeviceToHost, g.stream()), g.op);
-  g.ctx.synchronize(g.op);
-  if (bad == ~0ull) return;
-  int64_t label = 0;
-  DUET_CUDA_CHECK(cudaMemcpyAsync(&label, target.data<int64_t>() + static_cast<int64_t>(bad), sizeof(label),
-                                  cudaMemcpyDeviceToHost, g.stream()),
-                  g.op);
-  g.ctx.synchronize(g.op);
-  throw Error(fmt::format("{}: target[{}] = {} is not a valid class label, expected 0 <= label < {}", g.op, bad, label, C));
-}
 
 }  // namespace
 
@@ -89,9 +75,9 @@ void CudaBackend::cross_entropy(const Tensor& logits, const Tensor& target, cons
   auto* bad_row = static_cast<unsigned long long*>(ws.get());
   DUET_CUDA_CHECK(cudaMemsetAsync(bad_row, 0xff, sizeof(unsigned long long), g.stream()), g.op);
   DUET_CUDA_CHECK(kern::cross_entropy(logits.dtype(), logits.raw_data(), target.data<int64_t>(), loss.raw_data(), N, C,
-                                      label_smoothing, static_cast<char*>(ws.get()) + 256, bad_row, g.stream()),
+                                      label_smoothing, static_cast<char*>(ws.get()) + 256, bad_row,
+                                      g.ctx.label_errors(g.op), g.stream()),
                   g.op);
-  check_labels(g, bad_row, target, C);
 }
 
 void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& target, const Tensor& dloss,
@@ -108,10 +94,9 @@ void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& tar
   auto* bad_row = static_cast<unsigned long long*>(ws.get());
   DUET_CUDA_CHECK(cudaMemsetAsync(bad_row, 0xff, sizeof(unsigned long long), g.stream()), g.op);
   DUET_CUDA_CHECK(kern::cross_entropy_backward(logits.dtype(), logits.raw_data(), target.data<int64_t>(), dloss.raw_data(),
-                                               dlogits.raw_data(), N, C, label_smoothing, bad_row, g.stream()),
+                                               dlogits.raw_data(), N, C, label_smoothing, bad_row,
+                                               g.ctx.label_errors(g.op), g.stream()),
                   g.op);
-  // Not read back: the forward, which always runs first on the same targets, has validated them,
-  // and a second synchronisation per step would stall the backward pass for nothing.
 }
 
 }  // namespace duet
