@@ -11,7 +11,8 @@
 #               from nvidia-smi; the default architecture list where there is no GPU)
 #   2. tests    the whole test suite with DUET_REQUIRE_CUDA=1, so that a CUDA test that skips fails
 #   3. selftest duet selftest --device cuda: the op table on the GPU against the reference loops, then
-#               the same table timed on the GPU (--mode perf: ms, GFLOP/s and GB/s per case)
+#               the same table timed on the GPU (--mode perf: ms, GFLOP/s and GB/s per case), then
+#               the convolution cases with DUET_CUDNN_BENCHMARK=1 (algorithms timed by cudnnFind)
 #   4. models   one phase per benchmark model: one profiled epoch on synthetic data in f32, --amp bf16
 #               and --amp fp16 on the GPU, the same run on the cpu backend (f32 and bf16), and
 #               `duet compare` of the two reports (NVML telemetry is in each CUDA report)
@@ -128,6 +129,9 @@ phase "tests (DUET_REQUIRE_CUDA=1)" "$out/tests.log" env DUET_REQUIRE_CUDA=1 tim
 # 3. selftest
 phase selftest "$out/selftest.txt" timeout 600 "$duet" selftest --device cuda
 phase "selftest --mode perf" "$out/selftest_perf.txt" timeout 600 "$duet" selftest --device cuda --mode perf
+# The convolutions again with algorithms chosen by timing (cudnnFind) instead of the heuristics.
+phase "selftest conv, DUET_CUDNN_BENCHMARK=1" "$out/selftest_benchmark.txt" env DUET_CUDNN_BENCHMARK=1 timeout 600 \
+  "$duet" selftest --device cuda --filter conv
 
 # 4. models: one profiled epoch each, on the GPU (f32, bf16, fp16) and on the cpu backend (f32, bf16),
 # one phase per model; each training run is limited to 2 minutes (the five fit the 10)

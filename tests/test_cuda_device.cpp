@@ -199,6 +199,46 @@ TEST(CudaDevice, ProfilerSeesGpuTimeAndCudnnAlgorithm) {
   EXPECT_TRUE(found);
 }
 
+// Benchmark mode times the algorithms (cudnnFind) for a new problem, caches the winner under a key of
+// its own, says so in the profile, and computes what the heuristics' choice computes.
+TEST(CudaDevice, CudnnBenchmarkModeChoosesByTimingAndAgrees) {
+  DUET_REQUIRE_CUDA_DEVICE();
+  const auto [x0, w0, p] = conv_on_gpu(4);
+  Tensor x = x0.detach(), w = w0.detach();
+  x.set_requires_grad(true);
+  w.set_requires_grad(true);
+  auto run = [&] {
+    x.zero_grad();
+    w.zero_grad();
+    Tensor y = conv2d(x, w, Tensor(), p);
+    sum(y * y).backward();
+    return std::vector<Tensor>{y.to(Device::cpu()), x.grad().to(Device::cpu()), w.grad().to(Device::cpu())};
+  };
+  const std::vector<Tensor> heuristic = run();
+  const bool before = cuda_cudnn_benchmark();
+  cuda_set_cudnn_benchmark(true);
+  const size_t cached = cuda::conv_algo_cache().size();
+  profiler::clear();
+  profiler::enable(true);
+  const std::vector<Tensor> timed = run();
+  profiler::enable(false);
+  cuda_set_cudnn_benchmark(before);
+  EXPECT_EQ(cuda::conv_algo_cache().size(), cached + 3) << "forward, backward data and backward filter, benchmarked";
+  int seen = 0;
+  for (const OpEvent& e : profiler::collect())
+    if (std::string(e.name).rfind("conv2d", 0) == 0) {
+      ++seen;
+      EXPECT_NE(e.impl.find("(benchmarked)"), std::string::npos) << e.name << ": " << e.impl;
+    }
+  EXPECT_EQ(seen, 3);
+  for (size_t i = 0; i < timed.size(); ++i) {
+    const std::vector<float> a = timed[i].to_vector<float>(), b = heuristic[i].to_vector<float>();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t k = 0; k < a.size(); ++k)
+      ASSERT_NEAR(a[k], b[k], 1e-3 + 1e-4 * std::abs(b[k])) << "tensor " << i << " element " << k;
+  }
+}
+
 TEST(CudaDevice, PerOpTimesComeFromEventsResolvedAtStepEnd) {
   DUET_REQUIRE_CUDA_DEVICE();
   const auto [x, w, p] = conv_on_gpu(16);

@@ -453,6 +453,7 @@ TEST(CudaHostConvKey, EqualityHashAndCache) {
   for (auto mutate : std::vector<std::function<void(ConvKey&)>>{
            [](ConvKey& k) { k.pass = ConvPass::backward_data; }, [](ConvKey& k) { k.dtype = DType::f64; },
            [](ConvKey& k) { k.channels_last = true; }, [](ConvKey& k) { k.allow_tf32 = true; },
+           [](ConvKey& k) { k.benchmark = true; },
            [](ConvKey& k) { k.device = 1; }, [](ConvKey& k) { k.n = 9; }, [](ConvKey& k) { k.p.groups = 2; },
            [](ConvKey& k) { k.p.dilation_w = 2; }, [](ConvKey& k) { k.p.stride_h = 2; }}) {
     ConvKey c = a;
@@ -720,6 +721,8 @@ TEST(CudaHostMachineInfo, ReportsVersionsAndGpus) {
   EXPECT_TRUE(c["runtime"].is_string()) << c.dump();
   EXPECT_TRUE(c["cudnn"].is_string()) << c.dump();
   EXPECT_EQ(c["cudnn"].get<std::string>().substr(0, 2), "9.") << c.dump();
+  EXPECT_EQ(c["allow_tf32"], cuda_allow_tf32()) << c.dump();
+  EXPECT_EQ(c["cudnn_benchmark"], cuda_cudnn_benchmark()) << c.dump();
   ASSERT_TRUE(c["gpus"].is_array()) << c.dump();
   EXPECT_EQ(static_cast<int>(c["gpus"].size()), cuda_device_count()) << c.dump();
   if (cuda_device_count() == 0) {

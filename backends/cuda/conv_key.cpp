@@ -6,7 +6,7 @@ namespace duet::cuda {
 
 bool ConvKey::operator==(const ConvKey& k) const {
   return pass == k.pass && dtype == k.dtype && channels_last == k.channels_last && allow_tf32 == k.allow_tf32 &&
-         device == k.device && n == k.n && c == k.c && h == k.h && w == k.w && o == k.o && kh == k.kh && kw == k.kw &&
+         benchmark == k.benchmark && device == k.device && n == k.n && c == k.c && h == k.h && w == k.w && o == k.o && kh == k.kh && kw == k.kw &&
          p.stride_h == k.p.stride_h && p.stride_w == k.p.stride_w && p.pad_h == k.p.pad_h && p.pad_w == k.p.pad_w &&
          p.dilation_h == k.p.dilation_h && p.dilation_w == k.p.dilation_w && p.groups == k.p.groups;
 }
@@ -24,6 +24,7 @@ size_t ConvKeyHash::operator()(const ConvKey& k) const {
   mix(static_cast<uint64_t>(k.dtype));
   mix(k.channels_last);
   mix(k.allow_tf32);
+  mix(k.benchmark);
   mix(static_cast<uint64_t>(k.device));
   for (int64_t v : {k.n, k.c, k.h, k.w, k.o, k.kh, k.kw, k.p.stride_h, k.p.stride_w, k.p.pad_h, k.p.pad_w,
                     k.p.dilation_h, k.p.dilation_w, k.p.groups})
@@ -33,10 +34,10 @@ size_t ConvKeyHash::operator()(const ConvKey& k) const {
 
 std::string ConvKey::str() const {
   static const char* passes[] = {"fwd", "bwd_data", "bwd_filter"};
-  return fmt::format("{} {} {} x[{}, {}, {}, {}] w[{}, {}, {}, {}] stride {}x{} pad {}x{} dilation {}x{} groups {}{}",
+  return fmt::format("{} {} {} x[{}, {}, {}, {}] w[{}, {}, {}, {}] stride {}x{} pad {}x{} dilation {}x{} groups {}{}{}",
                      passes[static_cast<int>(pass)], dtype_name(dtype), channels_last ? "nhwc" : "nchw", n, c, h, w, o,
                      p.groups > 0 ? c / p.groups : c, kh, kw, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h,
-                     p.dilation_w, p.groups, allow_tf32 ? " tf32" : "");
+                     p.dilation_w, p.groups, allow_tf32 ? " tf32" : "", benchmark ? " benchmark" : "");
 }
 
 std::optional<ConvChoice> ConvAlgoCache::find(const ConvKey& k) {

@@ -21,13 +21,14 @@ struct ConvKey {
   DType dtype = DType::f32;
   bool channels_last = false;
   bool allow_tf32 = false;
+  bool benchmark = false;  // chosen by timing (cudnnFind) rather than by cuDNN's heuristics
   int device = 0;
   int64_t n = 0, c = 0, h = 0, w = 0;  // input
   int64_t o = 0, kh = 0, kw = 0;        // weight [o, c / groups, kh, kw]
   Conv2dParams p;
 
   bool operator==(const ConvKey& k) const;
-  std::string str() const;  // "fwd f32 nchw x[8, 3, 32, 32] w[16, 3, 3, 3] s1x1 p1x1 d1x1 g1"
+  std::string str() const;  // "fwd f32 nchw x[8, 3, 32, 32] w[16, 3, 3, 3] stride 1x1 ... groups 1[ tf32][ benchmark]"
 };
 
 struct ConvKeyHash {

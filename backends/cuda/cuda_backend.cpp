@@ -13,17 +13,25 @@
 namespace duet {
 
 namespace {
+bool env_on(const char* name) {
+  const char* env = std::getenv(name);
+  return env != nullptr && env[0] == '1';
+}
 std::atomic<bool>& tf32_flag() {
-  static std::atomic<bool> flag{[] {
-    const char* env = std::getenv("DUET_CUDA_ALLOW_TF32");
-    return env != nullptr && env[0] == '1';
-  }()};
+  static std::atomic<bool> flag{env_on("DUET_CUDA_ALLOW_TF32")};
+  return flag;
+}
+std::atomic<bool>& benchmark_flag() {
+  static std::atomic<bool> flag{env_on("DUET_CUDNN_BENCHMARK")};
   return flag;
 }
 }  // namespace
 
 void cuda_set_allow_tf32(bool allow) { tf32_flag().store(allow); }
 bool cuda_allow_tf32() { return tf32_flag().load(std::memory_order_relaxed); }
+
+void cuda_set_cudnn_benchmark(bool on) { benchmark_flag().store(on); }
+bool cuda_cudnn_benchmark() { return benchmark_flag().load(std::memory_order_relaxed); }
 
 size_t cuda_release_cached(int device) {
   if (device >= 0) cuda::check_device(device, "cuda_release_cached");

@@ -29,6 +29,14 @@ public:
 void cuda_set_allow_tf32(bool allow);
 bool cuda_allow_tf32();
 
+// Benchmark mode for convolutions, like torch.backends.cudnn.benchmark: the first time a problem
+// (shapes, layout, dtype, padding...) is seen, cuDNN times its algorithms on the real tensors
+// (cudnnFind*AlgorithmEx) and the fastest that runs is cached, instead of the heuristics' first
+// choice. Pays off when shapes repeat (training with a fixed batch size); a few hundred
+// milliseconds per new shape. Off by default; DUET_CUDNN_BENCHMARK=1 turns it on at start-up.
+void cuda_set_cudnn_benchmark(bool on);
+bool cuda_cudnn_benchmark();
+
 // Gives the caching allocator's unused blocks back to the driver (all devices when device < 0),
 // e.g. before another process needs the GPU; returns the bytes released. Waits for the device.
 size_t cuda_release_cached(int device = -1);

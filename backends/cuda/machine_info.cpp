@@ -3,6 +3,7 @@
 #include <cudnn.h>
 #include <fmt/format.h>
 #include "backends/cuda/cublas_library.h"
+#include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device.h"
 
@@ -33,6 +34,9 @@ void describe_machine(nlohmann::json& machine) noexcept {
                       {"multiprocessors", p.multiProcessorCount}});
     }
     c["gpus"] = gpus;
+    // The settings that change which kernels run, so two reports say whether they are comparable.
+    c["allow_tf32"] = cuda_allow_tf32();
+    c["cudnn_benchmark"] = cuda_cudnn_benchmark();
     c["unavailable"] = n == 0 ? nlohmann::json(unavailable_reason()) : nullptr;
     machine["cuda"] = c;
   } catch (...) {

@@ -1,9 +1,10 @@
 // conv2d and its two gradients reach the GPU through cuDNN's convolution API
 // (cudnnConvolutionForward / BackwardData / BackwardFilter; groups via cudnnSetConvolutionGroupCount).
 // NCHW or channels-last is told to cuDNN through the tensor strides and the filter format. The
-// algorithm comes from cuDNN's heuristics (cudnnGetConvolution*Algorithm_v7), is cached per problem
-// (conv_key.h) and gets its workspace from the caching allocator; candidates cuDNN cannot run, or
-// whose workspace does not fit, are skipped in heuristic order. The bias is duet's own kernels: a
+// algorithm comes from cuDNN's heuristics (cudnnGetConvolution*Algorithm_v7), or in benchmark mode
+// from timing them all (cudnnFindConvolution*AlgorithmEx), is cached per problem (conv_key.h) and
+// gets its workspace from the caching allocator; candidates cuDNN cannot run, or whose workspace
+// does not fit, are skipped in order. The bias is duet's own kernels: a
 // per-channel add forward and the strided reduction for its gradient.
 // f16/bf16 tensors (autocast) use cuDNN's pseudo-half configurations: 16-bit data, a FLOAT compute
 // type on the convolution descriptor, tensor-core math allowed; products accumulate in f32.
@@ -103,6 +104,7 @@ struct Problem {
     key.dtype = dt;
     key.channels_last = nhwc;
     key.allow_tf32 = !strict_fp32 && dt == DType::f32;
+    key.benchmark = cuda_cudnn_benchmark();
     key.device = device;
     key.n = xs[0], key.c = xs[1], key.h = xs[2], key.w = xs[3];
     key.o = ws[0], key.kh = ws[2], key.kw = ws[3];
@@ -117,22 +119,51 @@ struct Candidate {
   cudnnStatus_t status;
 };
 
-template <class Perf>
-std::vector<Candidate> to_candidates(const std::vector<Perf>& perfs, int returned) {
+// The algorithms a cuDNN query returns, in its order: `max_count(&n)` says how many there can be,
+// `query(n, &returned, perfs)` is cudnnGetConvolution*Algorithm_v7 or cudnnFindConvolution*AlgorithmEx.
+template <class Perf, class MaxCount, class Query>
+std::vector<Candidate> query_candidates(OpGuard& g, MaxCount max_count, Query query) {
+  int count = 0, returned = 0;
+  DUET_CUDNN_CHECK(max_count(&count), g.op);
+  std::vector<Perf> perfs(static_cast<size_t>(std::max(count, 1)));
+  DUET_CUDNN_CHECK(query(count, &returned, perfs.data()), g.op);
   std::vector<Candidate> c;
   for (int i = 0; i < returned; ++i)
-    c.push_back({static_cast<int>(perfs[i].algo), static_cast<int>(perfs[i].mathType), perfs[i].status});
+    c.push_back({static_cast<int>(perfs[static_cast<size_t>(i)].algo), static_cast<int>(perfs[static_cast<size_t>(i)].mathType),
+                 perfs[static_cast<size_t>(i)].status});
   return c;
 }
 
-// Runs `pass` with the cached algorithm, or else tries cuDNN's proposals in order and caches the
-// first that runs. `workspace_size(algo, &bytes)` and `run(algo, workspace, bytes)` return cuDNN
-// statuses; `propose()` returns the heuristic's candidates.
-template <class Propose, class WorkspaceSize, class Run>
-void run_convolution(OpGuard& g, Problem& pb, Propose propose, WorkspaceSize workspace_size, Run run) {
+// Benchmark mode: cuDNN times every algorithm on the problem's own tensors and returns them fastest
+// first (`find(workspace, bytes)`; it writes the pass's output, which the real run then overwrites).
+// The workspace it may use is the largest any proposed algorithm asks for, or as much of that as the
+// allocator can give (the cache is released at most once); cuDNN reports an algorithm that needs more
+// as failed, and the run below skips it.
+template <class WorkspaceSize, class Find>
+std::vector<Candidate> benchmarked(OpGuard& g, const std::vector<Candidate>& proposed, WorkspaceSize workspace_size,
+                                   Find find) {
+  size_t bytes = 0;
+  for (const Candidate& c : proposed) {
+    size_t b = 0;
+    if (c.status == CUDNN_STATUS_SUCCESS && workspace_size(c.algo, &b) == CUDNN_STATUS_SUCCESS) bytes = std::max(bytes, b);
+  }
+  void* p = nullptr;
+  for (bool release = true; bytes > 0; release = false, bytes /= 2)
+    if ((p = g.ctx.allocator().try_allocate(bytes, MemTag::workspace, release))) break;
+  const std::vector<Candidate> timed = find(p, bytes);
+  if (p) g.ctx.allocator().deallocate(p, bytes, MemTag::workspace);
+  return timed;
+}
+
+// Runs `pass` with the cached algorithm, or else tries the candidates in order (cuDNN's heuristics,
+// or in benchmark mode its timings) and caches the first that runs. `workspace_size(algo, &bytes)`
+// and `run(algo, workspace, bytes)` return cuDNN statuses; `propose()` returns the heuristics'
+// candidates, `find(workspace, bytes)` the timed ones.
+template <class Propose, class Find, class WorkspaceSize, class Run>
+void run_convolution(OpGuard& g, Problem& pb, Propose propose, Find find, WorkspaceSize workspace_size, Run run) {
   auto note = [&](const ConvChoice& c) {
-    profiler::note_impl(fmt::format("cudnn {} math={} workspace={}", algo_name(pb.key.pass, c.algo), math_name(c.math_type),
-                                    format_bytes(double(c.workspace))));
+    profiler::note_impl(fmt::format("cudnn {} math={} workspace={}{}", algo_name(pb.key.pass, c.algo), math_name(c.math_type),
+                                    format_bytes(double(c.workspace)), pb.key.benchmark ? " (benchmarked)" : ""));
   };
   if (const auto cached = conv_algo_cache().find(pb.key)) {
     DUET_CUDNN_CHECK(cudnnSetConvolutionMathType(pb.conv, static_cast<cudnnMathType_t>(cached->math_type)), g.op);
@@ -141,7 +172,8 @@ void run_convolution(OpGuard& g, Problem& pb, Propose propose, WorkspaceSize wor
     note(*cached);
     return;
   }
-  const std::vector<Candidate> candidates = propose();
+  std::vector<Candidate> candidates = propose();
+  if (pb.key.benchmark) candidates = benchmarked(g, candidates, workspace_size, find);
   std::string tried;
   // A workspace that does not fit may release the allocator's cache (a device synchronisation) once
   // per search, not once per candidate.
@@ -211,15 +243,23 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, c
     Problem pb(g.op, ConvPass::forward, x.dtype(), nhwc, x.shape(), wk.shape(), y.shape(), p, g.device());
     cudnnHandle_t h = g.ctx.cudnn(g.op);
     const Scalars s(x.dtype());
+    const auto count_fwd = [&](int* n) { return cudnnGetConvolutionForwardAlgorithmMaxCount(h, n); };
     run_convolution(
         g, pb,
         [&] {
-          int max_count = 0, returned = 0;
-          DUET_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max_count), g.op);
-          std::vector<cudnnConvolutionFwdAlgoPerf_t> perfs(static_cast<size_t>(std::max(max_count, 1)));
-          DUET_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, pb.x, pb.w, pb.conv, pb.y, max_count, &returned, perfs.data()),
-                           g.op);
-          return to_candidates(perfs, returned);
+          return query_candidates<cudnnConvolutionFwdAlgoPerf_t>(
+              g, count_fwd,
+              [&](int n, int* returned, cudnnConvolutionFwdAlgoPerf_t* perfs) {
+                return cudnnGetConvolutionForwardAlgorithm_v7(h, pb.x, pb.w, pb.conv, pb.y, n, returned, perfs);
+              });
+        },
+        [&](void* ws, size_t bytes) {
+          return query_candidates<cudnnConvolutionFwdAlgoPerf_t>(
+              g, count_fwd,
+              [&](int n, int* returned, cudnnConvolutionFwdAlgoPerf_t* perfs) {
+                return cudnnFindConvolutionForwardAlgorithmEx(h, pb.x, x.raw_data(), pb.w, wk.raw_data(), pb.conv, pb.y,
+                                                              y.raw_data(), n, returned, perfs, ws, bytes);
+              });
         },
         [&](int algo, size_t* bytes) {
           return cudnnGetConvolutionForwardWorkspaceSize(h, pb.x, pb.w, pb.conv, pb.y, static_cast<cudnnConvolutionFwdAlgo_t>(algo), bytes);
@@ -257,15 +297,23 @@ void CudaBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const 
   Problem pb(g.op, ConvPass::backward_data, dy.dtype(), nhwc, dx.shape(), wk.shape(), dy.shape(), p, g.device());
   cudnnHandle_t h = g.ctx.cudnn(g.op);
   const Scalars s(dy.dtype());
+  const auto count_bwd_data = [&](int* n) { return cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, n); };
   run_convolution(
       g, pb,
       [&] {
-        int max_count = 0, returned = 0;
-        DUET_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max_count), g.op);
-        std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perfs(static_cast<size_t>(std::max(max_count, 1)));
-        DUET_CUDNN_CHECK(
-            cudnnGetConvolutionBackwardDataAlgorithm_v7(h, pb.w, pb.y, pb.conv, pb.x, max_count, &returned, perfs.data()), g.op);
-        return to_candidates(perfs, returned);
+        return query_candidates<cudnnConvolutionBwdDataAlgoPerf_t>(
+            g, count_bwd_data,
+            [&](int n, int* returned, cudnnConvolutionBwdDataAlgoPerf_t* perfs) {
+              return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, pb.w, pb.y, pb.conv, pb.x, n, returned, perfs);
+            });
+      },
+      [&](void* ws, size_t bytes) {
+        return query_candidates<cudnnConvolutionBwdDataAlgoPerf_t>(
+            g, count_bwd_data,
+            [&](int n, int* returned, cudnnConvolutionBwdDataAlgoPerf_t* perfs) {
+              return cudnnFindConvolutionBackwardDataAlgorithmEx(h, pb.w, wk.raw_data(), pb.y, dy.raw_data(), pb.conv, pb.x,
+                                                                 dx.raw_data(), n, returned, perfs, ws, bytes);
+            });
       },
       [&](int algo, size_t* bytes) {
         return cudnnGetConvolutionBackwardDataWorkspaceSize(h, pb.w, pb.y, pb.conv, pb.x,
@@ -298,16 +346,23 @@ void CudaBackend::conv2d_backward_weight(const Tensor& x, const Tensor& dy, cons
       Problem pb(g.op, ConvPass::backward_filter, dy.dtype(), nhwc, x.shape(), target.shape(), dy.shape(), p, g.device());
       cudnnHandle_t h = g.ctx.cudnn(g.op);
       const Scalars s(dy.dtype());
+      const auto count_bwd_filter = [&](int* n) { return cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, n); };
       run_convolution(
           g, pb,
           [&] {
-            int max_count = 0, returned = 0;
-            DUET_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max_count), g.op);
-            std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perfs(static_cast<size_t>(std::max(max_count, 1)));
-            DUET_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, pb.x, pb.y, pb.conv, pb.w, max_count, &returned,
-                                                                           perfs.data()),
-                             g.op);
-            return to_candidates(perfs, returned);
+            return query_candidates<cudnnConvolutionBwdFilterAlgoPerf_t>(
+                g, count_bwd_filter,
+                [&](int n, int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* perfs) {
+                  return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, pb.x, pb.y, pb.conv, pb.w, n, returned, perfs);
+                });
+          },
+          [&](void* ws, size_t bytes) {
+            return query_candidates<cudnnConvolutionBwdFilterAlgoPerf_t>(
+                g, count_bwd_filter,
+                [&](int n, int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* perfs) {
+                  return cudnnFindConvolutionBackwardFilterAlgorithmEx(h, pb.x, x.raw_data(), pb.y, dy.raw_data(), pb.conv,
+                                                                       pb.w, target.raw_data(), n, returned, perfs, ws, bytes);
+                });
           },
           [&](int algo, size_t* bytes) {
             return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, pb.x, pb.y, pb.conv, pb.w,
