@@ -86,6 +86,23 @@ TEST(CudaDevice, CopiesRoundTripInEveryLayoutAndDtype) {
   EXPECT_EQ(Tensor::full({7}, 2.5, TensorOptions().with_device(cuda0())).to_vector<float>(), std::vector<float>(7, 2.5f));
 }
 
+// An upload returns without waiting for the stream, and the caller's buffer is free at once: its
+// bytes were staged before the copy returned.
+TEST(CudaDevice, UploadDoesNotWaitAndTheHostBufferIsFreeAtOnce) {
+  DUET_REQUIRE_CUDA_DEVICE();
+  const Tensor a = Tensor::randn({2048, 2048}, TensorOptions().with_device(cuda0()));
+  for (int i = 0; i < 4; ++i) (void)matmul(a, a);  // keeps the stream busy while the uploads are queued
+  std::vector<float> values(1 << 20);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = float(i % 1000);
+  Tensor host = Tensor::from_vector<float>(values, {int64_t(values.size())});
+  const Tensor dev = host.to(cuda0());
+  host.fill_(-1.0);  // overwritten before the GPU has run the copy
+  host = Tensor();
+  const std::vector<float> back = dev.to(Device::cpu()).to_vector<float>();
+  EXPECT_EQ(back, values);
+  EXPECT_EQ(cuda::context(0, "test").staging().held_bytes() > 0, true);
+}
+
 TEST(CudaDevice, CopyBetweenDevices) {
   DUET_REQUIRE_CUDA_DEVICE();
   if (cuda_device_count() < 2) GTEST_SKIP() << "needs two CUDA devices, this machine has " << cuda_device_count();

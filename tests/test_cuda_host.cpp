@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <numbers>
 #include <random>
 #include <sstream>
@@ -25,6 +26,7 @@
 #include "backends/cuda/event_timer.h"
 #include "backends/cuda/indexing.h"
 #include "backends/cuda/kernel_math.h"
+#include "backends/cuda/pinned_staging.h"
 #include "backends/cuda/nvml_telemetry.h"
 #include "backends/cuda/cuda_backend.h"
 #include "engine/duet.h"
@@ -298,6 +300,118 @@ TEST(CudaHostLabelErrors, APendingRecordBecomesOneMessage) {
   EXPECT_NE(m->find("in copy"), std::string::npos) << *m;
   EXPECT_EQ(r.pending, 0);
   EXPECT_FALSE(cuda::take_label_error(r, "copy").has_value()) << "reported twice";
+}
+
+// Pinned staging without a GPU: fake memory, and events whose firing the test decides.
+class FakeStagingRuntime final : public cuda::StagingRuntime {
+public:
+  void* allocate(size_t bytes) override {
+    if (fail_allocations) return nullptr;
+    ++allocations;
+    blocks.push_back(std::make_unique<std::vector<char>>(bytes));
+    return blocks.back()->data();
+  }
+  void release(void*) override { ++releases; }
+  void* new_event() override {
+    fired.push_back(false);
+    return reinterpret_cast<void*>(fired.size());  // event k is fired[k - 1]
+  }
+  void record(void* e) override { fired[index(e)] = false; }
+  bool finished(void* e) override { return fired[index(e)]; }
+  void wait(void* e) override {
+    ++waits;
+    fired[index(e)] = true;
+  }
+  void fire_all() { std::fill(fired.begin(), fired.end(), true); }
+
+  bool fail_allocations = false;
+  int allocations = 0, releases = 0, waits = 0;
+  std::vector<bool> fired;
+  std::vector<std::unique_ptr<std::vector<char>>> blocks;
+
+private:
+  static size_t index(void* e) { return reinterpret_cast<size_t>(e) - 1; }
+};
+
+TEST(CudaHostStaging, BlocksAreReusedOnlyAfterTheirCopyHasRun) {
+  FakeStagingRuntime rt;
+  const size_t MiB = size_t(1) << 20;
+  cuda::StagingBlocks staging(rt, 4 * MiB);
+  void* first = nullptr;
+  {
+    cuda::StagingBlocks::Lease a = staging.acquire(1000);
+    ASSERT_TRUE(a);
+    first = a.get();
+    a.queued();
+  }
+  EXPECT_EQ(staging.held_bytes(), MiB);  // rounded up to the smallest block
+  {
+    // The first block's copy has not run: a second block, not a wait.
+    cuda::StagingBlocks::Lease b = staging.acquire(1000);
+    ASSERT_TRUE(b);
+    EXPECT_NE(b.get(), first);
+    b.queued();
+  }
+  EXPECT_EQ(rt.allocations, 2);
+  rt.fire_all();
+  {
+    cuda::StagingBlocks::Lease c = staging.acquire(1000);
+    EXPECT_EQ(c.get(), first) << "a finished block is reused";
+    EXPECT_EQ(rt.allocations, 2);
+    c.queued();
+  }
+  EXPECT_EQ(rt.waits, 0);
+}
+
+TEST(CudaHostStaging, AtTheLimitItWaitsForTheOldestCopy) {
+  FakeStagingRuntime rt;
+  const size_t MiB = size_t(1) << 20;
+  cuda::StagingBlocks staging(rt, 2 * MiB);
+  std::vector<void*> seen;
+  for (int i = 0; i < 2; ++i) {
+    cuda::StagingBlocks::Lease l = staging.acquire(MiB);
+    seen.push_back(l.get());
+    l.queued();
+  }
+  cuda::StagingBlocks::Lease l = staging.acquire(MiB);  // both in flight, limit reached
+  ASSERT_TRUE(l);
+  EXPECT_EQ(rt.waits, 1);
+  EXPECT_EQ(staging.waits(), 1);
+  EXPECT_EQ(l.get(), seen[0]) << "the block queued first is waited for";
+  EXPECT_EQ(rt.allocations, 2);
+}
+
+TEST(CudaHostStaging, FreeBlocksTooSmallAreGivenBackForABiggerOne) {
+  FakeStagingRuntime rt;
+  const size_t MiB = size_t(1) << 20;
+  cuda::StagingBlocks staging(rt, 4 * MiB);
+  for (int i = 0; i < 2; ++i) {
+    cuda::StagingBlocks::Lease l = staging.acquire(MiB);
+    l.queued();
+  }
+  rt.fire_all();
+  cuda::StagingBlocks::Lease big = staging.acquire(3 * MiB);  // 4 MiB block: only after releasing both
+  ASSERT_TRUE(big);
+  EXPECT_EQ(rt.releases, 2);
+  EXPECT_EQ(staging.held_bytes(), 4 * MiB);
+}
+
+TEST(CudaHostStaging, TooBigOrNoPinnedMemoryIsNotStaged) {
+  FakeStagingRuntime rt;
+  cuda::StagingBlocks staging(rt, size_t(1) << 20);
+  EXPECT_FALSE(staging.acquire((size_t(1) << 20) + 1));
+  EXPECT_FALSE(staging.acquire(0));
+  rt.fail_allocations = true;
+  EXPECT_FALSE(staging.acquire(100));
+  rt.fail_allocations = false;
+  {
+    cuda::StagingBlocks::Lease l = staging.acquire(100);  // never queued (an error on the way)
+    ASSERT_TRUE(l);
+  }
+  cuda::StagingBlocks::Lease again = staging.acquire(100);
+  EXPECT_TRUE(again);
+  EXPECT_EQ(rt.allocations, 1) << "an unqueued lease gives its block back as free";
+  EXPECT_TRUE(rt.fired.empty()) << "no event is recorded for a block that was never queued";
 }
 
 // ---- kernel maths against the formulas ----------------------------------------------------------

@@ -223,6 +223,47 @@ kern::LabelError* DeviceContext::label_errors(const char* op) {
   return label_errors_device_;
 }
 
+namespace {
+
+// The CUDA calls behind the staging blocks of one device's stream.
+class CudaStagingRuntime final : public StagingRuntime {
+public:
+  explicit CudaStagingRuntime(cudaStream_t s) : stream_(s) {}
+  void* allocate(size_t bytes) override {
+    void* p = nullptr;
+    return handled(cudaHostAlloc(&p, bytes, cudaHostAllocDefault)) == cudaSuccess ? p : nullptr;
+  }
+  void release(void* p) override { DUET_CUDA_CHECK(cudaFreeHost(p), kOp); }
+  void* new_event() override {
+    cudaEvent_t e = nullptr;
+    DUET_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), kOp);
+    return e;
+  }
+  void record(void* e) override { DUET_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(e), stream_), kOp); }
+  bool finished(void* e) override {
+    const cudaError_t st = handled(cudaEventQuery(static_cast<cudaEvent_t>(e)));
+    if (st == cudaErrorNotReady) return false;
+    DUET_CUDA_CHECK(st, kOp);
+    return true;
+  }
+  void wait(void* e) override { DUET_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(e)), kOp); }
+
+private:
+  static constexpr const char* kOp = "copy (pinned staging)";
+  cudaStream_t stream_;
+};
+
+// Pinned memory a device's staging may hold; a bigger copy goes from pageable memory and waits.
+constexpr size_t kStagingLimit = size_t(256) << 20;
+
+}  // namespace
+
+StagingBlocks& DeviceContext::staging() {
+  std::lock_guard<std::mutex> lk(g_mu);
+  if (!staging_) staging_ = new StagingBlocks(*new CudaStagingRuntime(stream_), kStagingLimit);
+  return *staging_;
+}
+
 std::optional<std::string> take_label_error(kern::LabelError& record, const char* where) {
   if (!record.pending) return std::nullopt;
   const kern::LabelError e = record;

@@ -10,6 +10,7 @@
 #include <string>
 #include "backends/cuda/caching_allocator.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/pinned_staging.h"
 
 namespace duet::cuda {
 
@@ -38,6 +39,8 @@ public:
   void synchronize(const char* op);
   // The device's view of its LabelError record (host-mapped pinned memory, created on first use).
   kern::LabelError* label_errors(const char* op);
+  // Pinned staging blocks for host-to-device copies on this device's stream (pinned_staging.h).
+  StagingBlocks& staging();
 
 private:
   int index_;
@@ -48,6 +51,7 @@ private:
   CachingAllocator* allocator_ = nullptr;  // leaked on purpose, see device.cpp
   kern::LabelError* label_errors_host_ = nullptr;  // pinned and mapped; leaked likewise
   kern::LabelError* label_errors_device_ = nullptr;
+  StagingBlocks* staging_ = nullptr;  // leaked likewise
 };
 
 // The error message of a pending record, which it clears; nullopt when none is pending. `where` is

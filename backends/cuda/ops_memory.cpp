@@ -1,8 +1,10 @@
 // Memory ops on the GPU. Copies between host and device, or between two devices, are one
 // cudaMemcpyAsync when both sides are dense with the same layout and dtype; otherwise the data is
 // staged through a contiguous buffer and the strided gather kernel (kernels_memory.cu) does the
-// layout change and dtype cast on the device. Fill, concat, the random fills and dropout are kernels.
+// layout change and dtype cast on the device. Uploads go through pinned staging blocks and do not
+// wait (pinned_staging.h); downloads wait, since the host reads the values next. Fill, concat, the random fills and dropout are kernels.
 #include <cmath>
+#include <cstring>
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
 
@@ -70,25 +72,37 @@ void copy_between_devices(const Tensor& src, const Tensor& dst) {
   gd.ctx.synchronize(gd.op);
 }
 
+// `bytes` from host memory to device memory, queued on g's stream. Through a pinned staging block
+// the caller's buffer is copied before this returns and nothing waits; a copy too big to stage goes
+// from pageable memory and waits for the stream, since the caller may free its buffer next.
+void upload(OpGuard& g, void* device, const void* host, size_t bytes) {
+  if (StagingBlocks::Lease block = g.ctx.staging().acquire(bytes)) {
+    std::memcpy(block.get(), host, bytes);
+    DUET_CUDA_CHECK(cudaMemcpyAsync(device, block.get(), bytes, cudaMemcpyHostToDevice, g.stream()), g.op);
+    block.queued();
+    return;
+  }
+  DUET_CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, g.stream()), g.op);
+  g.ctx.synchronize(g.op);
+}
+
 void copy_host_to_device(const Tensor& src, const Tensor& dst) {
   OpGuard g("copy", dst);
   if (src.dtype() == dst.dtype() && same_dense_layout(src, dst)) {
-    DUET_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), dst.nbytes(), cudaMemcpyHostToDevice, g.stream()), g.op);
-  } else {
-    // Upload contiguously in the source dtype (broadcasts are materialised on the host), then let
-    // the gather kernel cast and lay the values out on the device.
-    Tensor staged = src;
-    if (!src.is_contiguous()) {
-      staged = Tensor::empty(src.shape(), TensorOptions(src.dtype()));
-      backend(src.backend()).copy(src, staged);
-    }
-    Tensor dev = Tensor::empty(src.shape(), TensorOptions(src.dtype()).with_device(dst.device()));
-    DUET_CUDA_CHECK(cudaMemcpyAsync(dev.raw_data(), staged.raw_data(), staged.nbytes(), cudaMemcpyHostToDevice, g.stream()),
-                    g.op);
-    scatter_contiguous(g, dev, dst);
+    upload(g, dst.raw_data(), src.raw_data(), dst.nbytes());
+    return;
   }
-  // The host buffer may be freed (or reused) as soon as copy_ returns, so the transfer must be done.
-  g.ctx.synchronize(g.op);
+  // Upload contiguously in the source dtype (broadcasts are materialised on the host), then let
+  // the gather kernel cast and lay the values out on the device. `dev` is freed at the end of this
+  // scope, after the kernel that reads it was queued: the caching allocator reuses blocks in stream order.
+  Tensor staged = src;
+  if (!src.is_contiguous()) {
+    staged = Tensor::empty(src.shape(), TensorOptions(src.dtype()));
+    backend(src.backend()).copy(src, staged);
+  }
+  Tensor dev = Tensor::empty(src.shape(), TensorOptions(src.dtype()).with_device(dst.device()));
+  upload(g, dev.raw_data(), staged.raw_data(), staged.nbytes());
+  scatter_contiguous(g, dev, dst);
 }
 
 void copy_device_to_host(const Tensor& src, const Tensor& dst) {
