@@ -38,6 +38,9 @@ public:
   // leaves the outputs of conv2d, linear and matmul in `low`, as PyTorch does, and a network's
   // activations move half the bytes; otherwise it casts them back to f32 (engine/autocast.h).
   virtual bool keeps_low_precision_activations(DType /*low*/) const { return false; }
+  // Whether the attention op (ops.def) runs here for dtype `dt`; otherwise the front-end composes it
+  // from matmul and softmax, as every backend can.
+  virtual bool fuses_attention(DType /*dt*/) const { return false; }
 
 #define DUET_OP(name, params, ...) virtual void name params;
 #include "engine/ops.def"

@@ -99,6 +99,15 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, cons
 // Over the last dim; gamma/beta [D] or undefined.
 Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps = 1e-5);
 
+// ---- attention ----------------------------------------------------------------------------------
+// Multi-head self-attention from a packed projection: qkv [N, S, 3 * heads * Dh] holds q, k and v
+// side by side (a ViT's in-projection output, `view({N, S, 3, heads, Dh})`); returns
+// softmax(q k^T / sqrt(Dh)) v with the heads side by side, [N, S, heads * Dh]; in training,
+// dropout_p drops attention weights. One fused op where the backend has it (the cpu backend in f32
+// reads q, k and v in place and writes their gradients into the packed layout directly) and no
+// dropout applies, else matmul, softmax and the permutes.
+Tensor attention(const Tensor& qkv, int64_t heads, double dropout_p = 0.0, bool training = false);
+
 // ---- softmax, losses, dropout -------------------------------------------------------------------
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);

@@ -70,6 +70,14 @@ OpCost softmax(const Shape& x, size_t elem) {
   const double n = static_cast<double>(numel_of(x));
   return {5.0 * n, 2.0 * n * static_cast<double>(elem)};
 }
+OpCost attention(const Shape& qkv, int64_t heads, size_t elem, bool backward) {
+  const double N = static_cast<double>(qkv[0]), S = static_cast<double>(qkv[1]), D = static_cast<double>(qkv[2]) / 3.0;
+  const double probs = N * static_cast<double>(heads) * S * S;
+  const double gemm = 2.0 * N * S * S * D;  // one product over every head
+  const double e = static_cast<double>(elem);
+  if (backward) return {4.0 * gemm + 4.0 * probs, e * (2.0 * N * S * 3.0 * D + N * S * D + probs)};
+  return {2.0 * gemm + 5.0 * probs, e * (N * S * 3.0 * D + N * S * D + probs)};
+}
 OpCost cross_entropy(const Shape& logits, size_t elem) {
   const double n = static_cast<double>(numel_of(logits));
   return {5.0 * n, n * static_cast<double>(elem) + 8.0 * logits[0]};

@@ -31,6 +31,9 @@ OpCost pool2d(const Shape& x, const Shape& y, int64_t kh, int64_t kw, size_t ele
 // Adaptive pooling from x [N,C,H,W] to y [N,C,OH,OW]: pool2d with its widest window, ceil(H/OH) x ceil(W/OW).
 OpCost adaptive_pool2d(const Shape& x, const Shape& y, size_t elem);
 OpCost softmax(const Shape& x, size_t elem);
+// qkv [N, S, 3 * H * Dh]: two products per head forward (q k^T, probs v) and four backward, plus the
+// softmax; bytes: qkv, out and probs (backward: those, dout and dqkv).
+OpCost attention(const Shape& qkv, int64_t heads, size_t elem, bool backward);
 OpCost cross_entropy(const Shape& logits, size_t elem);
 OpCost reduce(const Shape& x, const Shape& out, size_t elem);
 

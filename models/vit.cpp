@@ -37,17 +37,9 @@ MultiheadSelfAttention::MultiheadSelfAttention(int64_t dim_, int64_t heads, doub
 Tensor MultiheadSelfAttention::forward(const Tensor& x) {
   DUET_CHECK(x.defined() && x.dim() == 3 && x.size(2) == dim,
              "MultiheadAttention: input has shape {}, expected [N, S, {}]", shape_or_undefined(x), dim);
-  const int64_t N = x.size(0), S = x.size(1), H = num_heads, Dh = dim / num_heads;
-  // One GEMM for q, k and v; [N, S, 3, H, Dh] -> [3, N, H, S, Dh] is a view.
-  // (unbind, not three selects: its backward writes the three gradients into one buffer.)
-  const Tensor packed = linear(x, in_proj_weight, in_proj_bias).view({N, S, 3, H, Dh}).permute({2, 0, 3, 1, 4});
-  const std::vector<Tensor> qkv = unbind(packed, 0);
-  const Tensor q = mul(qkv[0], 1.0 / std::sqrt(static_cast<double>(Dh)));  // scaled before q k^T, as torch
-  const Tensor &k = qkv[1], &v = qkv[2];
-  Tensor attn = softmax(matmul(q, k.transpose(-1, -2)), -1);  // [N, H, S, S]
-  if (attention_dropout > 0) attn = dropout(attn, attention_dropout, is_training());
-  const Tensor out = matmul(attn, v).permute({0, 2, 1, 3}).reshape({N, S, dim});  // heads back side by side
-  return (*out_proj)(out);
+  // One GEMM for q, k and v side by side, then the heads' attention (engine/ops/attention.cpp).
+  const Tensor qkv = linear(x, in_proj_weight, in_proj_bias);
+  return (*out_proj)(attention(qkv, num_heads, attention_dropout, is_training()));
 }
 
 std::string MultiheadSelfAttention::extra_repr() const {

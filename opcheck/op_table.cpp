@@ -193,6 +193,14 @@ std::vector<Case> linalg_cases() {
   v.push_back({"matmul_tail_cols_a_transposed", {tr({3, 19, 7}), In{{3, 7, 34}}}, mm});
   v.push_back({"matmul_masked_tail_cols", {In{{3, 6, 21}}, tr({3, 21, 37})}, mm});
   v.push_back({"matmul_transposed_b_k_tail", {In{{4, 11, 20}}, tr({4, 20, 35})}, mm});
+  // Attention from a packed projection (the fused op where the backend has it): ViT-tiny's heads
+  // (65 tokens, 3 heads of 64), heads and sequences of odd sizes (the small GEMM's tail paths), and
+  // a transposed qkv view (the front-end copies it).
+  auto attn = [](int64_t heads) { return one([heads](const std::vector<Tensor>& x) { return attention(x[0], heads); }); };
+  v.push_back({"attention_vit", {In{{2, 65, 3 * 192}}}, attn(3), 2.0});
+  v.push_back({"attention_small_heads", {In{{2, 5, 3 * 2 * 3}}}, attn(2)});
+  v.push_back({"attention_odd", {In{{3, 17, 3 * 4 * 9}}}, attn(4)});
+  v.push_back({"attention_transposed_qkv", {tr({2, 7, 18})}, attn(2)});
   auto lin = one([](const std::vector<Tensor>& x) { return linear(x[0], x[1], x.size() > 2 ? x[2] : Tensor()); });
   v.push_back({"linear_bias", {In{{9, 17}}, In{{13, 17}}, In{{13}}}, lin});
   v.push_back({"linear_nobias", {In{{9, 17}}, In{{13, 17}}}, lin});
@@ -685,6 +693,8 @@ std::vector<Case> perf_cases() {
         one([](const std::vector<Tensor>& x) { return linear(x[0], x[1], x[2]); }));
   timed("perf_matmul_vit_attention_qk", {In{{64, 3, 65, 64}}, tr({64, 3, 64, 65})},
         one([](const std::vector<Tensor>& x) { return matmul(x[0], x[1]); }));
+  timed("perf_attention_vit_tiny", {In{{64, 65, 3 * 192}}},
+        one([](const std::vector<Tensor>& x) { return attention(x[0], 3); }));
   timed("perf_max_pool_3x3s2_64_64_nhwc", {cl({64, 64, 64, 64})}, one([](const std::vector<Tensor>& x) { return max_pool2d(x[0], square_pool(3, 2, 1)); }));
   timed("perf_gelu_vit_mlp", {In{{64, 65, 768}}}, one([](const std::vector<Tensor>& x) { return gelu(x[0]); }));
   return v;

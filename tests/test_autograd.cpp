@@ -201,6 +201,50 @@ TEST(Autograd, AStridedTransposedOperandIsCopiedAlongItsRows) {
   EXPECT_TRUE(all_close(packed.grad().select(2, 0), Tensor::zeros({2, 5, 4}), 0, 0));
 }
 
+// attention() on the cpu backend runs the fused op (f32, AVX-512), with no copy at all, and agrees
+// with the same maths written as matmul and softmax: values and the packed gradient.
+TEST(Autograd, FusedAttentionMatchesTheComposedMaths) {
+  const int64_t N = 2, S = 9, H = 3, Dh = 8, D = H * Dh;
+  const Tensor qkv = duet::testing::random_tensor({N, S, 3 * D}, 11, DType::f32).set_requires_grad(true);
+  const Tensor w = duet::testing::random_tensor({N, S, D}, 12, DType::f32);
+  profiler::clear();
+  profiler::enable(true);
+  const Tensor y = attention(qkv, H);
+  sum(mul(y, w)).backward();
+  profiler::enable(false);
+  const BackendImpl& cpu = backend(Backend::cpu);
+  std::string ops;
+  for (const OpEvent& e : profiler::collect()) ops += std::string(e.name) + " ";
+  profiler::clear();
+  if (cpu.fuses_attention(DType::f32)) {
+    EXPECT_NE(ops.find("attention "), std::string::npos) << ops;
+    EXPECT_NE(ops.find("attention.backward"), std::string::npos) << ops;
+    EXPECT_EQ(ops.find("copy"), std::string::npos) << ops;
+    EXPECT_EQ(ops.find("matmul"), std::string::npos) << ops;
+  }
+  // The composed maths, on copies of the leaves.
+  const Tensor x2 = qkv.detach().clone().set_requires_grad(true);
+  const std::vector<Tensor> p = unbind(x2.view({N, S, 3, H, Dh}).permute({2, 0, 3, 1, 4}), 0);
+  const Tensor probs = softmax(mul(matmul(p[0], p[1].transpose(-1, -2)), 1.0 / std::sqrt(double(Dh))), -1);
+  const Tensor y2 = matmul(probs, p[2]).permute({0, 2, 1, 3}).reshape({N, S, D});
+  sum(mul(y2, w)).backward();
+  EXPECT_TRUE(all_close(y, y2, 1e-5, 1e-5));
+  EXPECT_TRUE(all_close(qkv.grad(), x2.grad(), 1e-5, 1e-5));
+}
+
+TEST(Autograd, AttentionRejectsAShapeItCannotSplit) {
+  const Tensor qkv = Tensor::zeros({2, 4, 20});
+  try {
+    (void)attention(qkv, 3);
+    FAIL() << "expected a duet::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("last dim must be 3 * heads * head_dim with heads = 3"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW((void)attention(Tensor::zeros({4, 18}), 2), Error);
+  EXPECT_THROW((void)attention(Tensor::zeros({2, 4, 18}), 0), Error);
+}
+
 // The parts of unbind (and split) share one node: their gradients land in one buffer laid out
 // like the input, with no zero-filled buffer per part and no adds; an unused part gets zeros.
 TEST(Autograd, UnbindWritesEveryPartsGradientIntoOneBuffer) {

@@ -19,6 +19,8 @@ public:
   // bf16 activations run oneDNN's bf16 primitives and the f32 loops on widened chunks; f16 has no
   // fast path on the CPU, so autocast keeps f16 activations in f32 here.
   bool keeps_low_precision_activations(DType low) const override { return low == DType::bf16; }
+  // f32 on CPUs with AVX-512 (attention.cpp); bf16 and the rest compose it from oneDNN matmuls.
+  bool fuses_attention(DType dt) const override;
 
   // One override per line of ops.def; the bodies live in the .cpp file named for the op family.
 #define DUET_OP(name, params, ...) void name params override;

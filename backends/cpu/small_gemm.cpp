@@ -199,15 +199,19 @@ DUET_AVX512 void pack_rows_b(const MatrixView& b, const float* bb, int64_t K, in
   for (int64_t k = 0; k < K; ++k) std::memcpy(pack + k * ldp, bb + k * b.row, static_cast<size_t>(N) * sizeof(float));
 }
 
+// The first 64-byte boundary at or after p (scratch buffers carry 16 floats of slack for it).
+float* align64(float* p) { return p + (16 - reinterpret_cast<uintptr_t>(p) / sizeof(float) % 16) % 16; }
+
 bool aligned64(const float* p, int64_t row) { return reinterpret_cast<uintptr_t>(p) % 64 == 0 && row % 16 == 0; }
 
-// One product C = A B of the batch. `scratch` is 64-byte aligned and holds K * (N + 16) floats.
+// One product C = A B, C with row stride ldc. `scratch` is 64-byte aligned and holds
+// K * (N + 16) floats.
 DUET_AVX512 void product(int64_t M, int64_t N, int64_t K, const MatrixView& a, const float* aa, const MatrixView& b,
-                         const float* bb, float* c, float* scratch) {
+                         const float* bb, float* c, int64_t ldc, float* scratch) {
   const int64_t tail = N % 16;
   const bool dot_tail = tail > 0 && tail <= 4;
   const int64_t vec_cols = dot_tail ? N - tail : N;  // columns the register blocks compute
-  Item it{aa, a.row, a.col, bb, b.row, c, N, K};
+  Item it{aa, a.row, a.col, bb, b.row, c, ldc, K};
   const int64_t ldp = (vec_cols + 15) / 16 * 16;
   if (vec_cols > 0 && b.col != 1) {
     pack_transposed_b(b, bb, K, vec_cols, scratch, ldp);
@@ -245,14 +249,22 @@ void small_gemm_f32(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixView a
   DUET_CHECK(cpu_has_avx512(), "small_gemm_f32: this CPU has no AVX-512 (small_gemm_wanted says so first)");
   DUET_CHECK((a.row == 1 || a.col == 1) && (b.row == 1 || b.col == 1),
              "small_gemm_f32: each operand needs contiguous rows or contiguous columns");
-  const int64_t scratch_size = K * ((N + 15) / 16 * 16 + 1);
   parallel_for(batch, batch * M * N * K, [&](int64_t b0, int64_t b1) {
     thread_local std::vector<float> buffer;  // the team's threads persist: no allocation per call
-    buffer.resize(static_cast<size_t>(scratch_size + 16));
-    float* scratch = buffer.data() + (16 - reinterpret_cast<uintptr_t>(buffer.data()) / sizeof(float) % 16) % 16;
+    buffer.resize(static_cast<size_t>(small_gemm_scratch_floats(K, N)));
+    float* scratch = align64(buffer.data());
     for (int64_t i = b0; i < b1; ++i)
-      product(M, N, K, a, a.data + i * a.batch, b, b.data + i * b.batch, c + i * M * N, scratch);
+      product(M, N, K, a, a.data + i * a.batch, b, b.data + i * b.batch, c + i * M * N, N, scratch);
   });
+}
+
+int64_t small_gemm_scratch_floats(int64_t K, int64_t N) { return K * ((N + 15) / 16 * 16 + 1) + 16; }
+
+void small_gemm_one(int64_t M, int64_t N, int64_t K, const MatrixView& a, const MatrixView& b, float* c, int64_t ldc,
+                    float* scratch) {
+  DUET_CHECK(cpu_has_avx512() && K >= 1 && (a.row == 1 || a.col == 1) && (b.row == 1 || b.col == 1),
+             "small_gemm_one: needs AVX-512, K >= 1 and operands with contiguous rows or columns");
+  product(M, N, K, a, a.data, b, b.data, c, ldc, align64(scratch));
 }
 
 }  // namespace duet::cpu

@@ -38,4 +38,11 @@ bool small_gemm_wanted(int64_t batch, int64_t M, int64_t N, int64_t K);
 // C[b] = A[b] @ B[b] for every b < batch; c is dense row-major [batch, M, N]. K >= 1.
 void small_gemm_f32(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixView a, MatrixView b, float* c);
 
+// One product C = A B on the calling thread (the views' batch strides unused), C written with row
+// stride ldc: for kernels that chain several small products per task (cpu attention). `scratch`
+// holds small_gemm_scratch_floats(K, N) floats, any alignment. Needs AVX-512.
+int64_t small_gemm_scratch_floats(int64_t K, int64_t N);
+void small_gemm_one(int64_t M, int64_t N, int64_t K, const MatrixView& a, const MatrixView& b, float* c, int64_t ldc,
+                    float* scratch);
+
 }  // namespace duet::cpu

@@ -119,3 +119,17 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bias, c
 }
 
 }  // namespace duet
+
+namespace duet {
+
+// The fused attention op is optional (BackendImpl::fuses_attention, false here): on the GPU the
+// front-end composes attention from the cuBLAS matmuls and cuDNN's softmax above, so these are
+// never reached through the front-end. A direct call is told so.
+void CudaBackend::attention(const Tensor&, int64_t, double, const Tensor&, const Tensor&) {
+  not_implemented(OpId::attention);
+}
+void CudaBackend::attention_backward(const Tensor&, const Tensor&, const Tensor&, int64_t, double, const Tensor&) {
+  not_implemented(OpId::attention_backward);
+}
+
+}  // namespace duet
