@@ -78,9 +78,7 @@ float* thread_scratch(int64_t floats) {
   return buffer.data();
 }
 
-bool attention_runs_here(const Tensor& qkv) {
-  return qkv.dtype() == DType::f32 && small_gemm_available() && small_gemm_policy() != KernelPolicy::never;
-}
+constexpr const char* kFallback = "reference loops: the cpu attention kernel is f32 on AVX-512 CPUs";
 
 }  // namespace
 
@@ -89,9 +87,7 @@ bool CpuBackend::fuses_attention(DType dt) const {
 }
 
 void CpuBackend::attention(const Tensor& qkv, int64_t heads, double scale, const Tensor& out, const Tensor& probs) {
-  if (!attention_runs_here(qkv))
-    return reference_fallback("reference loops: the cpu attention kernel is f32 on AVX-512 CPUs")
-        .attention(qkv, heads, scale, out, probs);
+  if (!fuses_attention(qkv.dtype())) return reference_fallback(kFallback).attention(qkv, heads, scale, out, probs);
   const int64_t N = qkv.size(0), S = qkv.size(1), D = qkv.size(2) / 3, Dh = D / heads;
   const float* x = qkv.data<float>();
   float* po = out.data<float>();
@@ -113,9 +109,7 @@ void CpuBackend::attention(const Tensor& qkv, int64_t heads, double scale, const
 
 void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& probs, const Tensor& dout, int64_t heads, double scale,
                                     const Tensor& dqkv) {
-  if (!attention_runs_here(qkv))
-    return reference_fallback("reference loops: the cpu attention kernel is f32 on AVX-512 CPUs")
-        .attention_backward(qkv, probs, dout, heads, scale, dqkv);
+  if (!fuses_attention(qkv.dtype())) return reference_fallback(kFallback).attention_backward(qkv, probs, dout, heads, scale, dqkv);
   const int64_t N = qkv.size(0), S = qkv.size(1), D = qkv.size(2) / 3, Dh = D / heads;
   const float* x = qkv.data<float>();
   const float* pp = probs.data<float>();
