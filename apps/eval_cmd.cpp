@@ -43,11 +43,12 @@ int run_eval(const EvalCmd& e, const GlobalOptions& g0, std::ostream& out, dist:
   DUET_CHECK(static_cast<int64_t>(data.class_names.size()) == t.config.model.classes,
              "the checkpoint's model has {} classes but the {} split of '{}' has {}; expected the same classes",
              t.config.model.classes, e.split, d.path.empty() ? d.dataset : d.path, data.class_names.size());
-  t.model->to(env.device);
+  const MemoryFormat format = input_memory_format(d.memory_format, env);
+  place_model(*t.model, env.device, format);
   const EvalSetup setup{.batch_size = e.batch,
                         .workers = e.workers,
                         .device = env.device,
-                        .memory_format = input_memory_format(d.memory_format, env),
+                        .memory_format = format,
                         .comm = distributed ? &comm : nullptr};
   out << fmt::format("model {} from '{}' (epoch {}) | {} split: {} | backend {}{}\n", t.config.model.name, e.checkpoint,
                      t.epoch, e.split, data.summary, backend_name(env.backend),

@@ -28,6 +28,11 @@ Tensor prepare_input(const Tensor& images, Device device, MemoryFormat f) {
   return x;
 }
 
+void place_model(nn::Module& model, Device device, MemoryFormat f) {
+  model.to(device);
+  model.to(f);
+}
+
 int64_t count_correct(const Tensor& logits, const Tensor& labels, std::vector<int64_t>* correct_per_class,
                       std::vector<int64_t>* total_per_class) {
   NoGradGuard no_grad;

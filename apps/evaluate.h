@@ -32,6 +32,10 @@ struct EvalSetup {
 
 // Batch images moved to the device in the layout the run uses (a no-op when they already are).
 Tensor prepare_input(const Tensor& images, Device device, MemoryFormat f);
+// The model moved to the device, its convolution weights in the inputs' layout f (PyTorch's
+// model.to(memory_format=...)): a channels-last run then copies no weight or weight gradient to
+// change its layout.
+void place_model(nn::Module& model, Device device, MemoryFormat f);
 // Correct predictions (argmax of logits [N, C]) among labels [N]; adds to the per-class counters
 // when they are given (sized num_classes).
 int64_t count_correct(const Tensor& logits, const Tensor& labels, std::vector<int64_t>* correct_per_class = nullptr,

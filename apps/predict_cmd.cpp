@@ -109,7 +109,7 @@ int run_predict(const PredictCmd& p, const GlobalOptions& g0, std::ostream& out,
   TrainedModel t = load_trained_model(p.checkpoint);
   const datasets::Pipeline pipeline = pipeline_from_json(t.raw_config.value("eval_transform", nlohmann::json()));
   const MemoryFormat mf = input_memory_format(t.config.data.memory_format, env);
-  t.model->to(env.device);
+  place_model(*t.model, env.device, mf);
   NoGradGuard no_grad;
   const int64_t k = std::min<int64_t>(p.top, t.config.model.classes);
   const auto classes = static_cast<size_t>(t.config.model.classes);

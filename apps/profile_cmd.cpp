@@ -72,14 +72,14 @@ ProfileRunResult profile_batch(const ProfileConfig& c, const GlobalOptions& g, i
   const TimingMode mode = timing_mode_for(c, profiler::parse_batch_list(c.batches).size());
   manual_seed(g.seed);
   std::shared_ptr<nn::Module> model = build_model(c.model, sz.classes, sz.image_size);
-  model->to(env.device);
+  const MemoryFormat format = input_memory_format(c.memory_format, env);
+  place_model(*model, env.device, format);
   model->train();
   OptimConfig oc;
   oc.optimizer = c.optimizer;
   std::unique_ptr<optim::Optimizer> opt = make_optimizer(oc, model->parameters());
 
   // One batch, made once: the steps measure the model, not the data pipeline.
-  const MemoryFormat format = input_memory_format(c.memory_format, env);
   const Tensor x = prepare_input(Tensor::randn({batch, 3, sz.image_size, sz.image_size}), env.device, format);
   std::vector<int64_t> labels(static_cast<size_t>(batch));
   for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>(i) % sz.classes;

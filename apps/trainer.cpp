@@ -59,7 +59,7 @@ Trainer::Trainer(TrainConfig config, RunEnv env, TrainData data, std::shared_ptr
       scaler_(optim::GradScaler::Options{.enabled = c_.amp == "fp16"}) {
   DUET_CHECK(c_.epochs >= 1 && c_.batch >= 1, "--epochs {} and --batch {}: expected positive numbers", c_.epochs, c_.batch);
   format_ = input_memory_format(c_.data.memory_format, env_);
-  model_->to(env_.device);
+  place_model(*model_, env_.device, format_);
   model_->train();
   opt_ = make_optimizer(c_.optim, model_->parameters());
 

@@ -20,9 +20,14 @@ void set(const Tensor& buffer, size_t i, double v) {
   if (buffer.dtype() == DType::f32) buffer.data<float>()[i] = static_cast<float>(v);
   else buffer.data<double>()[i] = v;
 }
-// A parameter's place in its bucket, as a view shaped like the parameter.
+// A parameter's place in its bucket, as a view shaped like the parameter and laid out as it is:
+// a channels-last weight's gradient (Module::to) goes in and out as one block, not transposed.
+// Every rank runs the same layout (the memory format is one of the settings compared at start).
 Tensor view_in(const Tensor& buffer, int64_t offset, const Tensor& param) {
-  return buffer.slice(0, offset, offset + param.numel()).view(param.shape());
+  const Tensor place = buffer.slice(0, offset, offset + param.numel());
+  if (param.suggest_memory_format() != MemoryFormat::channels_last) return place.view(param.shape());
+  const Shape& s = param.shape();
+  return place.view({s[0], s[2], s[3], s[1]}).permute({0, 3, 1, 2});
 }
 // The sums become averages (in double, as one process's mean would be formed).
 template <class T>

@@ -15,7 +15,9 @@
 #               the convolution cases with DUET_CUDNN_BENCHMARK=1 (algorithms timed by cudnnFind)
 #   4. models   one phase per benchmark model: one profiled epoch on synthetic data in f32, --amp bf16
 #               and --amp fp16 on the GPU, the same run on the cpu backend (f32 and bf16), and
-#               `duet compare` of the two reports (NVML telemetry is in each CUDA report)
+#               `duet compare` of the two reports (NVML telemetry is in each CUDA report); then
+#               resnet18_cifar, resnet50_cifar and mobilenet_v2 steps with NHWC activations and
+#               weights against NCHW (duet profile --memory-format nhwc|nchw)
 #   5. nccl     with two GPUs and mpirun: resnet18_cifar on 2 ranks (NCCL) and on one process
 #   6. pytorch  where python3 imports torch with CUDA: bench/train_throughput.py --device cuda, duet
 #               against PyTorch on this GPU
@@ -26,7 +28,7 @@
 { # parsed whole before it runs, so that editing the file during a run cannot change the run
 set -uo pipefail
 
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out="$repo/gpu-check"; build=""; train_size=1024
 while [ $# -gt 0 ]; do
@@ -160,6 +162,23 @@ for spec in "resnet18_cifar 32 10" "resnet50_cifar 32 10" "densenet121 32 10" "m
   phase "model $m at $size px: f32/bf16/fp16 on the GPU, f32/bf16 on the cpu backend" "$out/model_${m}_${size}.log" \
     run_model "$m" "$size" "$classes"
 done
+
+# 4b. channels-last on the GPU: activations and weights NHWC (--memory-format nhwc converts the
+# model, so cuDNN gets NHWC filters with no copy) against the NCHW default, the figures that
+# should decide --memory-format auto on a GPU
+nhwc_run() {
+  local m f rc=0
+  for m in resnet18_cifar resnet50_cifar mobilenet_v2; do
+    for f in nchw nhwc; do
+      echo "-- $m $f"
+      timeout 100 "$duet" --device cuda profile --model "$m" --batch 64 --steps 20 --warmup 5 --mode throughput \
+        --memory-format "$f" > "$out/layout_${m}_${f}.txt" 2>&1 || { echo "   FAILED: $out/layout_${m}_${f}.txt"; rc=1; }
+      tail -1 "$out/layout_${m}_${f}.txt"
+    done
+  done
+  return $rc
+}
+phase "NHWC against NCHW on the GPU (resnet18_cifar, resnet50_cifar, mobilenet_v2)" "$out/layouts.log" nhwc_run
 
 # 5. data-parallel on two GPUs through NCCL, where there are two and mpirun: 2 ranks with batch 32
 # against one process with batch 64 (the parameters should agree to f32 rounding; see the log)

@@ -17,6 +17,8 @@
 #include "backends/cuda/nvml_telemetry.h"
 #include "backends/cuda/selftest.h"
 #include "engine/duet.h"
+#include "engine/optim/optimizer.h"
+#include "models/registry.h"
 #include "opcheck/op_check.h"
 
 using namespace duet;
@@ -322,6 +324,48 @@ TEST(CudaDevice, TrainingStepOnGpuMatchesCpu) {
     const std::vector<float> a = got[i].to_vector<float>(), b = ref[i].to_vector<float>();
     ASSERT_EQ(a.size(), b.size());
     for (size_t k = 0; k < a.size(); ++k) EXPECT_NEAR(a[k], b[k], 1e-4 + 1e-3 * std::abs(b[k])) << "tensor " << i << " element " << k;
+  }
+}
+
+// A channels-last model (Module::to) on channels-last inputs: cuDNN reads the weights and writes
+// their gradients in NHWC directly, so a step copies nothing weight-shaped (before, each
+// convolution copied its weight for the forward and the data gradient and its weight gradient
+// back), and two steps of SGD with momentum give the cpu backend's parameters.
+TEST(CudaDevice, ChannelsLastModelCopiesNoWeights) {
+  DUET_REQUIRE_CUDA_DEVICE();
+  auto run = [](Device d, bool check_copies) {
+    manual_seed(7);
+    auto model = models::create_model("resnet18_cifar", {.num_classes = 10, .width_mult = 0.25});
+    model->to(d);
+    model->to(MemoryFormat::channels_last);
+    optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-4});
+    std::vector<std::string> weight_shapes;
+    for (const Tensor& p : model->parameters())
+      if (p.dim() == 4 && p.size(2) > 1) weight_shapes.push_back(shape_str(p.shape()));
+    Generator g(3);
+    const Tensor labels = Tensor::from_vector<int64_t>({1, 3, 5, 7, 9, 0, 2, 4}, {8}).to(d);
+    for (int step = 0; step < 2; ++step) {
+      const Tensor x = Tensor::randn({8, 3, 32, 32}, {}, &g).contiguous(MemoryFormat::channels_last).to(d);
+      profiler::clear();
+      profiler::enable(check_copies && step == 1);
+      cross_entropy((*model)(x), labels).backward();
+      opt.step();
+      model->zero_grad();
+      profiler::enable(false);
+      for (const OpEvent& e : profiler::collect())
+        for (const std::string& ws : weight_shapes)
+          EXPECT_FALSE(std::string(e.name) == "copy" && e.shapes.find(ws) != std::string::npos) << "weight copy: " << e.shapes;
+      profiler::clear();
+    }
+    std::vector<Tensor> out;
+    for (const Tensor& p : model->parameters()) out.push_back(p.to(Device::cpu()));
+    return out;
+  };
+  const std::vector<Tensor> got = run(cuda0(), true), want = run(Device::cpu(), false);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    const std::vector<float> a = got[i].to_vector<float>(), b = want[i].to_vector<float>();
+    for (size_t k = 0; k < a.size(); ++k) ASSERT_NEAR(a[k], b[k], 2e-3 + 2e-3 * std::abs(b[k])) << "parameter " << i << " element " << k;
   }
 }
 

@@ -149,6 +149,69 @@ TEST(Module, ToDtypeKeepsHandlesValid) {
   EXPECT_THROW(model->to(DType::i64), Error);
 }
 
+// model.to(channels_last), as in PyTorch: the convolution weights, their gradients and the
+// optimizer's state share one layout, training gives the contiguous model's numbers, and no step
+// copies a weight or a weight gradient to change its layout. The conversion happens after the
+// first step, so the optimizer's state made in the old layout has to follow.
+TEST(Module, ChannelsLastModelTrainsLikeTheContiguousOneWithoutWeightCopies) {
+  for (const bool adam : {false, true}) {
+    SCOPED_TRACE(adam ? "Adam" : "SGD");
+    manual_seed(11);
+    auto a = std::make_shared<models::SmallCNN>(4, 3, 8);
+    manual_seed(11);
+    auto b = std::make_shared<models::SmallCNN>(4, 3, 8);
+    const auto make_opt = [adam](const nn::Module& m) -> std::unique_ptr<optim::Optimizer> {
+      if (adam) return std::make_unique<optim::Adam>(m.parameters(), optim::AdamOptions{.lr = 1e-2, .weight_decay = 1e-3});
+      return std::make_unique<optim::SGD>(m.parameters(), optim::SgdOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-3});
+    };
+    const auto opt_a = make_opt(*a), opt_b = make_opt(*b);
+    std::vector<std::string> weight_shapes;  // the 3x3 kernels, whose two layouts differ
+    for (const Tensor& p : b->parameters())
+      if (p.dim() == 4) weight_shapes.push_back(shape_str(p.shape()));
+    ASSERT_FALSE(weight_shapes.empty());
+
+    const Tensor labels = Tensor::from_vector<int64_t>({0, 1, 2, 3, 1}, {5});
+    for (int step = 0; step < 3; ++step) {
+      const Tensor x = images(5, 3, 8, 8, 40 + static_cast<uint64_t>(step));
+      cross_entropy((*a)(x), labels).backward();
+      opt_a->step();
+      a->zero_grad();
+
+      if (step == 1) b->to(MemoryFormat::channels_last);
+      const bool last = step == 2;  // step 1 moves the optimizer's state once, by design
+      profiler::clear();
+      profiler::enable(last);
+      cross_entropy((*b)(x.contiguous(b->parameters()[0].suggest_memory_format())), labels).backward();
+      opt_b->step();
+      profiler::enable(false);
+      for (const OpEvent& e : profiler::collect())
+        for (const std::string& ws : weight_shapes)
+          EXPECT_FALSE(std::string(e.name) == "copy" && e.shapes.find(ws) != std::string::npos)
+              << "a copy of a weight-shaped tensor in phase " << static_cast<int>(e.phase) << ": " << e.shapes;
+      profiler::clear();
+      if (step >= 1) {
+        for (const Tensor& p : b->parameters()) {
+          if (p.dim() != 4) continue;
+          EXPECT_TRUE(p.is_contiguous(MemoryFormat::channels_last) && !p.is_contiguous()) << shape_str(p.strides());
+          EXPECT_EQ(p.grad().strides(), p.strides());
+        }
+        const std::vector<Tensor> params = b->parameters();
+        for (const auto& [name, t] : opt_b->state_tensors()) {
+          if (t.dim() == 0) continue;  // step counts
+          const size_t index = std::stoul(name.substr(6, name.find('.', 6) - 6));  // "state.<index>.<buffer>"
+          EXPECT_EQ(t.strides(), params[index].strides()) << name;
+        }
+      }
+      b->zero_grad();
+    }
+    const auto pa = a->named_parameters(), pb = b->named_parameters();
+    for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(all_close(pa[i].second, pb[i].second, 1e-5, 1e-4)) << pa[i].first;
+    // And back: the contiguous layout is one call away.
+    b->to(MemoryFormat::contiguous);
+    for (const Tensor& p : b->parameters()) EXPECT_TRUE(p.is_contiguous());
+  }
+}
+
 TEST(Module, ZeroGradDropsGradients) {
   auto model = models::mlp(6, 3, 8, 1);
   const Tensor x = duet::testing::random_tensor({4, 6}, 5, DType::f32);

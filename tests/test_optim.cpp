@@ -220,6 +220,21 @@ TEST(Optim, StateIsOptimizerMemoryAndRoundTrips) {
   EXPECT_TRUE(all_close(s1, expected_tensor(sgd_expected({0.1, 0.9, 0, 0, false}, 3)), 1e-12, 1e-12));
 }
 
+// The fused updates walk memory: a gradient or state laid out otherwise than its parameter is
+// named, not silently mixed up (the optimizer itself brings them to the parameter's layout).
+TEST(Optim, UpdatesNeedTheParametersLayout) {
+  const Tensor w = duet::testing::random_tensor({4, 3, 2, 2}, 5, DType::f32, -1.0, 1.0).contiguous(MemoryFormat::channels_last);
+  const Tensor nchw_grad = Tensor::ones({4, 3, 2, 2});
+  EXPECT_ERROR_HAS(sgd_step_(w, nchw_grad, Tensor(), {.lr = 0.1}, true), "'grad' has shape [4, 3, 2, 2] and strides",
+                   "expected the param's shape [4, 3, 2, 2] and strides [12, 1, 6, 3]");
+  EXPECT_ERROR_HAS(sgd_step_(w.slice(1, 0, 2), Tensor::ones({4, 2, 2, 2}), Tensor(), {.lr = 0.1}, true), "expected a dense tensor");
+  // The same values in the parameter's layout: the step goes through, element for element.
+  const std::vector<float> before = w.to_vector<float>();
+  sgd_step_(w, nchw_grad.contiguous(MemoryFormat::channels_last), Tensor(), {.lr = 0.5}, true);
+  const std::vector<float> after = w.to_vector<float>();
+  for (size_t i = 0; i < after.size(); ++i) EXPECT_FLOAT_EQ(after[i], before[i] - 0.5f);
+}
+
 TEST(Optim, RejectsBadConfigurations) {
   const Tensor w = param(DType::f32);
   EXPECT_THROW(optim::SGD({w}, {.lr = 0.1, .momentum = 0.0, .nesterov = true}), Error);

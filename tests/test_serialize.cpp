@@ -214,6 +214,31 @@ TEST_F(Serialize, StateDictRoundTripThroughAFile) {
   EXPECT_TRUE(b->parameters()[0].requires_grad());
 }
 
+// A file holds values in their logical order whatever the layout in memory: a channels-last
+// model's weights load into a contiguous model and back, the layout of the loading model kept.
+TEST_F(Serialize, ChannelsLastWeightsSaveAndLoadInEitherLayout) {
+  manual_seed(1);
+  auto a = tiny_resnet();
+  a->to(MemoryFormat::channels_last);
+  manual_seed(2);
+  auto b = tiny_resnet();
+  save_state_dict(path("cl.safetensors"), *a);
+  load_state_dict(*b, load_safetensors(path("cl.safetensors")));
+  EXPECT_EQ(snapshot(*a), snapshot(*b));
+  for (const Tensor& p : b->parameters()) EXPECT_TRUE(p.is_contiguous());
+  manual_seed(3);
+  auto c = tiny_resnet();
+  c->to(MemoryFormat::channels_last);
+  save_state_dict(path("nchw.safetensors"), *b);
+  load_state_dict(*c, load_safetensors(path("nchw.safetensors")));
+  EXPECT_EQ(snapshot(*b), snapshot(*c));
+  for (const Tensor& p : c->parameters()) {
+    if (p.dim() == 4) {
+      EXPECT_TRUE(p.is_contiguous(MemoryFormat::channels_last));
+    }
+  }
+}
+
 TEST_F(Serialize, BadStateDictsNameTheTensorAndChangeNothing) {
   manual_seed(3);
   auto src = tiny_resnet();

@@ -6,6 +6,16 @@
 namespace duet {
 using namespace cuda;
 
+namespace {
+// The kernels walk memory: element i of each tensor at the same offset (any dense layout, the
+// same for all, e.g. channels-last weights with their gradients and state).
+bool same_dense_layout(const Tensor& param, std::initializer_list<const Tensor*> others) {
+  bool same = param.is_dense();
+  for (const Tensor* t : others) same = same && t->strides() == param.strides();
+  return same;
+}
+}  // namespace
+
 void CudaBackend::sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const SgdParams& p,
                            bool first_step) {
   OpGuard g("sgd_step", param);
@@ -13,8 +23,8 @@ void CudaBackend::sgd_step(const Tensor& param, const Tensor& grad, const Tensor
   check_on(g.op, "grad", grad, g.device());
   const bool momentum = p.momentum != 0.0;
   if (momentum) check_on(g.op, "momentum_buffer", momentum_buf, g.device());
-  DUET_CHECK(param.is_contiguous() && grad.is_contiguous() && (!momentum || momentum_buf.is_contiguous()),
-             "sgd_step on backend 'cuda': param, grad and momentum buffer must be contiguous");
+  DUET_CHECK(same_dense_layout(param, {&grad, momentum ? &momentum_buf : &grad}),
+             "sgd_step on backend 'cuda': param, grad and momentum buffer must be dense with the same strides");
   DUET_CUDA_CHECK(kern::sgd_step(param.dtype(), param.raw_data(), grad.raw_data(), momentum ? momentum_buf.raw_data() : nullptr,
                                  param.numel(), p, first_step, g.stream()),
                   g.op);
@@ -27,8 +37,8 @@ void CudaBackend::adam_step(const Tensor& param, const Tensor& grad, const Tenso
   check_on(g.op, "grad", grad, g.device());
   check_on(g.op, "exp_avg", exp_avg, g.device());
   check_on(g.op, "exp_avg_sq", exp_avg_sq, g.device());
-  DUET_CHECK(param.is_contiguous() && grad.is_contiguous() && exp_avg.is_contiguous() && exp_avg_sq.is_contiguous(),
-             "{} on backend 'cuda': param, grad and state must be contiguous", g.op);
+  DUET_CHECK(same_dense_layout(param, {&grad, &exp_avg, &exp_avg_sq}),
+             "{} on backend 'cuda': param, grad and state must be dense with the same strides", g.op);
   DUET_CUDA_CHECK(kern::adam_step(param.dtype(), param.raw_data(), grad.raw_data(), exp_avg.raw_data(), exp_avg_sq.raw_data(),
                                   param.numel(), p, g.stream()),
                   g.op);

@@ -110,11 +110,19 @@ void Module::to(Device d) {
 void Module::to(DType dt) {
   DUET_CHECK(is_floating(dt), "Module::to({}): expected a floating-point dtype (f32, f64, f16, bf16)", dtype_name(dt));
   // As in PyTorch, only floating-point tensors change dtype (num_batches_tracked stays i64).
-  const auto convert = [dt](const Tensor& t) { return t.to(dt).contiguous(); };
+  const auto convert = [dt](const Tensor& t) { return t.to(dt); };  // keeps a contiguous or channels-last layout
   for (auto& [n, t] : named_parameters())
     if (is_floating(t.dtype()) && t.dtype() != dt) move_tensor(t, convert);
   for (auto& [n, t] : named_buffers())
     if (is_floating(t.dtype()) && t.dtype() != dt) move_tensor(t, convert);
+}
+
+void Module::to(MemoryFormat f) {
+  const auto convert = [f](const Tensor& t) { return t.contiguous(f); };
+  for (auto& [n, t] : named_parameters())
+    if (t.dim() == 4 && !t.is_contiguous(f)) move_tensor(t, convert);
+  for (auto& [n, t] : named_buffers())
+    if (t.dim() == 4 && !t.is_contiguous(f)) move_tensor(t, convert);
 }
 
 void Module::zero_grad() {

@@ -38,6 +38,11 @@ public:
   // Moves parameters and buffers in place (handles held elsewhere see the move).
   void to(Device d);
   void to(DType t);
+  // 4-D parameters and buffers (convolution weights) to layout f, as PyTorch's
+  // model.to(memory_format=...). A channels-last model's convolutions read their weights and write
+  // the weight gradients in the layout of channels-last activations, and the optimizer keeps its
+  // state in the parameters' layout, so no step copies a weight to change its layout.
+  void to(MemoryFormat f);
   // Gradients of all parameters dropped (PyTorch's zero_grad(set_to_none=True)).
   void zero_grad();
   // requires_grad on every parameter (freezing a backbone for transfer learning).

@@ -72,6 +72,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w, const Tensor& bias, const Con
     const bool need_x = x_in.requires_grad(), need_w = w.requires_grad();
     const bool need_b = bias.defined() && bias.requires_grad();
     const Shape xs = x.shape(), ys = y.shape(), ws = wk.shape();
+    const MemoryFormat wf = wk.suggest_memory_format();
     // Keep x only if the weight gradient needs it: inference-style inputs are not held.
     const Tensor xd = need_w ? x : Tensor();
     const Tensor wd = need_x ? wk : Tensor();
@@ -89,7 +90,9 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w, const Tensor& bias, const Con
       }
       if (need_w) {
         Dispatch<OpId::conv2d_backward_weight> kernel(b, {&xd, &dy});
-        dw = Tensor::empty(ws, TensorOptions(dt).with_device(dev));
+        // In the weight's layout: a channels-last weight (Module::to) gets a channels-last
+        // gradient, which the leaf then takes without a copy.
+        dw = Tensor::empty(ws, TensorOptions(dt).with_device(dev), wf);
         if (need_b) db = Tensor::empty({ys[1]}, TensorOptions(dt).with_device(dev));
         kernel(xd, dy, dw, db, p);
       } else if (need_b) {

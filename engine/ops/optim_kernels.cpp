@@ -7,16 +7,23 @@ namespace duet {
 using namespace detail;
 
 namespace {
+// The kernels update element i of every tensor at the same memory offset: the parameter dense
+// (contiguous, channels-last or any other order without gaps), the gradient and state with its strides.
+void check_param(const char* op, const Tensor& param) {
+  check_float(op, "param", param);
+  DUET_CHECK(param.is_dense(), "{}: param has shape {} and strides {}, expected a dense tensor (no gaps or overlaps)", op,
+             shape_str(param.shape()), shape_str(param.strides()));
+}
 void check_state(const char* op, const char* arg, const Tensor& t, const Tensor& param) {
   check_same(op, arg, t, "param", param);
-  DUET_CHECK(t.shape() == param.shape() && t.is_contiguous(), "{}: '{}' has shape {} (contiguous: {}), expected a contiguous {}", op,
-             arg, shape_str(t.shape()), t.is_contiguous(), shape_str(param.shape()));
+  DUET_CHECK(t.shape() == param.shape() && t.strides() == param.strides(),
+             "{}: '{}' has shape {} and strides {}, expected the param's shape {} and strides {}", op, arg,
+             shape_str(t.shape()), shape_str(t.strides()), shape_str(param.shape()), shape_str(param.strides()));
 }
 }  // namespace
 
 void sgd_step_(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const SgdParams& p, bool first_step) {
-  check_float("sgd_step", "param", param);
-  DUET_CHECK(param.is_contiguous(), "sgd_step: param must be contiguous");
+  check_param("sgd_step", param);
   check_state("sgd_step", "grad", grad, param);
   if (p.momentum != 0.0) check_state("sgd_step", "momentum_buffer", momentum_buf, param);
   profiler::PhaseGuard phase(Phase::optimizer);
@@ -27,8 +34,7 @@ void sgd_step_(const Tensor& param, const Tensor& grad, const Tensor& momentum_b
 void adam_step_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                 const AdamParams& p) {
   const char* name = p.decoupled ? "adamw_step" : "adam_step";
-  check_float(name, "param", param);
-  DUET_CHECK(param.is_contiguous(), "{}: param must be contiguous", name);
+  check_param(name, param);
   check_state(name, "grad", grad, param);
   check_state(name, "exp_avg", exp_avg, param);
   check_state(name, "exp_avg_sq", exp_avg_sq, param);

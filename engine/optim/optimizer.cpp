@@ -51,8 +51,12 @@ void Optimizer::step() {
       DUET_CHECK(grad.dtype() == p.dtype() && grad.device() == p.device(),
                  "{}: parameter {} of group {} is {} on {} but its gradient is {} on {}", name(), j, gi,
                  dtype_name(p.dtype()), p.device().str(), dtype_name(grad.dtype()), grad.device().str());
-      if (!grad.is_contiguous()) grad = grad.contiguous();
-      update(g, p, grad, state_[gi][j]);
+      // The update runs over memory, element i of each tensor at the same offset: gradient and
+      // state are brought to the parameter's layout (state only once, after Module::to(format)).
+      grad = in_layout_of(grad, p);
+      ParamState& s = state_[gi][j];
+      for (auto& [n, t] : s.tensors) t = in_layout_of(t, p);
+      update(g, p, grad, s);
     }
   }
   ++steps_;
@@ -75,7 +79,15 @@ void Optimizer::set_lr(double lr) {
 
 Tensor Optimizer::new_state(const Tensor& param) {
   MemTagGuard tag(MemTag::optimizer_state);
-  return Tensor::zeros(param.shape(), TensorOptions(param.dtype()).with_device(param.device()));
+  return Tensor::zeros_like(param);
+}
+
+Tensor Optimizer::in_layout_of(const Tensor& t, const Tensor& param) {
+  if (t.strides() == param.strides()) return t;
+  MemTagGuard tag(t.storage()->tag);
+  Tensor out = Tensor::empty_like(param);
+  out.copy_(t);
+  return out;
 }
 
 Optimizer::ParamState& Optimizer::state_at(int64_t flat_index, const Tensor** param) {

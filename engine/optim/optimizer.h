@@ -77,8 +77,10 @@ protected:
   virtual std::vector<std::string> state_names(const ParamGroup& g) const = 0;
   // One parameter with a defined gradient of its dtype and shape.
   virtual void update(const ParamGroup& g, const Tensor& param, const Tensor& grad, ParamState& s) = 0;
-  // Zero-filled state like param, allocated as optimizer_state memory.
+  // Zero-filled state like param (its layout too), allocated as optimizer_state memory.
   static Tensor new_state(const Tensor& param);
+  // t (a gradient or state) with the parameter's strides: itself, or a copy in its layout.
+  static Tensor in_layout_of(const Tensor& t, const Tensor& param);
   static void check_group(const ParamGroup& g, size_t index);
 
 private:
