@@ -59,7 +59,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w, const Tensor& bias, const Con
     return conv2d(x_in, w.slice(2, th, th + 1).slice(3, tw, tw + 1), bias, tap);
   }
 
-  const MemoryFormat f = format_of(x_in);
+  const MemoryFormat f = x_in.suggest_memory_format();
   const Tensor x = in_format(x_in.detach(), f);
   const Tensor wk = w.is_dense() ? w.detach() : w.detach().contiguous();
   Tensor y;

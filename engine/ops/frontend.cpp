@@ -89,12 +89,6 @@ Tensor same_layout(const Tensor& t, const Tensor& ref) {
 
 Tensor in_format(const Tensor& t, MemoryFormat f) { return t.is_contiguous(f) ? t : t.contiguous(f); }
 
-MemoryFormat format_of(const Tensor& x) {
-  return x.dim() == 4 && !x.is_contiguous() && x.is_contiguous(MemoryFormat::channels_last)
-             ? MemoryFormat::channels_last
-             : MemoryFormat::contiguous;
-}
-
 Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b) {
   const size_t n = std::max(a.size(), b.size());
   Shape out(n);

@@ -46,8 +46,6 @@ Tensor dense(const Tensor& t);
 Tensor same_layout(const Tensor& t, const Tensor& ref);
 // For conv/pool/norm kernels: t as NCHW-contiguous or channels-last-contiguous, in `f`.
 Tensor in_format(const Tensor& t, MemoryFormat f);
-// The memory format a 4-D op keeps: channels-last when x is, else contiguous.
-MemoryFormat format_of(const Tensor& x);
 
 // The gradient through an activation: one "<act>.backward" op reading `saved` (the input, or for
 // ReLU/ReLU6 the output: the masks agree) and g. Also the first half of the backward of an op with

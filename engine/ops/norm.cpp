@@ -60,7 +60,7 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, c
     DUET_CHECK(per_channel > 1, "batch_norm: training needs more than one value per channel, got input shape {}",
                shape_str(x_in.shape()));
   }
-  const MemoryFormat f = format_of(x_in);
+  const MemoryFormat f = x_in.suggest_memory_format();
   const Tensor x = in_format(x_in.detach(), f);
   const Tensor r = residual.defined() ? in_format(residual.detach(), f) : Tensor();
   Tensor y, save_mean, save_invstd;

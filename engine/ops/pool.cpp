@@ -25,7 +25,7 @@ Shape pooled_shape(const char* op, const Tensor& x, const Pool2dParams& p) {
 
 Tensor max_pool2d(const Tensor& x_in, const Pool2dParams& p) {
   const Shape ys = pooled_shape("max_pool2d", x_in, p);
-  const MemoryFormat f = format_of(x_in);
+  const MemoryFormat f = x_in.suggest_memory_format();
   const Tensor x = in_format(x_in.detach(), f);
   const bool grad = should_record({&x_in});
   BackendImpl& be = backend_of(x);
@@ -58,7 +58,7 @@ Tensor max_pool2d(const Tensor& x_in, const Pool2dParams& p) {
 
 Tensor avg_pool2d(const Tensor& x_in, const Pool2dParams& p) {
   const Shape ys = pooled_shape("avg_pool2d", x_in, p);
-  const MemoryFormat f = format_of(x_in);
+  const MemoryFormat f = x_in.suggest_memory_format();
   const Tensor x = in_format(x_in.detach(), f);
   Tensor y;
   {
@@ -84,7 +84,7 @@ Tensor adaptive_avg_pool2d(const Tensor& x_in, int64_t out_h, int64_t out_w) {
   check_float_or_half("adaptive_avg_pool2d", "input", x_in);
   check_dim("adaptive_avg_pool2d", "input", x_in, 4);
   DUET_CHECK(out_h >= 1 && out_w >= 1, "adaptive_avg_pool2d: output size {}x{} must be >= 1", out_h, out_w);
-  const MemoryFormat f = format_of(x_in);
+  const MemoryFormat f = x_in.suggest_memory_format();
   const Tensor x = in_format(x_in.detach(), f);
   const Shape ys{x.size(0), x.size(1), out_h, out_w};
   Tensor y;

@@ -44,7 +44,7 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
   // Channels-last inputs give a channels-last output, so a DenseNet stays in the layout its
   // convolutions run fastest in.
   bool all_cl = first.dim() == 4;
-  for (const Tensor& t : xs) all_cl = all_cl && format_of(t) == MemoryFormat::channels_last;
+  for (const Tensor& t : xs) all_cl = all_cl && t.suggest_memory_format() == MemoryFormat::channels_last;
   std::vector<Tensor> inputs;
   inputs.reserve(xs.size());
   for (const Tensor& t : xs) inputs.push_back(t.detach());

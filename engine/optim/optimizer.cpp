@@ -4,9 +4,18 @@
 #include <cmath>
 #include <set>
 #include "engine/autograd.h"
+#include "engine/ops/frontend.h"
 #include "engine/profiler.h"
 
 namespace duet::optim {
+
+namespace {
+// t (a gradient or state) with the parameter's strides, allocated under t's memory tag.
+Tensor in_layout_of(const Tensor& t, const Tensor& param) {
+  MemTagGuard tag(t.storage()->tag);
+  return detail::same_layout(t, param);
+}
+}  // namespace
 
 Optimizer::Optimizer(std::vector<ParamGroup> groups) {
   for (ParamGroup& g : groups) add_param_group(std::move(g));
@@ -82,13 +91,7 @@ Tensor Optimizer::new_state(const Tensor& param) {
   return Tensor::zeros_like(param);
 }
 
-Tensor Optimizer::in_layout_of(const Tensor& t, const Tensor& param) {
-  if (t.strides() == param.strides()) return t;
-  MemTagGuard tag(t.storage()->tag);
-  Tensor out = Tensor::empty_like(param);
-  out.copy_(t);
-  return out;
-}
+
 
 Optimizer::ParamState& Optimizer::state_at(int64_t flat_index, const Tensor** param) {
   int64_t i = flat_index;

@@ -79,8 +79,6 @@ protected:
   virtual void update(const ParamGroup& g, const Tensor& param, const Tensor& grad, ParamState& s) = 0;
   // Zero-filled state like param (its layout too), allocated as optimizer_state memory.
   static Tensor new_state(const Tensor& param);
-  // t (a gradient or state) with the parameter's strides: itself, or a copy in its layout.
-  static Tensor in_layout_of(const Tensor& t, const Tensor& param);
   static void check_group(const ParamGroup& g, size_t index);
 
 private:
