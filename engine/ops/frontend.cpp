@@ -53,12 +53,16 @@ void check_shape(const char* op, const char* arg, const Tensor& t, const Shape& 
 }
 
 Tensor empty_in_stride_order(const Shape& shape, const Shape& strides, const TensorOptions& o) {
+  return view_in_stride_order(Tensor::empty({numel_of(shape)}, o), shape, strides);
+}
+
+Tensor view_in_stride_order(const Tensor& flat, const Shape& shape, const Shape& strides) {
   std::vector<int64_t> order(shape.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
   Shape permuted(order.size());
   for (size_t i = 0; i < order.size(); ++i) permuted[i] = shape[order[i]];
-  Tensor base = Tensor::empty(permuted, o);
+  Tensor base = flat.view(permuted);
   std::vector<int64_t> inverse(order.size());
   for (size_t i = 0; i < order.size(); ++i) inverse[order[i]] = static_cast<int64_t>(i);
   return base.permute(inverse);

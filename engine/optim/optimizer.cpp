@@ -91,8 +91,6 @@ Tensor Optimizer::new_state(const Tensor& param) {
   return Tensor::zeros_like(param);
 }
 
-
-
 Optimizer::ParamState& Optimizer::state_at(int64_t flat_index, const Tensor** param) {
   int64_t i = flat_index;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
