@@ -208,11 +208,13 @@ void register_all() {
       register_spec({std::string("act_") + activation_name(a), "resnet_64x64x32x32_nhwc", {x}, {true},
                      [a](const Inputs& t) { return activation(a, t[0]); }, {activation_flops(a) * n, 8 * n},
                      {(activation_flops(a) + 1) * n, 12 * n}});
-    BatchNormParams bpr;
-    bpr.relu = true;
-    register_spec({"batch_norm_relu", "resnet_64x64x32x32_nhwc", {x, {64}, {64}}, {true},
-                   [bpr](const Inputs& t) { return batch_norm(t[0], t[1], t[2], Tensor(), Tensor(), bpr); },
-                   cost::batch_norm(x, 4, true), cost::batch_norm_backward(x, 4)});
+    for (Activation a : {Activation::relu, Activation::relu6}) {
+      BatchNormParams bpr;
+      bpr.act = a;
+      register_spec({std::string("batch_norm_") + activation_name(a), "resnet_64x64x32x32_nhwc", {x, {64}, {64}}, {true},
+                     [bpr](const Inputs& t) { return batch_norm(t[0], t[1], t[2], Tensor(), Tensor(), bpr); },
+                     cost::batch_norm(x, 4, true), cost::batch_norm_backward(x, 4)});
+    }
     register_spec({"add", "resnet_residual_64x64x32x32_nhwc", {x, x}, {true, true},
                    [](const Inputs& t) { return add(t[0], t[1]); }, {n, 12 * n}, {0, 8 * n}});
     // DenseNet's gradient accumulation: the cat backward hands each earlier feature map a

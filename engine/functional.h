@@ -93,7 +93,7 @@ Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w);
 // ---- normalisation ----------------------------------------------------------------------------
 // x [N,C,H,W] or [N,C]; running stats are updated in place in training mode (may be undefined
 // in training mode: then no running stats are kept). With a residual (x's shape), the result is
-// bn(x) + residual, then relu when p.relu: a ResNet block's last three ops in one pass.
+// bn(x) + residual; p.act (relu or relu6) is applied last. One pass: a ResNet block's last three ops.
 Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                   const Tensor& running_var, const BatchNormParams& p, const Tensor& residual = Tensor());
 // Over the last dim; gamma/beta [D] or undefined.

@@ -2,6 +2,7 @@
 // profiler's cost formulas.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace duet {
@@ -53,8 +54,14 @@ struct BatchNormParams {
   bool training = true;
   double momentum = 0.1;  // running = (1 - momentum) * running + momentum * batch (PyTorch's rule)
   double eps = 1e-5;
-  bool relu = false;  // y = max(batch_norm(x), 0): the activation fused into the normalisation pass
+  // The activation applied in the normalisation pass itself: none, relu or relu6 (ResNet's and
+  // MobileNetV2's). Both are masks of their output, so backward needs nothing but y.
+  std::optional<Activation> act;
 };
+// True for the activations batch_norm can fuse (relu, relu6).
+bool batch_norm_fuses(Activation a);
+// The fused op's name in reports: "batch_norm", "batch_norm+relu6", "batch_norm+add+relu", ...
+const char* batch_norm_name(bool residual, std::optional<Activation> act);
 
 struct SgdParams {
   double lr = 0.01, momentum = 0.0, dampening = 0.0, weight_decay = 0.0;

@@ -6,14 +6,26 @@
 
 namespace duet::models {
 
-std::shared_ptr<nn::Sequential> conv_bn_act(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t groups,
-                                            std::optional<Activation> act) {
-  auto s = std::make_shared<nn::Sequential>();
-  s->push_back(std::make_shared<nn::Conv2d>(
-      in, out, kernel, nn::Conv2dOptions{.stride = stride, .padding = (kernel - 1) / 2, .groups = groups, .bias = false}));
-  s->push_back(std::make_shared<nn::BatchNorm2d>(out));
-  if (act) s->push_back(std::make_shared<nn::Act>(*act));
-  return s;
+ConvBnAct::ConvBnAct(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t groups,
+                     std::optional<Activation> a)
+    : conv(std::make_shared<nn::Conv2d>(
+          in, out, kernel,
+          nn::Conv2dOptions{.stride = stride, .padding = (kernel - 1) / 2, .groups = groups, .bias = false})),
+      bn(std::make_shared<nn::BatchNorm2d>(out)),
+      act(a) {
+  push_back(conv);
+  push_back(bn);
+  if (act) push_back(std::make_shared<nn::Act>(*act));
+}
+
+Tensor ConvBnAct::forward(const Tensor& x) {
+  if (!act || !batch_norm_fuses(*act)) return Sequential::forward(x);
+  return bn->forward_act((*conv)(x), *act);
+}
+
+std::shared_ptr<ConvBnAct> conv_bn_act(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t groups,
+                                       std::optional<Activation> act) {
+  return std::make_shared<ConvBnAct>(in, out, kernel, stride, groups, act);
 }
 
 Tensor LayerNorm2d::forward(const Tensor& x) {

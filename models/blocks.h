@@ -10,9 +10,19 @@
 namespace duet::models {
 
 // torchvision.ops.Conv2dNormActivation: Sequential(conv, norm, act) with "same" padding for odd
-// kernels; the conv has no bias (the batch norm right after it has its own shift).
-std::shared_ptr<nn::Sequential> conv_bn_act(int64_t in, int64_t out, int64_t kernel, int64_t stride = 1,
-                                            int64_t groups = 1, std::optional<Activation> act = Activation::relu);
+// kernels; the conv has no bias (the batch norm right after it has its own shift). The children
+// keep torchvision's names ("0", "1", "2"); forward runs a ReLU or ReLU6 inside the batch norm's
+// pass (one fused op, as ResNet's blocks do), any other activation as its own module.
+class ConvBnAct : public nn::Sequential {
+public:
+  ConvBnAct(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t groups, std::optional<Activation> act);
+  Tensor forward(const Tensor& x) override;
+  std::shared_ptr<nn::Conv2d> conv;
+  std::shared_ptr<nn::BatchNorm2d> bn;
+  std::optional<Activation> act;
+};
+std::shared_ptr<ConvBnAct> conv_bn_act(int64_t in, int64_t out, int64_t kernel, int64_t stride = 1, int64_t groups = 1,
+                                       std::optional<Activation> act = Activation::relu);
 
 // torchvision.ops.Permute: a view with the dims reordered (no copy; what the next op needs of
 // the layout it asks for itself).

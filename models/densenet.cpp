@@ -19,8 +19,8 @@ DenseLayer::DenseLayer(int64_t in, int64_t growth_rate, int64_t bn_size, double 
 
 Tensor DenseLayer::forward(const Tensor& x) {
   // norm then relu, fused (relu1/relu2 stay registered, as in torchvision)
-  const Tensor bottleneck = (*conv1)(norm1->forward_relu(x));
-  Tensor y = (*conv2)(norm2->forward_relu(bottleneck));
+  const Tensor bottleneck = (*conv1)(norm1->forward_act(x, Activation::relu));
+  Tensor y = (*conv2)(norm2->forward_act(bottleneck, Activation::relu));
   if (drop_rate > 0) y = dropout(y, drop_rate, is_training());
   return y;
 }

@@ -86,7 +86,7 @@ Tensor InvertedResidual::forward(const Tensor& x) {
   Tensor y = x;
   const size_t n = conv->size();
   for (size_t i = 0; i + 1 < n; ++i) y = (*conv)[i](y);
-  return static_cast<nn::BatchNorm2d&>((*conv)[n - 1]).forward_add(y, x, /*relu=*/false);
+  return static_cast<nn::BatchNorm2d&>((*conv)[n - 1]).forward_add(y, x, std::nullopt);
 }
 
 MobileNetV2::MobileNetV2(const MobileNetV2Config& cfg_in) : config(cfg_in) {

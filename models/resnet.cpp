@@ -29,10 +29,10 @@ BasicBlock::BasicBlock(int64_t inplanes, int64_t planes, int64_t stride, std::sh
 }
 
 Tensor BasicBlock::forward(const Tensor& x) {
-  Tensor out = bn1->forward_relu((*conv1)(x));  // bn1 then relu, fused
+  Tensor out = bn1->forward_act((*conv1)(x), Activation::relu);  // bn1 then relu, fused
   out = (*conv2)(out);
   const Tensor identity = downsample ? (*downsample)(x) : x;
-  return bn2->forward_add(out, identity, /*relu=*/true);  // relu(bn2(out) + identity), fused
+  return bn2->forward_add(out, identity, Activation::relu);  // relu(bn2(out) + identity), fused
 }
 
 Bottleneck::Bottleneck(int64_t inplanes, int64_t planes, int64_t stride, std::shared_ptr<nn::Module> ds,
@@ -51,11 +51,11 @@ Bottleneck::Bottleneck(int64_t inplanes, int64_t planes, int64_t stride, std::sh
 }
 
 Tensor Bottleneck::forward(const Tensor& x) {
-  Tensor out = bn1->forward_relu((*conv1)(x));  // bn then relu, fused
-  out = bn2->forward_relu((*conv2)(out));
+  Tensor out = bn1->forward_act((*conv1)(x), Activation::relu);  // bn then relu, fused
+  out = bn2->forward_act((*conv2)(out), Activation::relu);
   out = (*conv3)(out);
   const Tensor identity = downsample ? (*downsample)(x) : x;
-  return bn3->forward_add(out, identity, /*relu=*/true);  // relu(bn3(out) + identity), fused
+  return bn3->forward_add(out, identity, Activation::relu);  // relu(bn3(out) + identity), fused
 }
 
 // ---- the network ---------------------------------------------------------------------------------
@@ -127,7 +127,7 @@ ResNet::ResNet(const ResNetConfig& cfg) : config(cfg) {
 Tensor ResNet::forward(const Tensor& x) {
   DUET_CHECK(x.defined() && x.dim() == 4 && x.size(1) == config.in_channels,
              "ResNet: input has shape {}, expected [N, {}, H, W]", shape_or_undefined(x), config.in_channels);
-  Tensor y = (*maxpool)(bn1->forward_relu((*conv1)(x)));
+  Tensor y = (*maxpool)(bn1->forward_act((*conv1)(x), Activation::relu));
   y = (*layer4)((*layer3)((*layer2)((*layer1)(y))));
   return (*fc)((*avgpool)(y).flatten(1));
 }

@@ -333,44 +333,51 @@ std::vector<Case> norm_cases() {
                  one([p](const std::vector<Tensor>& t) { return batch_norm(t[0], t[1], t[2], Tensor(), Tensor(), p); }),
                  3.0});
   }
-  // batch norm + ReLU fused (oneDNN's fuse_norm_relu on NHWC, duet's loop on NCHW), train and eval.
-  for (bool training : {true, false}) {
-    for (int layout = 0; layout < 3; ++layout) {
-      BatchNormParams p;
-      p.training = training;
-      p.relu = true;
-      const Shape xs = layout == 2 ? Shape{12, 5} : Shape{3, 5, 4, 7};
-      In x{xs, layout == 1 ? Layout::channels_last : Layout::plain, true, -2, 3};
-      const In rm = prm({5}, false, -0.5, 0.5), rv = prm({5}, false, 0.5, 1.5);
-      const std::string n = std::string("batch_norm_relu_") + (training ? "train" : "eval") +
-                            (layout == 0 ? "_nchw" : layout == 1 ? "_nhwc" : "_2d");
-      v.push_back({n, {x, prm({5}), prm({5}), rm, rv}, [p](const std::vector<Tensor>& t) {
-                     Tensor rmean = t[3].clone(), rvar = t[4].clone();
-                     Tensor y = batch_norm(t[0], t[1], t[2], rmean, rvar, p);
-                     return std::vector<Tensor>{y, rmean, rvar};
-                   }});
+  // batch norm + ReLU or ReLU6 fused (oneDNN's fuse_norm_relu or duet's loops, by layout), train
+  // and eval. ReLU6's weights are large enough that some outputs pass 6, so both clamps are met.
+  for (Activation act : {Activation::relu, Activation::relu6}) {
+    for (bool training : {true, false}) {
+      for (int layout = 0; layout < 3; ++layout) {
+        BatchNormParams p;
+        p.training = training;
+        p.act = act;
+        const Shape xs = layout == 2 ? Shape{12, 5} : Shape{3, 5, 4, 7};
+        In x{xs, layout == 1 ? Layout::channels_last : Layout::plain, true, -2, 3};
+        const In rm = prm({5}, false, -0.5, 0.5), rv = prm({5}, false, 0.5, 1.5);
+        const In gamma = act == Activation::relu6 ? prm({5}, true, 2.0, 5.0) : prm({5});
+        const std::string n = std::string("batch_norm_") + activation_name(act) + "_" + (training ? "train" : "eval") +
+                              (layout == 0 ? "_nchw" : layout == 1 ? "_nhwc" : "_2d");
+        v.push_back({n, {x, gamma, prm({5}), rm, rv}, [p](const std::vector<Tensor>& t) {
+                       Tensor rmean = t[3].clone(), rvar = t[4].clone();
+                       Tensor y = batch_norm(t[0], t[1], t[2], rmean, rvar, p);
+                       return std::vector<Tensor>{y, rmean, rvar};
+                     }});
+      }
     }
   }
   // batch norm + residual add (+ ReLU) fused, the end of a ResNet block (relu) or of MobileNetV2's
-  // inverted residual (no relu), train and eval. The residual's layout may differ from x's (the
-  // front-end brings it into x's); the permuted 1x1 maps take the oneDNN path on the cpu backend,
-  // where the add and the ReLU follow the primitive.
+  // inverted residual (no relu), train and eval; ReLU6 too, which no model of the zoo puts there.
+  // The residual's layout may differ from x's (the front-end brings it into x's); the permuted 1x1
+  // maps take the oneDNN path on the cpu backend, where the add and the activation follow the
+  // primitive.
   for (bool training : {true, false}) {
     for (int layout = 0; layout < 5; ++layout) {
-      for (bool relu : {true, false}) {
-        if (!relu && layout != 1) continue;
+      for (std::optional<Activation> act : {std::optional(Activation::relu), std::optional<Activation>(),
+                                            std::optional(Activation::relu6)}) {
+        if (act != Activation::relu && layout != 1 && !(act == Activation::relu6 && layout == 3)) continue;
         BatchNormParams p;
         p.training = training;
-        p.relu = relu;
+        p.act = act;
         const Shape xs = layout == 2 ? Shape{12, 5} : layout == 3 ? Shape{6, 1, 1, 5} : Shape{3, 5, 4, 7};
         In x{xs, layout == 1 || layout == 4 ? Layout::channels_last : Layout::plain, true, -2, 3};
         In r{xs, layout == 1 ? Layout::channels_last : Layout::plain, true, -1, 1};
         const In rm = prm({5}, false, -0.5, 0.5), rv = prm({5}, false, 0.5, 1.5);
         const char* layouts[] = {"_nchw", "_nhwc", "_2d", "_nhwc_1x1", "_nhwc_nchw_residual"};
-        const std::string n = std::string(relu ? "batch_norm_add_relu_" : "batch_norm_add_") +
+        const In gamma = act == Activation::relu6 ? prm({5}, true, 2.0, 5.0) : prm({5});
+        const std::string n = std::string("batch_norm_add_") + (act ? std::string(activation_name(*act)) + "_" : "") +
                               (training ? "train" : "eval") + layouts[layout];
         const bool nhwc_1x1 = layout == 3;
-        v.push_back({n, {x, prm({5}), prm({5}), rm, rv, r}, [p, nhwc_1x1](const std::vector<Tensor>& t) {
+        v.push_back({n, {x, gamma, prm({5}), rm, rv, r}, [p, nhwc_1x1](const std::vector<Tensor>& t) {
                        Tensor rmean = t[3].clone(), rvar = t[4].clone();
                        const Tensor x = nhwc_1x1 ? t[0].permute({0, 3, 1, 2}) : t[0];
                        const Tensor res = nhwc_1x1 ? t[5].permute({0, 3, 1, 2}) : t[5];
@@ -686,7 +693,7 @@ std::vector<Case> perf_cases() {
         one([p3](const std::vector<Tensor>& x) { return conv2d(x[0], x[1], Tensor(), p3); }));
   timed("perf_bn_relu_resnet_64_32_nhwc", {cl({64, 64, 32, 32}), In{{64}}, In{{64}}}, one([](const std::vector<Tensor>& x) {
           BatchNormParams bp;
-          bp.relu = true;
+          bp.act = Activation::relu;
           return batch_norm(x[0], x[1], x[2], Tensor(), Tensor(), bp);
         }));
   timed("perf_linear_vit_qkv", {In{{64, 65, 192}}, In{{576, 192}}, In{{576}}},

@@ -231,7 +231,7 @@ TEST(SyncBatchNorm, OneReplicaEqualsTheFusedOp) {
       };
       Tensor x = duet::testing::random_tensor({4, 3, 2, 5}, 17).set_requires_grad(true);
       const Tensor r = duet::testing::random_tensor({4, 3, 2, 5}, 18);
-      const Tensor y = relu ? bn.forward_relu(x) : bn.forward(x);
+      const Tensor y = relu ? bn.forward_act(x, Activation::relu) : bn.forward(x);
       sum(mul(y, r)).backward();
       if (synced) {
         EXPECT_EQ(calls, 2);

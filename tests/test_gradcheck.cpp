@@ -1,5 +1,6 @@
 // Every differentiable op's backward against central finite differences, in f64 on the
 // reference backend, on several shapes (odd sizes, batch 1, strides, groups, broadcasting).
+#include <algorithm>
 #include "tests/test_support.h"
 #include "opcheck/op_table.h"
 
@@ -175,23 +176,34 @@ TEST(GradCheck, BatchNorm) {
   }
 }
 
-// The fused ReLU of conv2d and batch_norm: its gradient is the unfused pair's. Inputs are shifted
-// away from the kink at 0, where finite differences are meaningless.
+// The fused ReLU of conv2d and the fused ReLU and ReLU6 of batch_norm: their gradients are the
+// unfused pairs'. Inputs are shifted away from the kinks at 0 (and 6), where finite differences
+// are meaningless.
 TEST(GradCheck, FusedReluOfConvAndBatchNorm) {
   Tensor x = leaf({2, 3, 5, 5}, 21), w = leaf({4, 3, 3, 3}, 22), b = leaf({4}, 23, 0.2, 0.6);
   Conv2dParams p;
   p.pad_h = p.pad_w = 1;
   p.relu = true;
   EXPECT_GRAD_OK(gradcheck([p](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], in[2], p); }, {x, w, b}));
-  Tensor xb = leaf({3, 2, 3, 4}, 24), g = leaf({2}, 25, 0.5, 1.5), bb = leaf({2}, 26, 0.1, 0.3);
-  for (bool training : {true, false}) {
-    BatchNormParams bp;
-    bp.training = training;
-    bp.relu = true;
-    Tensor rm = random_tensor({2}, 27), rv = random_tensor({2}, 28, DType::f64, 0.5, 2.0);
-    EXPECT_GRAD_OK(gradcheck(
-        [bp, rm, rv](const std::vector<Tensor>& in) { return batch_norm(in[0], in[1], in[2], rm, rv, bp); }, {xb, g, bb}))
-        << (training ? "training" : "eval");
+  Tensor xb = leaf({3, 2, 3, 4}, 24), bb = leaf({2}, 26, 0.1, 0.3);
+  for (Activation act : {Activation::relu, Activation::relu6}) {
+    // ReLU6's scale puts some outputs above 6, so its upper clamp is checked too.
+    Tensor g = act == Activation::relu ? leaf({2}, 25, 0.5, 1.5) : leaf({2}, 25, 5.0, 6.0);
+    for (bool training : {true, false}) {
+      BatchNormParams bp;
+      bp.training = training;
+      bp.act = act;
+      Tensor rm = random_tensor({2}, 27), rv = random_tensor({2}, 28, DType::f64, 0.5, 2.0);
+      const auto f = [bp, rm, rv](const std::vector<Tensor>& in) { return batch_norm(in[0], in[1], in[2], rm, rv, bp); };
+      if (act == Activation::relu6) {
+        NoGradGuard no_grad;
+        BackendGuard reference(DeviceType::cpu, Backend::reference);  // f64, as gradcheck runs it
+        const std::vector<double> y = f({xb, g, bb}).to_vector<double>();
+        EXPECT_GT(std::count_if(y.begin(), y.end(), [](double v) { return v >= 6.0; }), 0)
+            << "no output at ReLU6's upper clamp";
+      }
+      EXPECT_GRAD_OK(gradcheck(f, {xb, g, bb})) << activation_name(act) << (training ? " training" : " eval");
+    }
   }
 }
 

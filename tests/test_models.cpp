@@ -278,6 +278,54 @@ TEST(MobileNet, MakeDivisibleIsTorchvisions) {
   EXPECT_EQ(models::make_divisible(11.0), 16);  // 8 would be more than 10% below 11
 }
 
+// Conv2dNormActivation with ReLU6 (MobileNetV2's): the activation runs inside the batch norm's pass
+// with the unfused trio's values and gradients; torchvision's child names stay; an activation
+// batch norm cannot fuse (Hardswish) runs as its own module.
+TEST(MobileNet, ConvBnActFusesReluSixIntoTheBatchNorm) {
+  auto fused = models::conv_bn_act(4, 8, 3, 1, 1, Activation::relu6);
+  auto plain = models::conv_bn_act(4, 8, 3, 1, 1, Activation::relu6);
+  const auto src = fused->named_parameters(), dst = plain->named_parameters();
+  for (size_t i = 0; i < src.size(); ++i) dst[i].second.copy_(src[i].second);
+  fused->named_modules();
+  for (auto* m : {fused.get(), plain.get()}) m->bn->weight.fill_(4.0);  // some outputs above 6
+  std::vector<std::string> names;
+  for (const auto& [n, p] : fused->named_parameters()) names.push_back(n);
+  EXPECT_EQ(names, (std::vector<std::string>{"0.weight", "1.weight", "1.bias"}));
+  const Tensor x = testing::random_tensor({2, 4, 6, 6}, 5, DType::f32).contiguous(MemoryFormat::channels_last);
+  const Tensor wl = testing::random_tensor({2, 8, 6, 6}, 6, DType::f32);
+  const Tensor xa = x.detach().set_requires_grad(true), xb = x.detach().set_requires_grad(true);
+  profiler::clear();
+  profiler::enable(true);
+  const Tensor ya = (*fused)(xa);
+  sum(mul(ya, wl)).backward();
+  profiler::enable(false);
+  const Tensor yb = relu6((*plain->bn)((*plain->conv)(xb)));
+  sum(mul(yb, wl)).backward();
+  const std::vector<double> values = ya.to_vector<double>();
+  EXPECT_GT(std::count(values.begin(), values.end(), 6.0), 0) << "no output at ReLU6's upper clamp";
+  EXPECT_TRUE(testing::all_close(ya, yb, 1e-6, 1e-6));
+  EXPECT_TRUE(testing::all_close(xa.grad(), xb.grad(), 1e-5, 1e-5));
+  EXPECT_TRUE(testing::all_close(fused->conv->weight.grad(), plain->conv->weight.grad(), 1e-4, 1e-5));
+  EXPECT_TRUE(testing::all_close(fused->bn->weight.grad(), plain->bn->weight.grad(), 1e-4, 1e-5));
+  int fused_ops = 0, separate = 0;
+  for (const OpEvent& e : profiler::collect()) {
+    if (std::string(e.name) == "batch_norm+relu6" && e.scope == "1") ++fused_ops;
+    if (std::string(e.name) == "relu6") ++separate;
+  }
+  profiler::clear();
+  EXPECT_EQ(fused_ops, 1);
+  EXPECT_EQ(separate, 0);
+
+  auto hs = models::conv_bn_act(4, 8, 3, 1, 1, Activation::hardswish);
+  profiler::enable(true);
+  (void)(*hs)(x);
+  profiler::enable(false);
+  int hardswish = 0;
+  for (const OpEvent& e : profiler::collect()) hardswish += std::string(e.name) == "hardswish";
+  profiler::clear();
+  EXPECT_EQ(hardswish, 1);
+}
+
 // ---- parameter count and FLOPs ------------------------------------------------------------------
 // Expected conv + linear FLOPs from PyTorch forward hooks (2 per multiply-add); duet's profiler
 // total adds batch norm, ReLU, pooling and residual adds, a few percent on top.

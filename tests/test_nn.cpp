@@ -1,5 +1,6 @@
 // nn::Module and the layers: parameter trees and names, modes, in-place moves, freezing,
 // initialisation, memory tags and profiler scopes.
+#include <algorithm>
 #include <cmath>
 #include "engine/nn/layers.h"
 #include "engine/optim/optimizer.h"
@@ -332,38 +333,50 @@ TEST(Module, ProfilerScopesNameTheLayer) {
   EXPECT_TRUE(fc);
 }
 
-TEST(Module, BatchNormForwardReluIsTheFusedPair) {
-  // Values and gradients equal relu(bn(x)); one "batch_norm+relu" op in the module's scope, and
-  // the running statistics move exactly as with the unfused pair.
-  struct Net : nn::Module {
-    std::shared_ptr<nn::BatchNorm2d> bn = register_module("bn", std::make_shared<nn::BatchNorm2d>(4));
-    bool fused = true;
-    Tensor forward(const Tensor& x) override { return fused ? bn->forward_relu(x) : relu((*bn)(x)); }
-  };
-  Net a, b;
-  b.fused = false;
-  a.named_modules();
-  const Tensor x = images(3, 4, 5, 5, 7).contiguous(MemoryFormat::channels_last);
-  const Tensor xa = x.detach().set_requires_grad(true), xb = x.detach().set_requires_grad(true);
-  profiler::clear();
-  profiler::enable(true);
-  const Tensor ya = a(xa);
-  sum(mul(ya, ya)).backward();
-  profiler::enable(false);
-  const Tensor yb = b(xb);
-  sum(mul(yb, yb)).backward();
-  EXPECT_TRUE(all_close(ya, yb, 1e-6, 1e-6));
-  EXPECT_TRUE(all_close(xa.grad(), xb.grad(), 1e-6, 1e-6));
-  EXPECT_TRUE(all_close(a.bn->weight.grad(), b.bn->weight.grad(), 1e-5, 1e-5));
-  EXPECT_TRUE(all_close(a.bn->running_var, b.bn->running_var, 1e-6, 1e-6));
-  int fused = 0, relus = 0;
-  for (const OpEvent& e : profiler::collect()) {
-    if (std::string(e.name) == "batch_norm+relu" && e.scope == "bn") ++fused;
-    if (std::string(e.name) == "relu") ++relus;
+TEST(Module, BatchNormForwardActIsTheFusedPair) {
+  // Values and gradients equal act(bn(x)) for ReLU and ReLU6; one "batch_norm+relu(6)" op in the
+  // module's scope, and the running statistics move exactly as with the unfused pair.
+  for (const Activation act : {Activation::relu, Activation::relu6}) {
+    SCOPED_TRACE(activation_name(act));
+    struct Net : nn::Module {
+      std::shared_ptr<nn::BatchNorm2d> bn = register_module("bn", std::make_shared<nn::BatchNorm2d>(4));
+      bool fused = true;
+      Activation act = Activation::relu;
+      Tensor forward(const Tensor& x) override { return fused ? bn->forward_act(x, act) : activation(act, (*bn)(x)); }
+    };
+    Net a, b;
+    a.act = b.act = act;
+    b.fused = false;
+    a.named_modules();
+    // A scale of 4 puts some outputs above ReLU6's 6.
+    for (Net* n : {&a, &b}) n->bn->weight.fill_(4.0);
+    const Tensor x = images(3, 4, 5, 5, 7).contiguous(MemoryFormat::channels_last);
+    const Tensor xa = x.detach().set_requires_grad(true), xb = x.detach().set_requires_grad(true);
+    profiler::clear();
+    profiler::enable(true);
+    const Tensor ya = a(xa);
+    sum(mul(ya, ya)).backward();
+    profiler::enable(false);
+    const Tensor yb = b(xb);
+    sum(mul(yb, yb)).backward();
+    const std::vector<double> values = ya.to_vector<double>();
+    EXPECT_GT(std::count_if(values.begin(), values.end(), [](double v) { return v >= 6.0; }), 0)
+        << "no output at ReLU6's upper clamp";
+    EXPECT_TRUE(all_close(ya, yb, 1e-6, 1e-6));
+    EXPECT_TRUE(all_close(xa.grad(), xb.grad(), 1e-5, 1e-5));
+    EXPECT_TRUE(all_close(a.bn->weight.grad(), b.bn->weight.grad(), 1e-5, 1e-5));
+    EXPECT_TRUE(all_close(a.bn->running_var, b.bn->running_var, 1e-6, 1e-6));
+    int fused = 0, separate = 0;
+    for (const OpEvent& e : profiler::collect()) {
+      if (std::string(e.name) == std::string("batch_norm+") + activation_name(act) && e.scope == "bn") ++fused;
+      if (std::string(e.name) == activation_name(act)) ++separate;
+    }
+    profiler::clear();
+    EXPECT_EQ(fused, 1);
+    EXPECT_EQ(separate, 0);
   }
-  profiler::clear();
-  EXPECT_EQ(fused, 1);
-  EXPECT_EQ(relus, 0);
+  nn::BatchNorm2d bn(4);
+  EXPECT_ERROR_HAS(bn.forward_act(images(2, 4, 3, 3, 1), Activation::gelu_erf), "gelu", "relu or relu6");
 }
 
 TEST(Module, BatchNormForwardAddIsTheFusedTriple) {
@@ -377,7 +390,7 @@ TEST(Module, BatchNormForwardAddIsTheFusedTriple) {
         bool fused = true, act = true;
         Tensor r;
         Tensor forward(const Tensor& x) override {
-          if (fused) return bn->forward_add(x, r, act);
+          if (fused) return bn->forward_add(x, r, act ? std::optional(Activation::relu) : std::nullopt);
           const Tensor y = add((*bn)(x), r);
           return act ? relu(y) : y;
         }
@@ -421,11 +434,11 @@ TEST(Module, BatchNormForwardAddIsTheFusedTriple) {
 TEST(Module, BatchNormForwardAddChecksItsResidual) {
   nn::BatchNorm2d bn(4);
   const Tensor x = images(2, 4, 3, 3, 1);
-  EXPECT_ERROR_HAS(bn.forward_add(x, images(2, 4, 3, 2, 2), true), "residual", "[2, 4, 3, 2]", "[2, 4, 3, 3]");
-  EXPECT_ERROR_HAS(bn.forward_add(x, Tensor(), true), "residual");
+  EXPECT_ERROR_HAS(bn.forward_add(x, images(2, 4, 3, 2, 2), Activation::relu), "residual", "[2, 4, 3, 2]", "[2, 4, 3, 3]");
+  EXPECT_ERROR_HAS(bn.forward_add(x, Tensor(), Activation::relu), "residual");
   // A residual of another dtype promotes as add() does (bf16 branch onto an f32 stream).
   const Tensor r = images(2, 4, 3, 3, 2);
-  const Tensor y = bn.forward_add(x.to(DType::bf16), r, true);
+  const Tensor y = bn.forward_add(x.to(DType::bf16), r, Activation::relu);
   EXPECT_EQ(y.dtype(), DType::f32);
 }
 
@@ -440,7 +453,7 @@ TEST(Module, BatchNormForwardAddWithSyncedStatisticsIsTheSameTriple) {
   const Tensor wl = images(3, 4, 5, 5, 9);
   const Tensor xa = x.detach().set_requires_grad(true), xb = x.detach().set_requires_grad(true);
   const Tensor ra = r.detach().set_requires_grad(true), rb = r.detach().set_requires_grad(true);
-  const Tensor ya = fused.forward_add(xa, ra, true), yb = synced.forward_add(xb, rb, true);
+  const Tensor ya = fused.forward_add(xa, ra, Activation::relu), yb = synced.forward_add(xb, rb, Activation::relu);
   sum(mul(ya, wl)).backward();
   sum(mul(yb, wl)).backward();
   EXPECT_TRUE(all_close(ya, yb, 1e-5, 1e-5));

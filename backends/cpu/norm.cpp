@@ -190,27 +190,34 @@ void row_sums(const T* a, const float* ka, const T* b, const float* kb, int64_t 
     }
 }
 
-// f(res, relu) with both flags as compile-time constants (std::bool_constant), so that each of
-// the four variants of a loop below is its own branch-free, vectorisable loop.
+// The loops' last step when no activation is fused (the activations' own value() takes its place).
+struct NoActivation {
+  static float value(float v, float) { return v; }
+};
+
+// f(res, act) with the residual flag (std::bool_constant) and the activation (NoActivation or
+// scalar_math.h's ActivationFn) as compile-time constants, so that each variant of a loop below
+// is its own branch-free, vectorisable loop.
 template <class F>
-void with_flags(bool res, bool relu, F&& f) {
-  if (res) {
-    if (relu) f(std::true_type{}, std::true_type{});
-    else f(std::true_type{}, std::false_type{});
-  } else {
-    if (relu) f(std::false_type{}, std::true_type{});
-    else f(std::false_type{}, std::false_type{});
-  }
+void with_flags(bool res, std::optional<Activation> act, F&& f) {
+  const auto with_res = [&](auto act_fn) {
+    if (res) f(std::true_type{}, act_fn);
+    else f(std::false_type{}, act_fn);
+  };
+  if (!act) with_res(NoActivation{});
+  else if (*act == Activation::relu) with_res(ActivationFn<Activation::relu>{});
+  else if (*act == Activation::relu6) with_res(ActivationFn<Activation::relu6>{});
+  else throw Error(fmt::format("batch_norm on backend 'cpu': cannot fuse activation '{}'", activation_name(*act)));
 }
 
 // y = (x - mean[c]) * scale[c] + beta[c] over every plane, plus r (the residual) when there is
-// one, then max(y, 0) when relu (NaN stays NaN). The mean is subtracted first, as oneDNN does:
+// one, then the activation (relu or relu6; NaN stays NaN). The mean is subtracted first, as oneDNN does:
 // folded into one shift, x * scale + shift would cancel digits wherever the mean is large against
 // the spread. The residual is added in the same pass: a ResNet block's bn, add and relu then read
 // and write its output once instead of three times.
 void affine_planes(const float* x, const float* r, float* y, int64_t N, int64_t C, int64_t HW, const float* mean,
-                   const float* scale, const float* beta, bool relu) {
-  with_flags(r != nullptr, relu, [&](auto res, auto act) {
+                   const float* scale, const float* beta, std::optional<Activation> activation) {
+  with_flags(r != nullptr, activation, [&](auto res, auto act) {
     parallel_for(N * C, N * C * HW, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         const int64_t c = i % C;
@@ -220,7 +227,7 @@ void affine_planes(const float* x, const float* r, float* y, int64_t N, int64_t 
         for (int64_t k = 0; k < HW; ++k) {
           float v = (xp[k] - m) * a + d;
           if constexpr (decltype(res)::value) v += r[i * HW + k];
-          if constexpr (decltype(act)::value) v = std::max(v, 0.0f);
+          v = decltype(act)::value(v, 0.0f);
           yp[k] = v;
         }
       }
@@ -231,8 +238,8 @@ void affine_planes(const float* x, const float* r, float* y, int64_t N, int64_t 
 // The same map over rows of C channels.
 template <class T>
 void affine_rows(const T* x, const T* r, T* y, int64_t R, int64_t C, const float* mean, const float* scale,
-                 const float* beta, bool relu) {
-  with_flags(r != nullptr, relu, [&](auto res, auto act) {
+                 const float* beta, std::optional<Activation> activation) {
+  with_flags(r != nullptr, activation, [&](auto res, auto act) {
     parallel_for(R, R * C, [&](int64_t b, int64_t e) {
       for (int64_t row = b; row < e; ++row) {
         const T* xr = x + row * C;
@@ -241,7 +248,7 @@ void affine_rows(const T* x, const T* r, T* y, int64_t R, int64_t C, const float
         for (int64_t c = 0; c < C; ++c) {
           float v = (widen(xr[c]) - mean[c]) * scale[c] + beta[c];
           if constexpr (decltype(res)::value) v += widen(r[row * C + c]);
-          if constexpr (decltype(act)::value) v = std::max(v, 0.0f);
+          v = decltype(act)::value(v, 0.0f);
           yr[c] = narrow<T>(v);
         }
       }
@@ -393,11 +400,11 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
     }
     if (loops == BnLoops::planes)
       affine_planes(x.data<float>(), residual.defined() ? residual.data<float>() : nullptr, y.data<float>(), N, C, HW,
-                    mean.data(), scale.data(), b, p.relu);
+                    mean.data(), scale.data(), b, p.act);
     else dispatch_f32_bf16(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       affine_rows(ptr<T>(x), residual.defined() ? ptr<T>(residual) : nullptr, ptr<T>(y), R, C, mean.data(),
-                  scale.data(), b, p.relu);
+                  scale.data(), b, p.act);
     });
     if (save_mean.defined()) store_vec(save_mean, mean.data());
     if (save_invstd.defined()) store_vec(save_invstd, invstd.data());
@@ -407,9 +414,10 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
   guarded("batch_norm", {&x, &gamma, &beta}, [&] {
     DUET_CHECK(same_layout(x, y), "batch_norm on backend 'cpu': x and y must share a layout");
     const float eps = static_cast<float>(p.eps);
-    // oneDNN's fused ReLU comes before anything added after the primitive: with a residual, the
-    // add and the ReLU are passes of their own (this path is for layouts the loops do not take).
-    const bool fuse_relu = p.relu && !residual.defined();
+    // oneDNN fuses ReLU only, and before anything added after the primitive: with a residual,
+    // or for ReLU6, the add and the activation are passes of their own (this path is for layouts
+    // the loops do not take).
+    const bool fuse_relu = p.act == Activation::relu && !residual.defined();
     Key key("bn_fwd");
     key.add(x).add(double(eps)).add(int64_t(p.training)).add(int64_t(fuse_relu));
     auto e = cached<BnFwd>(key, [&] {
@@ -462,11 +470,9 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
       if (save_mean.defined()) store_vec(save_mean, m);
       if (save_invstd.defined()) store_vec(save_invstd, invstd.data());
     }
+    if (residual.defined()) binary(BinaryOp::add, y, residual, y);
+    if (p.act && !fuse_relu) activation(*p.act, 0.0, y, y);
   });
-  if (residual.defined()) {
-    binary(BinaryOp::add, y, residual, y);
-    if (p.relu) activation(Activation::relu, 0.0, y, y);
-  }
 }
 
 void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& save_mean,

@@ -79,11 +79,11 @@ void CudaBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor&
                                                              running_mean.raw_data(), running_var.raw_data(), p.eps),
                      g.op);
   }
-  // The residual add and the ReLU as passes of their own on the same stream (cuDNN's
+  // The residual add and the activation as passes of their own on the same stream (cuDNN's
   // BatchNormalizationForwardTrainingEx can fuse both, only for NHWC half with a reserve buffer:
   // not worth the second code path here).
   if (residual.defined()) binary(BinaryOp::add, y, residual, y);
-  if (p.relu) activation(Activation::relu, 0.0, y, y);
+  if (p.act) activation(*p.act, 0.0, y, y);
 }
 
 void CudaBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& save_mean,

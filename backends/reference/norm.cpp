@@ -199,9 +199,9 @@ void ReferenceBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Te
   dispatch_float_or_half(x.dtype(), "batch_norm", [&](auto tag) {
     batch_norm_kernel<decltype(tag)>(x, gamma, beta, running_mean, running_var, y, save_mean, save_invstd, p);
   });
-  // The reference does not fuse: the residual add and the ReLU are passes of their own.
+  // The reference does not fuse: the residual add and the activation are passes of their own.
   if (residual.defined()) binary(BinaryOp::add, y, residual, y);
-  if (p.relu) activation(Activation::relu, 0.0, y, y);
+  if (p.act) activation(*p.act, 0.0, y, y);
 }
 
 void ReferenceBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,

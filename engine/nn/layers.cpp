@@ -94,29 +94,31 @@ BatchNorm2d::BatchNorm2d(int64_t channels, double eps_, double momentum_) : eps(
   num_batches_tracked = register_buffer("num_batches_tracked", Tensor::zeros({}, DType::i64));
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x) { return run(x, false, Tensor()); }
+Tensor BatchNorm2d::forward(const Tensor& x) { return run(x, std::nullopt, Tensor()); }
 
-Tensor BatchNorm2d::forward_relu(const Tensor& x) { return run_in_scope(x, true, Tensor()); }
+Tensor BatchNorm2d::forward_act(const Tensor& x, Activation act) { return run_in_scope(x, act, Tensor()); }
 
-Tensor BatchNorm2d::forward_add(const Tensor& x, const Tensor& residual, bool relu) {
+Tensor BatchNorm2d::forward_add(const Tensor& x, const Tensor& residual, std::optional<Activation> act) {
   DUET_CHECK(residual.defined(), "BatchNorm2d({}): forward_add needs a residual, got an undefined tensor", weight.size(0));
-  return run_in_scope(x, relu, residual);
+  return run_in_scope(x, act, residual);
 }
 
 // The fused entry points are called instead of operator(), so they open the module's profiler
 // scope themselves.
-Tensor BatchNorm2d::run_in_scope(const Tensor& x, bool relu, const Tensor& residual) {
-  if (!profiler::enabled()) return run(x, relu, residual);
+Tensor BatchNorm2d::run_in_scope(const Tensor& x, std::optional<Activation> act, const Tensor& residual) {
+  if (!profiler::enabled()) return run(x, act, residual);
   profiler::ScopeGuard scope(name());
-  return run(x, relu, residual);
+  return run(x, act, residual);
 }
 
-Tensor BatchNorm2d::run(const Tensor& x, bool relu, const Tensor& residual) {
+Tensor BatchNorm2d::run(const Tensor& x, std::optional<Activation> act, const Tensor& residual) {
   DUET_CHECK(x.defined() && (x.dim() == 4 || x.dim() == 2),
              "BatchNorm2d: input has shape {}, expected [N, C, H, W] or [N, C]",
              x.defined() ? shape_str(x.shape()) : std::string("undefined"));
   DUET_CHECK(x.size(1) == weight.size(0), "BatchNorm2d({}): input has {} channels (shape {}), expected {}",
              weight.size(0), x.size(1), shape_str(x.shape()), weight.size(0));
+  DUET_CHECK(!act || batch_norm_fuses(*act), "BatchNorm2d({}): fused activation '{}' given, expected relu or relu6",
+             weight.size(0), act ? activation_name(*act) : "");
   const bool training = is_training();
   if (training) {
     // Kept for torchvision compatibility only (PyTorch reads it when momentum is None).
@@ -127,14 +129,14 @@ Tensor BatchNorm2d::run(const Tensor& x, bool relu, const Tensor& residual) {
       num_batches_tracked.copy_(add(num_batches_tracked.to(DType::f64), 1.0));
     }
   }
-  if (training && sum_over_replicas) return run_synced(x, relu, residual);
-  return batch_norm(x, weight, bias, running_mean, running_var, BatchNormParams{training, momentum, eps, relu}, residual);
+  if (training && sum_over_replicas) return run_synced(x, act, residual);
+  return batch_norm(x, weight, bias, running_mean, running_var, BatchNormParams{training, momentum, eps, act}, residual);
 }
 
 // Training-mode batch norm whose statistics are those of every replica's batch together: the
 // same formulas as the batch_norm kernels (two passes: the mean, then the mean squared
 // deviation), written as ops so that autograd differentiates through the replicas' sums.
-Tensor BatchNorm2d::run_synced(const Tensor& x, bool relu, const Tensor& residual) {
+Tensor BatchNorm2d::run_synced(const Tensor& x, std::optional<Activation> act, const Tensor& residual) {
   const int64_t C = x.size(1);
   const Shape per_channel = x.dim() == 4 ? Shape{1, C, 1, 1} : Shape{1, C};
   const std::vector<int64_t> dims = x.dim() == 4 ? std::vector<int64_t>{0, 2, 3} : std::vector<int64_t>{0};
@@ -151,7 +153,7 @@ Tensor BatchNorm2d::run_synced(const Tensor& x, bool relu, const Tensor& residua
   const Tensor scale = mul(rsqrt(add(var, eps)), weight);
   Tensor y = add(mul(centred, scale.reshape(per_channel)), bias.reshape(per_channel));
   if (residual.defined()) y = add(y, residual);
-  if (relu) y = duet::relu(y);
+  if (act) y = activation(*act, y);
   {
     // The running variance is the unbiased estimate over all replicas' samples, as in PyTorch.
     NoGradGuard no_grad;

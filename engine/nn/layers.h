@@ -40,14 +40,15 @@ class BatchNorm2d : public Module {
 public:
   explicit BatchNorm2d(int64_t channels, double eps = 1e-5, double momentum = 0.1);
   Tensor forward(const Tensor& x) override;
-  // relu(forward(x)) as one fused op ("batch_norm+relu" in the profiler), inside this module's
-  // profiler scope. Models keep their ReLU modules registered, so names and printing stay
-  // torchvision's; they call this instead of running the two modules one after the other.
-  Tensor forward_relu(const Tensor& x);
-  // forward(x) + residual, then relu when asked, as one fused op ("batch_norm+add+relu",
+  // act(forward(x)) as one fused op ("batch_norm+relu", "batch_norm+relu6" in the profiler; act
+  // is relu or relu6), inside this module's profiler scope. Models keep their activation modules
+  // registered, so names and printing stay torchvision's; they call this instead of running the
+  // two modules one after the other.
+  Tensor forward_act(const Tensor& x, Activation act);
+  // forward(x) + residual, then act when given, as one fused op ("batch_norm+add+relu",
   // "batch_norm+add"): the end of a ResNet block or of MobileNetV2's inverted residual. One pass
-  // writes the block's output instead of three (normalise, add, ReLU).
-  Tensor forward_add(const Tensor& x, const Tensor& residual, bool relu);
+  // writes the block's output instead of three (normalise, add, activation).
+  Tensor forward_add(const Tensor& x, const Tensor& residual, std::optional<Activation> act);
   std::string type_name() const override { return "BatchNorm2d"; }
   std::string extra_repr() const override;
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;  // names as torch.nn
@@ -62,9 +63,9 @@ public:
   std::function<Tensor(const Tensor&)> sum_over_replicas;
 
 private:
-  Tensor run_in_scope(const Tensor& x, bool relu, const Tensor& residual);
-  Tensor run(const Tensor& x, bool relu, const Tensor& residual);
-  Tensor run_synced(const Tensor& x, bool relu, const Tensor& residual);
+  Tensor run_in_scope(const Tensor& x, std::optional<Activation> act, const Tensor& residual);
+  Tensor run(const Tensor& x, std::optional<Activation> act, const Tensor& residual);
+  Tensor run_synced(const Tensor& x, std::optional<Activation> act, const Tensor& residual);
 };
 
 class LayerNorm : public Module {

@@ -10,6 +10,8 @@ using namespace detail;
 Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                   const Tensor& running_var, const BatchNormParams& p, const Tensor& residual) {
   check_float_or_half("batch_norm", "input", x_in);
+  DUET_CHECK(!p.act || batch_norm_fuses(*p.act), "batch_norm: fused activation '{}' given, expected relu or relu6",
+             p.act ? activation_name(*p.act) : "");
   DUET_CHECK(x_in.dim() == 4 || x_in.dim() == 2, "batch_norm: input has shape {}, expected [N, C, H, W] or [N, C]",
              shape_str(x_in.shape()));
   if (residual.defined()) {
@@ -20,9 +22,9 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, c
       // A residual of another dtype (an f32 stream meeting a bf16 branch) promotes as add() does:
       // the same ops, unfused.
       BatchNormParams q = p;
-      q.relu = false;
+      q.act.reset();
       const Tensor y = add(batch_norm(x_in, gamma, beta, running_mean, running_var, q), residual);
-      return p.relu ? relu(y) : y;
+      return p.act ? activation(*p.act, y) : y;
     }
   }
   const int64_t C = x_in.size(1);
@@ -76,10 +78,10 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, c
     const bool need_r = residual.defined() && residual.requires_grad();
     const Tensor gd = gamma.detach();
     const bool training = p.training;
-    const Tensor yd = p.relu ? y.detach() : Tensor();  // the fused ReLU's mask (the next layer keeps y anyway)
+    const Tensor yd = p.act ? y.detach() : Tensor();  // the fused activation's mask (the next layer keeps y anyway)
     record("batch_norm", {&x_in, &gamma, &beta, &residual}, {&y}, [=](const std::vector<Tensor>& gs) {
       Tensor dx, dgamma, dbeta;
-      const Tensor g_out = yd.defined() ? activation_backward_op(Activation::relu, yd, gs[0]) : gs[0];
+      const Tensor g_out = p.act ? activation_backward_op(*p.act, yd, gs[0]) : gs[0];
       const Tensor dresidual = need_r ? g_out : Tensor();  // y = bn(x) + residual
       if (training) {
         const Tensor dy = in_format(g_out, x.dim() == 4 ? f : MemoryFormat::contiguous);
