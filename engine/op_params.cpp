@@ -57,9 +57,12 @@ void bad_activation(Activation a) {
 const char* reduce_name(ReduceOp op) { return name_in(kReduceNames, op, "reduce"); }
 
 bool batch_norm_fuses(Activation a) { return a == Activation::relu || a == Activation::relu6; }
-const char* batch_norm_name(bool residual, std::optional<Activation> act) {
+void check_batch_norm_activation(const std::string& who, std::optional<Activation> act) {
   if (act && !batch_norm_fuses(*act))
-    throw Error(fmt::format("batch_norm: fused activation '{}' given, expected relu or relu6", activation_name(*act)));
+    throw Error(fmt::format("{}: fused activation '{}' given, expected relu or relu6", who, activation_name(*act)));
+}
+const char* batch_norm_name(bool residual, std::optional<Activation> act) {
+  check_batch_norm_activation("batch_norm", act);
   static constexpr const char* kNames[2][3] = {{"batch_norm", "batch_norm+relu", "batch_norm+relu6"},
                                                {"batch_norm+add", "batch_norm+add+relu", "batch_norm+add+relu6"}};
   return kNames[residual][!act ? 0 : *act == Activation::relu ? 1 : 2];

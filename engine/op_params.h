@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace duet {
@@ -58,8 +59,10 @@ struct BatchNormParams {
   // MobileNetV2's). Both are masks of their output, so backward needs nothing but y.
   std::optional<Activation> act;
 };
-// True for the activations batch_norm can fuse (relu, relu6).
+// True for the activations batch_norm can fuse (relu, relu6); the check throws, naming `who`, for
+// any other.
 bool batch_norm_fuses(Activation a);
+void check_batch_norm_activation(const std::string& who, std::optional<Activation> act);
 // The fused op's name in reports: "batch_norm", "batch_norm+relu6", "batch_norm+add+relu", ...
 const char* batch_norm_name(bool residual, std::optional<Activation> act);
 

@@ -207,13 +207,13 @@ void with_flags(bool res, std::optional<Activation> act, F&& f) {
   if (!act) with_res(NoActivation{});
   else if (*act == Activation::relu) with_res(ActivationFn<Activation::relu>{});
   else if (*act == Activation::relu6) with_res(ActivationFn<Activation::relu6>{});
-  else throw Error(fmt::format("batch_norm on backend 'cpu': cannot fuse activation '{}'", activation_name(*act)));
+  else check_batch_norm_activation("batch_norm on backend 'cpu'", act);  // throws
 }
 
 // y = (x - mean[c]) * scale[c] + beta[c] over every plane, plus r (the residual) when there is
-// one, then the activation (relu or relu6; NaN stays NaN). The mean is subtracted first, as oneDNN does:
-// folded into one shift, x * scale + shift would cancel digits wherever the mean is large against
-// the spread. The residual is added in the same pass: a ResNet block's bn, add and relu then read
+// one, then the activation (relu or relu6; NaN stays NaN). The mean is subtracted first, as oneDNN
+// does: folded into one shift, x * scale + shift would cancel digits wherever the mean is large
+// against the spread. The residual is added in the same pass: a ResNet block's bn, add and relu then read
 // and write its output once instead of three times.
 void affine_planes(const float* x, const float* r, float* y, int64_t N, int64_t C, int64_t HW, const float* mean,
                    const float* scale, const float* beta, std::optional<Activation> activation) {

@@ -10,8 +10,7 @@ using namespace detail;
 Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                   const Tensor& running_var, const BatchNormParams& p, const Tensor& residual) {
   check_float_or_half("batch_norm", "input", x_in);
-  DUET_CHECK(!p.act || batch_norm_fuses(*p.act), "batch_norm: fused activation '{}' given, expected relu or relu6",
-             p.act ? activation_name(*p.act) : "");
+  check_batch_norm_activation("batch_norm", p.act);
   DUET_CHECK(x_in.dim() == 4 || x_in.dim() == 2, "batch_norm: input has shape {}, expected [N, C, H, W] or [N, C]",
              shape_str(x_in.shape()));
   if (residual.defined()) {
