@@ -21,8 +21,8 @@ Stronger peers, each a column of its own in the same run:
              gets no number);
   --bf16     duet with --amp bf16 against PyTorch under torch.autocast("cpu", torch.bfloat16), the
              same mixed-precision policy (matrix ops in bf16, the rest in f32).
-The CPU's model name and the instruction sets that matter (AVX-512, AVX-512 BF16/FP16, AMX) are
-printed and kept in the JSON.
+The CPU's model name, family and model numbers and the instruction sets that matter (AVX-512,
+AVX-512 BF16/FP16, AMX) are printed and kept in the JSON.
 
   .venv-bench/bin/python bench/train_throughput.py --duet build/duet --threads 2 --compile --bf16 \
       --json bench/results/train_throughput.json
@@ -118,20 +118,24 @@ def time_torch_steps(model, x, y, warmup, steps, device="cpu", autocast=None):
 
 # ---- the driver ----
 def machine():
-    """The CPU's model name and the instruction sets that decide the fast paths (from /proc/cpuinfo)."""
-    model, flags = "unknown", set()
+    """The CPU's model name, family and model numbers, and the instruction sets that decide the fast
+    paths (from /proc/cpuinfo). A virtual machine may name only the vendor ("AMD EPYC"): the family
+    and model numbers then tell the generation (AMD family 25 is Zen 3/4, 26 is Zen 5)."""
+    info, flags = {}, set()
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 key, _, value = line.partition(":")
-                if key.strip() == "model name" and model == "unknown":
-                    model = value.strip()
-                elif key.strip() == "flags" and not flags:
+                key = key.strip()
+                if key in ("model name", "cpu family", "model") and key not in info:
+                    info[key] = value.strip()
+                elif key == "flags" and not flags:
                     flags = set(value.split())
     except OSError:
         pass
     isa = [i for i in ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile") if i in flags]
-    return {"cpu": model, "isa": isa, "cores": os.cpu_count()}
+    return {"cpu": info.get("model name", "unknown"), "family": info.get("cpu family", "?"),
+            "model": info.get("model", "?"), "isa": isa, "cores": os.cpu_count()}
 
 
 def run_measured(cmd, env=None, timeout=None):
@@ -221,7 +225,7 @@ def main():
 
     rows = []
     m = machine()
-    print(f"{m['cpu']} ({', '.join(m['isa'])}; {m['cores']} cores)")
+    print(f"{m['cpu']} (family {m['family']} model {m['model']}; {', '.join(m['isa'])}; {m['cores']} cores)")
     print(f"batch {a.batch}, {a.threads} threads, {a.warmup} warm-up + {a.steps} timed steps, {a.rounds} round(s); "
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
     for model in a.models.split(","):
