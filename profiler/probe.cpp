@@ -118,7 +118,7 @@ ProbeResult run_probe(const ProbeOptions& o) {
 
 std::string format_probe(const ProbeResult& r) {
   std::string s = fmt::format("probe of {} ({}), backend {}, {}: fp32 and bf16 GEMM {}x{}x{}, copy of {} (read + write counted), best of {}\n",
-                              r.machine.value("cpu_model", std::string("?")), r.device, r.backend, r.created, r.gemm_size,
+                              cpu_name(r.machine), r.device, r.backend, r.created, r.gemm_size,
                               r.gemm_size, r.gemm_size, fmt_bytes(static_cast<double>(r.copy_bytes)), r.repeats);
   TextTable t;
   t.column("threads");
@@ -142,10 +142,10 @@ std::string probe_cache_dir() {
 }
 
 std::string default_probe_path(const nlohmann::json& machine) {
-  const std::string model = machine.value("cpu_model", std::string("unknown"));
+  // Named by host and CPU: one machine name may stand for different CPUs (cloud VMs named "vm").
   return (fs::path(probe_cache_dir()) /
           fmt::format("probe-{}-{:08x}.json", machine.value("hostname", std::string("host")),
-                      static_cast<uint32_t>(fnv1a(model))))
+                      static_cast<uint32_t>(fnv1a(cpu_name(machine)))))
       .string();
 }
 
@@ -241,8 +241,8 @@ std::optional<Ceilings> find_ceilings(const nlohmann::json& machine, const std::
     try {
       DUET_CHECK(same_cpu(file["machine"], machine),
                  "probe file '{}' was measured on '{}' ({} CPUs), not on this report's machine '{}' ({} CPUs)", path,
-                 file["machine"].value("cpu_model", std::string("?")), file["machine"].value("logical_cpus", 0),
-                 machine.value("cpu_model", std::string("?")), machine.value("logical_cpus", 0));
+                 cpu_name(file["machine"]), file["machine"].value("logical_cpus", 0),
+                 cpu_name(machine), machine.value("logical_cpus", 0));
       c = ceilings_in(file, path, device, threads);
     } catch (const nlohmann::json::exception& e) {
       throw Error(fmt::format("probe file '{}' has a field missing or of the wrong type ({}): run `duet probe` to "
@@ -271,7 +271,7 @@ std::optional<Ceilings> find_ceilings(const nlohmann::json& machine, const std::
   }
   if (!best)
     return say(fmt::format("no probe: no probe of device {} on '{}' in {} (run `duet probe`)", device,
-                           machine.value("cpu_model", std::string("?")), dir));
+                           cpu_name(machine), dir));
   return best;
 }
 

@@ -270,7 +270,7 @@ std::string format_header(const nlohmann::json& r) {
   if (m.contains("isa"))
     for (auto it = member(m, "isa").begin(); it != member(m, "isa").end(); ++it)
       if (it.value() == true) isa.push_back(it.key());
-  s += fmt::format("machine: {} ({}), {} logical CPUs, {} threads used, ISA {}, oneDNN {}", m.value("cpu_model", std::string("?")),
+  s += fmt::format("machine: {} ({}), {} logical CPUs, {} threads used, ISA {}, oneDNN {}", cpu_name(m),
                    m.value("hostname", std::string("?")), m.value("logical_cpus", 0), m.value("threads_used", 0),
                    isa.empty() ? std::string("-") : fmt::format("{}", fmt::join(isa, " ")),
                    member(m, "onednn").is_string() ? member(m, "onednn").get<std::string>() : std::string("n/a"));

@@ -48,7 +48,10 @@ def subtitle(report):
     rc = report.get("run_config", {})
     m = report.get("machine", {})
     parts = [f"{k}={rc[k]}" for k in ("model", "batch", "backend", "device", "threads") if k in rc]
-    return f"{' '.join(parts)}\n{m.get('cpu_model', '?')}, timing: {report.get('timing_mode', '?')}"
+    cpu = m.get('cpu_model', '?')
+    if m.get('cpu_family'):  # a VM's model name may be the vendor only; the numbers tell the generation
+        cpu += f" (family {m['cpu_family']} model {m.get('cpu_model_number', '?')})"
+    return f"{' '.join(parts)}\n{cpu}, timing: {report.get('timing_mode', '?')}"
 
 
 PHASE_SHORT = {"forward": "fwd", "backward": "bwd", "optimizer": "opt", "data": "data", "copy": "copy",

@@ -355,6 +355,20 @@ TEST(ProfilerReport, HeaderNamesChangedCpuKernelChoices) {
   EXPECT_NE(text.find("cpu kernels conv_autotune=true winograd=never"), std::string::npos) << text;
 }
 
+// The header names the CPU's family and model numbers beside its model name, which a virtual
+// machine may reduce to the vendor ("AMD EPYC" on Zen 4 and on Zen 5 alike).
+TEST(ProfilerReport, HeaderNamesTheCpuGeneration) {
+  json r = small_training_report(1, TimingMode::throughput);
+  r["machine"]["cpu_model"] = "AMD EPYC";
+  r["machine"]["cpu_family"] = "26";
+  r["machine"]["cpu_model_number"] = "2";
+  std::string text = profiler::format_report(r, {});
+  EXPECT_NE(text.find("machine: AMD EPYC (family 26 model 2) ("), std::string::npos) << text;
+  r["machine"].erase("cpu_family");  // a report written before the numbers were kept
+  text = profiler::format_report(r, {});
+  EXPECT_NE(text.find("machine: AMD EPYC ("), std::string::npos) << text;
+}
+
 TEST(ProfilerTables, LayerTableCarriesForwardScopeIntoBackward) {
   const json r = small_training_report();
   bool conv_fwd = false, conv_bwd = false;
@@ -872,6 +886,11 @@ TEST(ProfilerProbe, MeasuresSavesAndIsFoundForTheSameMachine) {
   json other = p.machine;
   other["cpu_model"] = "Some Other CPU";
   EXPECT_FALSE(profiler::find_ceilings(other, "cpu", 1, "", &why));
+  // Nor does another generation under the same model name (a VM's "AMD EPYC" on Zen 4 and Zen 5).
+  json other_generation = p.machine;
+  other_generation["cpu_family"] = p.machine.value("cpu_family", std::string()) == "25" ? "26" : "25";
+  EXPECT_FALSE(profiler::find_ceilings(other_generation, "cpu", 1, "", &why));
+  EXPECT_NE(why.find("no probe"), std::string::npos) << why;
   // Reports pick it up and fill the bound column.
   const json r = small_training_report(1);
   const json r2 = profiler::build_report(profiler::capture(), json::object());

@@ -28,6 +28,8 @@ nlohmann::json machine_info() {
   utsname u{};
   m["os"] = ::uname(&u) == 0 ? fmt::format("{} {} {}", u.sysname, u.release, u.machine) : std::string("unknown");
   m["cpu_model"] = cpu.model;
+  m["cpu_family"] = cpu.family;
+  m["cpu_model_number"] = cpu.model_number;
   m["logical_cpus"] = cpu.logical_cpus;
   m["physical_cores"] = cpu.physical_cores > 0 ? nlohmann::json(cpu.physical_cores) : nlohmann::json(nullptr);
   m["threads_used"] = omp_get_max_threads();
@@ -59,8 +61,17 @@ nlohmann::json machine_info() {
   return m;
 }
 
+std::string cpu_name(const nlohmann::json& machine) {
+  if (!machine.is_object()) return "?";
+  const std::string name = machine.value("cpu_model", std::string("?"));
+  const std::string family = machine.value("cpu_family", std::string()), model = machine.value("cpu_model_number", std::string());
+  return family.empty() ? name : fmt::format("{} (family {} model {})", name, family, model);
+}
+
 bool same_cpu(const nlohmann::json& a, const nlohmann::json& b) {
   return a.is_object() && b.is_object() && a.value("cpu_model", std::string("?a")) == b.value("cpu_model", std::string("?b")) &&
+         a.value("cpu_family", std::string()) == b.value("cpu_family", std::string()) &&
+         a.value("cpu_model_number", std::string()) == b.value("cpu_model_number", std::string()) &&
          a.value("logical_cpus", -1) == b.value("logical_cpus", -2);
 }
 

@@ -15,12 +15,17 @@ using MachineInfoHook = std::function<void(nlohmann::json& machine)>;
 // Registered once per name (a second registration under the same name replaces the first).
 void add_machine_info_hook(const std::string& name, MachineInfoHook hook);
 
-// {"hostname", "os", "cpu_model", "logical_cpus", "physical_cores", "threads_used",
-//  "isa": {"avx512f", "avx512_bf16", "amx"}, "onednn": "2.6.3" | null, "compiler", ...hooks}
+// {"hostname", "os", "cpu_model", "cpu_family", "cpu_model_number", "logical_cpus",
+//  "physical_cores", "threads_used", "isa": {"avx512f", "avx512_bf16", "amx"},
+//  "onednn": "2.6.3" | null, "compiler", ...hooks}
 nlohmann::json machine_info();
 
-// Whether two machine objects describe the same CPU (model and logical CPU count): the test that
-// decides if a probe applies to a report.
+// The CPU as reports print it: "AMD EPYC (family 26 model 2)", or the model name alone where the
+// machine object has no family (another architecture, or a report written before it was kept).
+std::string cpu_name(const nlohmann::json& machine);
+
+// Whether two machine objects describe the same CPU (model name, family and model numbers, and
+// logical CPU count): the test that decides if a probe applies to a report.
 bool same_cpu(const nlohmann::json& a, const nlohmann::json& b);
 
 }  // namespace duet::profiler

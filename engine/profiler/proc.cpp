@@ -84,6 +84,8 @@ CpuInfo read_cpu_info() {
     const std::string key = trim(line.substr(0, colon)), value = trim(line.substr(colon + 1));
     if (key == "processor") ++processors;
     else if (key == "model name" && info.model.empty()) info.model = value;
+    else if (key == "cpu family" && info.family.empty()) info.family = value;
+    else if (key == "model" && info.model_number.empty()) info.model_number = value;
     else if (key == "physical id") physical = value;
     else if (key == "core id") cores.emplace(physical, value);
     else if (key == "flags" && info.flags.empty()) {

@@ -25,6 +25,10 @@ std::optional<MachineCpuTicks> read_machine_cpu_ticks();
 
 struct CpuInfo {
   std::string model;  // "model name" of the first processor ("unknown" when absent)
+  // x86's "cpu family" and "model" numbers ("" where /proc/cpuinfo has none). A virtual machine's
+  // model name may name only the vendor ("AMD EPYC"); these tell its generation (AMD family 25:
+  // Zen 3 and 4, 26: Zen 5).
+  std::string family, model_number;
   int logical_cpus = 0;   // processors online
   int physical_cores = 0; // distinct (physical id, core id) pairs; 0 when /proc hides them
   std::vector<std::string> flags;  // all of the first processor's flags
