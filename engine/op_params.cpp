@@ -57,7 +57,7 @@ void bad_activation(Activation a) {
 const char* reduce_name(ReduceOp op) { return name_in(kReduceNames, op, "reduce"); }
 
 bool batch_norm_fuses(Activation a) { return a == Activation::relu || a == Activation::relu6; }
-void check_batch_norm_activation(const std::string& who, std::optional<Activation> act) {
+void check_batch_norm_activation(const char* who, std::optional<Activation> act) {
   if (act && !batch_norm_fuses(*act))
     throw Error(fmt::format("{}: fused activation '{}' given, expected relu or relu6", who, activation_name(*act)));
 }

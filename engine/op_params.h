@@ -3,7 +3,6 @@
 #pragma once
 #include <cstdint>
 #include <optional>
-#include <string>
 #include <vector>
 
 namespace duet {
@@ -60,9 +59,9 @@ struct BatchNormParams {
   std::optional<Activation> act;
 };
 // True for the activations batch_norm can fuse (relu, relu6); the check throws, naming `who`, for
-// any other.
+// any other (and costs a comparison otherwise: it runs on every batch norm call).
 bool batch_norm_fuses(Activation a);
-void check_batch_norm_activation(const std::string& who, std::optional<Activation> act);
+void check_batch_norm_activation(const char* who, std::optional<Activation> act);
 // The fused op's name in reports: "batch_norm", "batch_norm+relu6", "batch_norm+add+relu", ...
 const char* batch_norm_name(bool residual, std::optional<Activation> act);
 

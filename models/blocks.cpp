@@ -12,15 +12,15 @@ ConvBnAct::ConvBnAct(int64_t in, int64_t out, int64_t kernel, int64_t stride, in
           in, out, kernel,
           nn::Conv2dOptions{.stride = stride, .padding = (kernel - 1) / 2, .groups = groups, .bias = false})),
       bn(std::make_shared<nn::BatchNorm2d>(out)),
-      act(a) {
+      act(a ? std::make_shared<nn::Act>(*a) : nullptr) {
   push_back(conv);
   push_back(bn);
-  if (act) push_back(std::make_shared<nn::Act>(*act));
+  if (act) push_back(act);
 }
 
 Tensor ConvBnAct::forward(const Tensor& x) {
-  if (!act || !batch_norm_fuses(*act)) return Sequential::forward(x);
-  return bn->forward_act((*conv)(x), *act);
+  if (!act || !batch_norm_fuses(act->act)) return Sequential::forward(x);
+  return bn->forward_act((*conv)(x), act->act);
 }
 
 std::shared_ptr<ConvBnAct> conv_bn_act(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t groups,

@@ -19,7 +19,7 @@ public:
   Tensor forward(const Tensor& x) override;
   std::shared_ptr<nn::Conv2d> conv;
   std::shared_ptr<nn::BatchNorm2d> bn;
-  std::optional<Activation> act;
+  std::shared_ptr<nn::Act> act;  // child "2"; null without an activation
 };
 std::shared_ptr<ConvBnAct> conv_bn_act(int64_t in, int64_t out, int64_t kernel, int64_t stride = 1, int64_t groups = 1,
                                        std::optional<Activation> act = Activation::relu);

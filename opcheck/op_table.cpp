@@ -335,6 +335,9 @@ std::vector<Case> norm_cases() {
   }
   // batch norm + ReLU or ReLU6 fused (oneDNN's fuse_norm_relu or duet's loops, by layout), train
   // and eval. ReLU6's weights are large enough that some outputs pass 6, so both clamps are met.
+  const auto bn_weight = [](std::optional<Activation> act) {
+    return act == Activation::relu6 ? prm({5}, true, 2.0, 5.0) : prm({5});
+  };
   for (Activation act : {Activation::relu, Activation::relu6}) {
     for (bool training : {true, false}) {
       for (int layout = 0; layout < 3; ++layout) {
@@ -344,10 +347,9 @@ std::vector<Case> norm_cases() {
         const Shape xs = layout == 2 ? Shape{12, 5} : Shape{3, 5, 4, 7};
         In x{xs, layout == 1 ? Layout::channels_last : Layout::plain, true, -2, 3};
         const In rm = prm({5}, false, -0.5, 0.5), rv = prm({5}, false, 0.5, 1.5);
-        const In gamma = act == Activation::relu6 ? prm({5}, true, 2.0, 5.0) : prm({5});
         const std::string n = std::string("batch_norm_") + activation_name(act) + "_" + (training ? "train" : "eval") +
                               (layout == 0 ? "_nchw" : layout == 1 ? "_nhwc" : "_2d");
-        v.push_back({n, {x, gamma, prm({5}), rm, rv}, [p](const std::vector<Tensor>& t) {
+        v.push_back({n, {x, bn_weight(act), prm({5}), rm, rv}, [p](const std::vector<Tensor>& t) {
                        Tensor rmean = t[3].clone(), rvar = t[4].clone();
                        Tensor y = batch_norm(t[0], t[1], t[2], rmean, rvar, p);
                        return std::vector<Tensor>{y, rmean, rvar};
@@ -376,11 +378,10 @@ std::vector<Case> norm_cases() {
         In r{xs, layout == 1 ? Layout::channels_last : Layout::plain, true, -1, 1};
         const In rm = prm({5}, false, -0.5, 0.5), rv = prm({5}, false, 0.5, 1.5);
         const char* layouts[] = {"_nchw", "_nhwc", "_2d", "_nhwc_1x1", "_nhwc_nchw_residual"};
-        const In gamma = act == Activation::relu6 ? prm({5}, true, 2.0, 5.0) : prm({5});
         const std::string n = std::string("batch_norm_add_") + (act ? std::string(activation_name(*act)) + "_" : "") +
                               (training ? "train" : "eval") + layouts[layout];
         const bool nhwc_1x1 = layout == 3;
-        v.push_back({n, {x, gamma, prm({5}), rm, rv, r}, [p, nhwc_1x1](const std::vector<Tensor>& t) {
+        v.push_back({n, {x, bn_weight(act), prm({5}), rm, rv, r}, [p, nhwc_1x1](const std::vector<Tensor>& t) {
                        Tensor rmean = t[3].clone(), rvar = t[4].clone();
                        const Tensor x = nhwc_1x1 ? t[0].permute({0, 3, 1, 2}) : t[0];
                        const Tensor res = nhwc_1x1 ? t[5].permute({0, 3, 1, 2}) : t[5];

@@ -69,10 +69,8 @@ std::string cpu_name(const nlohmann::json& machine) {
 }
 
 bool same_cpu(const nlohmann::json& a, const nlohmann::json& b) {
-  return a.is_object() && b.is_object() && a.value("cpu_model", std::string("?a")) == b.value("cpu_model", std::string("?b")) &&
-         a.value("cpu_family", std::string()) == b.value("cpu_family", std::string()) &&
-         a.value("cpu_model_number", std::string()) == b.value("cpu_model_number", std::string()) &&
-         a.value("logical_cpus", -1) == b.value("logical_cpus", -2);
+  return a.is_object() && b.is_object() && a.contains("cpu_model") && b.contains("cpu_model") &&
+         cpu_name(a) == cpu_name(b) && a.value("logical_cpus", -1) == b.value("logical_cpus", -2);
 }
 
 }  // namespace duet::profiler

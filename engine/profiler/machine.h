@@ -24,8 +24,8 @@ nlohmann::json machine_info();
 // machine object has no family (another architecture, or a report written before it was kept).
 std::string cpu_name(const nlohmann::json& machine);
 
-// Whether two machine objects describe the same CPU (model name, family and model numbers, and
-// logical CPU count): the test that decides if a probe applies to a report.
+// Whether two machine objects describe the same CPU (the same cpu_name, which the probe file's
+// name hashes too, and logical CPU count): the test that decides if a probe applies to a report.
 bool same_cpu(const nlohmann::json& a, const nlohmann::json& b);
 
 }  // namespace duet::profiler
