@@ -411,9 +411,60 @@ TEST(CpuBackend, PointwiseConvolutionsAsGemmMatchReference) {
   EXPECT_GE(n, 20);
 }
 
+// The weight gradient of a pointwise convolution over many pixel rows sums them in one chunk per
+// thread, as one batched product (backends/cpu/conv.cpp). With 2 and 3 threads, more and fewer
+// output than input channels, f32 and bf16, and a row count no thread count divides (one
+// product then), it matches the reference backend, on oneDNN's optimised matmul kernels (its
+// reference loops, "ref:any", would also match, at a thousandth of the speed).
+TEST(CpuBackend, PointwiseWeightGradientSummedInChunksMatchesReference) {
+  ScopedPolicy always(cpu::set_pointwise_gemm_policy, cpu::KernelPolicy::always);
+  const int before = num_threads();
+  struct Restore {
+    int n;
+    ~Restore() { set_num_threads(n); }
+  } restore{before};
+  struct Shapes {
+    int64_t n, c, o, h;
+  };
+  int chunked = 0;
+  for (const Shapes sh : {Shapes{6, 48, 80, 32}, Shapes{6, 80, 48, 32}, Shapes{7, 48, 40, 17}})
+    for (const int threads : {2, 3})
+      for (const DType dt : {DType::f32, DType::bf16}) {
+        SCOPED_TRACE(fmt::format("x [{}, {}, {}, {}], {} outputs, {} threads, {}", sh.n, sh.c, sh.h, sh.h, sh.o,
+                                 threads, dtype_name(dt)));
+        set_num_threads(threads);
+        const Tensor x0 = random_tensor({sh.n, sh.c, sh.h, sh.h}, 1, DType::f32).to(dt);
+        const Tensor w0 = random_tensor({sh.o, sh.c, 1, 1}, 2, DType::f32);
+        const Tensor g = random_tensor({sh.n, sh.o, sh.h, sh.h}, 3, DType::f32).to(dt);
+        auto weight_grad = [&](Backend b) {
+          BackendGuard guard(DeviceType::cpu, b);
+          const Tensor x = x0.contiguous(MemoryFormat::channels_last);
+          const Tensor w = w0.clone().set_requires_grad(true);
+          profiler::clear();
+          profiler::enable(true);
+          // (A bf16 weight is an f32 leaf cast, as autocast casts it.)
+          sum(mul(conv2d(x, w.to(dt), Tensor(), Conv2dParams{}), g.contiguous(MemoryFormat::channels_last))).backward();
+          profiler::enable(false);
+          std::string impl;
+          for (const OpEvent& e : profiler::collect())
+            if (std::string(e.name) == "conv2d.backward_weight") impl = e.impl;
+          profiler::clear();
+          return std::make_pair(w.grad(), impl);
+        };
+        const auto [cpu, impl] = weight_grad(Backend::cpu);
+        const auto [ref, unused] = weight_grad(Backend::reference);
+        EXPECT_EQ(impl.rfind("matmul/", 0), 0u) << impl;
+        EXPECT_EQ(impl.find("ref"), std::string::npos) << impl;
+        // Sums of 6,000 products of values in [-1, 1): f32 rounding, or bf16's of the result.
+        EXPECT_TRUE(dt == DType::f32 ? all_close(cpu, ref, 1e-3, 1e-4) : all_close(cpu, ref, 0.5, 1e-2));
+        chunked += (sh.n * sh.h * sh.h) % threads == 0;
+      }
+  EXPECT_EQ(chunked, 8);
+}
+
 // Which pointwise convolutions the automatic policy gives to matmul: all three passes of a
-// DenseNet bottleneck on a 2x2 map; none of a ResNet-50 one on a 32x32 map, nor a 1x1 with a bias
-// gradient's weight pass.
+// DenseNet bottleneck on a 2x2 map; none of a small batch's on a 32x32 map; the weight pass only
+// of ResNet-50's 32x32 layer at batch 32; not a 1x1 with a bias gradient's weight pass.
 TEST(CpuBackend, AutomaticPolicyRunsSmallPointwiseConvolutionsAsMatmul) {
   BackendGuard guard(DeviceType::cpu, Backend::cpu);
   auto impls = [](const Shape& xs, const Shape& ws, bool bias) {
@@ -439,6 +490,10 @@ TEST(CpuBackend, AutomaticPolicyRunsSmallPointwiseConvolutionsAsMatmul) {
   EXPECT_EQ(count(dense), 3u) << dense;
   const std::string resnet = impls({4, 64, 32, 32}, {64, 64, 1, 1}, false);
   EXPECT_EQ(count(resnet), 0u) << resnet;
+  // 32,768 pixel rows: the weight gradient's long sum goes to matmul, the other passes do not.
+  const std::string long_sum = impls({32, 64, 32, 32}, {128, 64, 1, 1}, false);
+  EXPECT_EQ(count(long_sum), 1u) << long_sum;
+  EXPECT_NE(long_sum.find("conv2d.backward_weight=matmul/"), std::string::npos) << long_sum;
   const std::string biased = impls({8, 32, 2, 2}, {16, 32, 1, 1}, true);
   EXPECT_EQ(count(biased), 2u) << biased;  // forward and backward data
   ScopedPolicy never(cpu::set_pointwise_gemm_policy, cpu::KernelPolicy::never);

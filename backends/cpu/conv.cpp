@@ -63,10 +63,11 @@ bool pointwise_gemm_applicable(const Tensor& x, const Tensor& w, const Tensor& y
          w.stride(1) == 1 && w.stride(0) == w.size(1);
 }
 
-bool pointwise_gemm_wanted(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p) {
+bool pointwise_gemm_wanted(ConvPass pass, const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p) {
   const KernelPolicy pol = pointwise_gemm_policy();
   if (pol == KernelPolicy::never || !pointwise_gemm_applicable(x, w, y, p)) return false;
-  return pol == KernelPolicy::always || x.size(0) * x.size(2) * x.size(3) <= 1024;
+  const int64_t rows = x.size(0) * x.size(2) * x.size(3);
+  return pol == KernelPolicy::always || rows <= 1024 || (pass == ConvPass::backward_weight && rows >= 32768);
 }
 }  // namespace cpu
 
@@ -256,7 +257,7 @@ MatrixOperand weight_matrix(const Tensor& w, bool transposed) {
   const int64_t O = w.size(0), C = w.size(1);
   return transposed ? MatrixOperand{w, C, O, 1, C} : MatrixOperand{w, O, C, C, 1};
 }
-MatrixOperand transposed(const MatrixOperand& m) { return {m.t, m.cols, m.rows, m.col, m.row}; }
+MatrixOperand transposed(const MatrixOperand& m) { return {m.t, m.cols, m.rows, m.col, m.row, m.batch_stride}; }
 // y = x W^T (+ bias) (then ReLU)
 void pointwise_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, bool relu) {
   gemm("conv2d", pixel_rows(x), weight_matrix(w, true), pixel_rows(y), bias, relu);
@@ -265,9 +266,48 @@ void pointwise_forward(const Tensor& x, const Tensor& w, const Tensor& bias, con
 void pointwise_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx) {
   gemm("conv2d_backward_data", pixel_rows(dy), weight_matrix(w, false), pixel_rows(dx), Tensor(), false);
 }
-// dW = dy^T x
+// How many chunks the P pixel rows of a weight gradient are summed in: one per thread while each
+// keeps at least kMinChunkRows rows and all are the same size (a batched product's matrices are).
+int64_t weight_gradient_chunks(int64_t P) {
+  constexpr int64_t kMinChunkRows = 1024;
+  int64_t chunks = max_threads();
+  while (chunks > 1 && (P % chunks != 0 || P / chunks < kMinChunkRows)) --chunks;
+  return chunks;
+}
+
+// dW = dy^T x, a sum over the P = N*H*W pixel rows. oneDNN's matmul splits a product's work by
+// blocks of its result and not along its sum, so a long sum into a small [O, C] result (ResNet-50
+// at 32x32: 65,536 rows, 64 or 256 channels) leaves threads idle or copying. A long sum is
+// therefore cut into one chunk per thread: one batched product writes each chunk's partial
+// result, and the partials are added. The operand with fewer channels is the one read transposed
+// (oneDNN copies that operand into its own layout first, so the smaller copy is cheaper): the
+// partials are [O, C] = dy^T x when O <= C, else [C, O] = x^T dy, transposed as they are added.
 void pointwise_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw) {
-  gemm("conv2d_backward_weight", transposed(pixel_rows(dy)), pixel_rows(x), weight_matrix(dw, false), Tensor(), false);
+  MatrixOperand xr = pixel_rows(x), dyr = pixel_rows(dy);
+  const int64_t P = xr.rows, chunks = weight_gradient_chunks(P);
+  if (chunks == 1)
+    return gemm("conv2d_backward_weight", transposed(dyr), xr, weight_matrix(dw, false), Tensor(), false);
+  const int64_t rows = P / chunks, O = dw.size(0), C = dw.size(1);
+  xr.rows = dyr.rows = rows;
+  xr.batch_stride = rows * C;
+  dyr.batch_stride = rows * O;
+  const bool o_first = O <= C;
+  const MatrixOperand& a = o_first ? dyr : xr;
+  const MatrixOperand& b = o_first ? xr : dyr;
+  const Tensor part = Tensor::empty({chunks, a.cols, b.cols});
+  gemm_batched("conv2d_backward_weight", chunks, transposed(a), b,
+               {part, a.cols, b.cols, b.cols, 1, a.cols * b.cols});
+  float* sum = part.data<float>();
+  const int64_t n = a.cols * b.cols;
+  parallel_for(n, n * chunks, [&](int64_t lo, int64_t hi) {
+    for (int64_t k = 1; k < chunks; ++k) {
+      const float* pk = sum + k * n;
+#pragma omp simd
+      for (int64_t i = lo; i < hi; ++i) sum[i] += pk[i];
+    }
+  });
+  const Tensor total = part.select(0, 0);
+  cpu_backend().copy(o_first ? total : total.transpose(0, 1), dw.view({O, C}));
 }
 
 void own_depthwise_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
@@ -405,7 +445,7 @@ bool pointwise_allowed(ConvPass pass, bool bias_gradient) {
 // layers, the blocked layout for forwards onto small maps, else direct on the tensors' layout.
 ConvAlgo rule_of(ConvPass pass, const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p,
                  bool bias_gradient) {
-  if (pointwise_allowed(pass, bias_gradient) && pointwise_gemm_wanted(x, w, y, p))
+  if (pointwise_allowed(pass, bias_gradient) && pointwise_gemm_wanted(pass, x, w, y, p))
     return ConvAlgo::matmul;
   if (winograd_wanted(x, w, y, p)) return ConvAlgo::winograd;
   if (pass == ConvPass::forward && blocked_forward(w, y, p)) return ConvAlgo::direct_blocked;

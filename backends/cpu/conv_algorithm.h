@@ -22,6 +22,11 @@ namespace duet::cpu {
 void set_winograd_policy(KernelPolicy p);
 KernelPolicy winograd_policy();
 
+// The ways one pass of a convolution can run: oneDNN's direct kernels on the tensors' own layout,
+// the same on oneDNN's blocked layout (reorders around it), Winograd, or a matrix product.
+enum class ConvAlgo : uint8_t { direct, direct_blocked, winograd, matmul };
+enum class ConvPass : uint8_t { forward, backward_data, backward_weight };
+
 // Whether oneDNN's Winograd can compute this convolution (f32, dense 3x3, stride and dilation 1),
 // and whether the policy asks for it.
 bool winograd_applicable(const Tensor& x, const Tensor& w, const Conv2dParams& p);
@@ -37,9 +42,16 @@ bool winograd_wanted(const Tensor& x, const Tensor& w, const Tensor& y, const Co
 // convolution kernels are as fast or faster (ResNet-50's layers at 32x32 and 16x16 maps), and
 // they stay.
 //
+// The weight gradient is a sum over all N*H*W rows into a small [O, C] result. oneDNN 2.6's 1x1
+// kernels run that sum slowly when it is long and the channels few: ResNet-50's 64->256 layer at
+// 32x32 and batch 64 (65,536 rows) at about half the GEMM ceiling. The matmul path cuts it into
+// one chunk per thread (conv.cpp) and ran it 1.5x faster; from 4,096 to 16,384 rows the
+// convolution kernels were as fast or up to 20% faster (Zen 5, docs/cpu_backend.md).
+//
 // automatic: as matmul when the maps are channels-last, the weights dense and N*H*W is at most
-// 1,024 rows; the weight gradient only without a bias (its gradient would be a second pass, so
-// the convolution kernel, which fuses it, keeps those).
+// 1,024 rows, and the weight gradient also from 32,768 rows up; the weight gradient only without
+// a bias (its gradient would be a second pass, so the convolution kernel, which fuses it, keeps
+// those).
 // never: always oneDNN's convolution (DUET_POINTWISE_GEMM=0 in the environment sets this).
 // always: as matmul wherever the shape and layouts allow, any size (tests use it).
 void set_pointwise_gemm_policy(KernelPolicy p);
@@ -48,12 +60,8 @@ KernelPolicy pointwise_gemm_policy();
 // Whether the convolution of x by w into y (any of its passes) can run as matrix products, and
 // whether the policy runs it so.
 bool pointwise_gemm_applicable(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p);
-bool pointwise_gemm_wanted(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p);
+bool pointwise_gemm_wanted(ConvPass pass, const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p);
 
-// The ways one pass of a convolution can run: oneDNN's direct kernels on the tensors' own layout,
-// the same on oneDNN's blocked layout (reorders around it), Winograd, or a matrix product.
-enum class ConvAlgo : uint8_t { direct, direct_blocked, winograd, matmul };
-enum class ConvPass : uint8_t { forward, backward_data, backward_weight };
 
 // Autotuning, off by default (DUET_CONV_AUTOTUNE=1 in the environment turns it on at start-up).
 // The rules above were measured on two or three CPUs; with autotuning, the first time a pass of a

@@ -11,6 +11,7 @@ namespace duet::cpu {
 struct MatrixOperand {
   const Tensor& t;  // its dtype and its first element; rows x cols elements are read through the strides
   int64_t rows, cols, row, col;
+  int64_t batch_stride = 0;  // elements between the matrices of a batched product (gemm_batched)
 };
 
 // c = a @ b, plus bias[j] on every row when bias is defined (a vector of c.cols elements, any
@@ -19,5 +20,8 @@ struct MatrixOperand {
 // the profiler reports the implementation as "matmul/<oneDNN's kernel>".
 void gemm(const char* op, const MatrixOperand& a, const MatrixOperand& b, const MatrixOperand& c, const Tensor& bias,
           bool relu);
+// c[i] = a[i] @ b[i] for i < batch, each operand's i-th matrix batch_stride elements after the last.
+void gemm_batched(const char* op, int64_t batch, const MatrixOperand& a, const MatrixOperand& b,
+                  const MatrixOperand& c);
 
 }  // namespace duet::cpu

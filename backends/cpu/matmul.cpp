@@ -38,28 +38,26 @@ MatrixView matrix_view(const Tensor& t, bool trans, int64_t batch) {
 
 constexpr const char* kSmallGemm = "duet:small_gemm_avx512";
 
-dnnl::memory::desc matrix_md(const MatrixOperand& m) {
-  return dnnl::memory::desc({m.rows, m.cols}, dt_of(m.t.dtype()), dims{m.row, m.col});
+dnnl::memory::desc matrix_md(const MatrixOperand& m, int64_t batch) {
+  if (batch == 1) return dnnl::memory::desc({m.rows, m.cols}, dt_of(m.t.dtype()), dims{m.row, m.col});
+  return dnnl::memory::desc({batch, m.rows, m.cols}, dt_of(m.t.dtype()), dims{m.batch_stride, m.row, m.col});
 }
 Key& add_operand(Key& k, const MatrixOperand& m) {
-  return k.add(m.rows).add(m.cols).add(m.row).add(m.col).add(static_cast<int64_t>(m.t.dtype()));
+  return k.add(m.rows).add(m.cols).add(m.row).add(m.col).add(m.batch_stride).add(static_cast<int64_t>(m.t.dtype()));
 }
 
-}  // namespace
-
-namespace cpu {
-void gemm(const char* op, const MatrixOperand& a, const MatrixOperand& b, const MatrixOperand& c, const Tensor& bias,
-          bool relu) {
+void run_gemm(const char* op, int64_t batch, const MatrixOperand& a, const MatrixOperand& b, const MatrixOperand& c,
+              const Tensor& bias, bool relu) {
   guarded(op, {&a.t, &b.t, &c.t}, [&] {
     Key key("gemm");
     add_operand(add_operand(add_operand(key, a), b), c);
-    key.add(bias.defined() ? bias.stride(0) : int64_t(-1)).add(int64_t(relu));
+    key.add(batch).add(bias.defined() ? bias.stride(0) : int64_t(-1)).add(int64_t(relu));
     if (bias.defined()) key.add(static_cast<int64_t>(bias.dtype()));
     auto e = cached<MatmulEntry>(key, [&] {
       MatmulEntry r;
-      r.a = matrix_md(a);
-      r.b = matrix_md(b);
-      r.c = matrix_md(c);
+      r.a = matrix_md(a, batch);
+      r.b = matrix_md(b, batch);
+      r.c = matrix_md(c, batch);
       if (bias.defined())
         r.bias = dnnl::memory::desc({1, c.cols}, dt_of(bias.dtype()), dims{c.cols * bias.stride(0), bias.stride(0)});
       const auto d = bias.defined() ? dnnl::matmul::desc(r.a, r.b, r.bias, r.c) : dnnl::matmul::desc(r.a, r.b, r.c);
@@ -80,6 +78,18 @@ void gemm(const char* op, const MatrixOperand& a, const MatrixOperand& b, const 
     if (bias.defined()) args.emplace(DNNL_ARG_BIAS, mem(e->bias, bias));
     e->prim.execute(stream(), args);
   });
+}
+
+}  // namespace
+
+namespace cpu {
+void gemm(const char* op, const MatrixOperand& a, const MatrixOperand& b, const MatrixOperand& c, const Tensor& bias,
+          bool relu) {
+  run_gemm(op, 1, a, b, c, bias, relu);
+}
+void gemm_batched(const char* op, int64_t batch, const MatrixOperand& a, const MatrixOperand& b,
+                  const MatrixOperand& c) {
+  run_gemm(op, batch, a, b, c, Tensor(), false);
 }
 }  // namespace cpu
 
