@@ -360,14 +360,13 @@ std::vector<Case> norm_cases() {
   // batch norm + residual add (+ ReLU) fused, the end of a ResNet block (relu) or of MobileNetV2's
   // inverted residual (no relu), train and eval; ReLU6 too, which no model of the zoo puts there.
   // The residual's layout may differ from x's (the front-end brings it into x's); the permuted 1x1
-  // maps take the oneDNN path on the cpu backend, where the add and the activation follow the
-  // primitive.
+  // maps are rows of channels to the cpu backend's loops, and the NCHW cases' bf16 twins take its
+  // oneDNN path, where the add and the activation are passes of their own.
   for (bool training : {true, false}) {
     for (int layout = 0; layout < 5; ++layout) {
       for (std::optional<Activation> act : {std::optional(Activation::relu), std::optional<Activation>(),
                                             std::optional(Activation::relu6)}) {
-        // ReLU on every layout; none and ReLU6 on NHWC (the loops), ReLU6 also on the permuted 1x1
-        // maps (oneDNN, then a pass of its own).
+        // ReLU on every layout; none and ReLU6 on NHWC, ReLU6 also on the permuted 1x1 maps.
         const bool wanted = act == Activation::relu || layout == 1 || (act == Activation::relu6 && layout == 3);
         if (!wanted) continue;
         BatchNormParams p;
