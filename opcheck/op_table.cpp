@@ -252,11 +252,13 @@ std::vector<Case> conv_cases() {
       {"depthwise_9x9", 1, 16, 10, 11, 16, 9, P(1, 4, 1, 16), false},
       {"groups2_dilation2", 2, 8, 10, 10, 4, 3, P(1, 2, 2, 2), false},
       {"dilation2", 1, 3, 11, 9, 5, 3, P(1, 0, 2, 1), true},
+      {"dilation2_pad2_no_bias", 2, 6, 9, 10, 5, 3, P(1, 2, 2, 1), false},
       {"batch1_5x5", 1, 6, 8, 8, 4, 5, P(1, 2, 1, 1), true},
       {"1x1_spatial", 3, 5, 1, 1, 7, 1, P(1, 0, 1, 1), true},
       {"resnet_block", 4, 16, 8, 8, 16, 3, P(1, 1, 1, 1), false},
       // Outputs of at most 16 pixels: the cpu backend's forward runs these in oneDNN's blocked
-      // layout (reorders around the primitive), the backward passes in NHWC.
+      // layout (reorders around the primitive), the backward passes in NHWC (in bf16 without a
+      // bias, the weight gradient as im2col + matmul).
       {"3x3_4x4_out", 3, 24, 4, 4, 20, 3, P(1, 1, 1, 1), true},
       {"3x3_stride2_to_2x2", 2, 16, 4, 3, 12, 3, P(2, 1, 1, 1), false},
       {"3x3_on_1x1_spatial", 2, 16, 1, 1, 8, 3, P(1, 1, 1, 1), false},

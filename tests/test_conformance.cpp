@@ -411,6 +411,55 @@ TEST(CpuBackend, PointwiseConvolutionsAsGemmMatchReference) {
   EXPECT_GE(n, 20);
 }
 
+// Weight gradients of kernels larger than 1x1 on an im2col matrix (backends/cpu/conv_algorithm.h),
+// forced on for every conv case, f32 and bf16: the channels-last ones (strided, padded, dilated,
+// any kernel) take it, the others (NCHW, grouped, with a bias gradient) keep oneDNN's kernel.
+TEST(CpuBackend, Im2colWeightGradientsMatchReference) {
+  ScopedPolicy always(cpu::set_im2col_weight_gradient_policy, cpu::KernelPolicy::always);
+  int n = 0;
+  for (const Case& c : conv_cases_f32_and_bf16()) {
+    SCOPED_TRACE(c.name);
+    expect_cpu_matches_reference(c);
+    n += c.name.find("_nhwc") != std::string::npos;
+  }
+  EXPECT_GE(n, 20);
+}
+
+// The automatic policy's im2col weight gradients: bf16 3x3 layers onto maps of 16 pixels or fewer
+// (ResNet's last stage at 32 px), strided or not; not onto larger maps, not in f32 (Winograd's),
+// not with a bias gradient. The im2col result equals oneDNN's kernel's within bf16 rounding.
+TEST(CpuBackend, AutomaticPolicyRunsSmallMapBf16WeightGradientsOnIm2col) {
+  BackendGuard guard(DeviceType::cpu, Backend::cpu);
+  auto run = [](const Shape& xs, const Shape& ws, int64_t stride, DType dt, bool bias) {
+    const Tensor x = random_tensor(xs, 1, DType::f32).to(dt).contiguous(MemoryFormat::channels_last);
+    const Tensor w = random_tensor(ws, 2, DType::f32).set_requires_grad(true);
+    const Tensor b = bias ? random_tensor({ws[0]}, 3, DType::f32).set_requires_grad(true) : Tensor();
+    profiler::clear();
+    profiler::enable(true);
+    Conv2dParams p{stride, stride, 1, 1};
+    sum(conv2d(x, w.to(dt), bias ? b.to(dt) : Tensor(), p).to(DType::f32)).backward();
+    profiler::enable(false);
+    std::string impl;
+    for (const OpEvent& e : profiler::collect())
+      if (std::string(e.name) == "conv2d.backward_weight") impl = e.impl;
+    profiler::clear();
+    return std::make_pair(impl, w.grad());
+  };
+  const auto is_matmul = [](const std::string& impl) { return impl.rfind("matmul/", 0) == 0; };
+  const auto [small, g_small] = run({8, 64, 4, 4}, {96, 64, 3, 3}, 1, DType::bf16, false);
+  EXPECT_TRUE(is_matmul(small)) << small;
+  const auto [strided, g_strided] = run({8, 32, 8, 8}, {64, 32, 3, 3}, 2, DType::bf16, false);
+  EXPECT_TRUE(is_matmul(strided)) << strided;
+  EXPECT_FALSE(is_matmul(run({8, 64, 8, 8}, {96, 64, 3, 3}, 1, DType::bf16, false).first));
+  EXPECT_FALSE(is_matmul(run({8, 64, 4, 4}, {96, 64, 3, 3}, 1, DType::f32, false).first));
+  EXPECT_FALSE(is_matmul(run({8, 64, 4, 4}, {96, 64, 3, 3}, 1, DType::bf16, true).first));
+  ScopedPolicy never(cpu::set_im2col_weight_gradient_policy, cpu::KernelPolicy::never);
+  const auto [onednn, g_onednn] = run({8, 64, 4, 4}, {96, 64, 3, 3}, 1, DType::bf16, false);
+  EXPECT_FALSE(is_matmul(onednn)) << onednn;
+  // Sums of 128 bf16 products of values in [-1, 1): each gradient rounded to bf16 once.
+  EXPECT_TRUE(all_close(g_small, g_onednn, 0.05, 1e-2));
+}
+
 // The weight gradient of a pointwise convolution over many pixel rows sums them in one chunk per
 // thread, as one batched product (backends/cpu/conv.cpp). With 2 and 3 threads, more and fewer
 // output than input channels, f32 and bf16, and a row count no thread count divides (one
@@ -521,9 +570,10 @@ TEST(CpuBackend, AutotunedConvolutionsMatchReferenceAndTuneOnce) {
   const int64_t before = cpu::conv_autotune_runs();
   step();
   const int64_t first = cpu::conv_autotune_runs();
-  // 3x3: direct, blocked and Winograd forward, direct and Winograd backward passes; 1x1: direct
-  // and matmul for each pass; 4 timed runs each.
-  EXPECT_EQ(first - before, 4 * (3 + 2 + 2 + 2 + 2 + 2));
+  // 3x3: direct, blocked and Winograd forward, direct and Winograd backward data, direct,
+  // Winograd and im2col + matmul weight gradient; 1x1: direct and matmul for each pass; 4 timed
+  // runs each.
+  EXPECT_EQ(first - before, 4 * (3 + 2 + 3 + 2 + 2 + 2));
   step();
   EXPECT_EQ(cpu::conv_autotune_runs(), first) << "the second step timed algorithms again";
 }

@@ -4,7 +4,8 @@
 // oneDNN's plain-NCHW path is im2col+GEMM. Weights always go through a reorder to the primitive's
 // blocked layout in a per-thread scratch buffer (and the weight gradient back). oneDNN's dilation
 // is PyTorch's - 1. Depthwise shapes oneDNN has no depthwise kernel for run on duet's own
-// (depthwise.h); pointwise ones on small maps run as matrix products, and conv_algorithm.h says
+// (depthwise.h); pointwise ones on small maps, long pointwise weight-gradient sums and small-map
+// bf16 weight gradients run as matrix products, and conv_algorithm.h says
 // which algorithm each pass gets (fixed rules, or autotuned). See docs/cpu_backend.md for the
 // measured layout trade-off. bf16 (autocast) runs the same primitives with bf16 memory and f32
 // accumulation; f16 goes to the reference backend (lowp_on_reference in common.h says why).
@@ -13,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <mutex>
 #include "backends/cpu/common.h"
@@ -25,6 +27,7 @@ namespace cpu {
 namespace {
 std::atomic<KernelPolicy> g_winograd{policy_from_env("DUET_WINOGRAD")};
 std::atomic<KernelPolicy> g_pointwise_gemm{policy_from_env("DUET_POINTWISE_GEMM")};
+std::atomic<KernelPolicy> g_im2col_wgrad{policy_from_env("DUET_IM2COL_WGRAD")};
 std::atomic<bool> g_autotune{[] {
   const char* v = std::getenv("DUET_CONV_AUTOTUNE");
   return v != nullptr && std::string(v) == "1";
@@ -35,6 +38,8 @@ void set_winograd_policy(KernelPolicy p) { g_winograd.store(p); }
 KernelPolicy winograd_policy() { return g_winograd.load(); }
 void set_pointwise_gemm_policy(KernelPolicy p) { g_pointwise_gemm.store(p); }
 KernelPolicy pointwise_gemm_policy() { return g_pointwise_gemm.load(); }
+void set_im2col_weight_gradient_policy(KernelPolicy p) { g_im2col_wgrad.store(p); }
+KernelPolicy im2col_weight_gradient_policy() { return g_im2col_wgrad.load(); }
 
 bool winograd_applicable(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
   return x.dtype() == DType::f32 && p.groups == 1 && w.size(2) == 3 && w.size(3) == 3 && p.stride_h == 1 &&
@@ -68,6 +73,17 @@ bool pointwise_gemm_wanted(ConvPass pass, const Tensor& x, const Tensor& w, cons
   if (pol == KernelPolicy::never || !pointwise_gemm_applicable(x, w, y, p)) return false;
   const int64_t rows = x.size(0) * x.size(2) * x.size(3);
   return pol == KernelPolicy::always || rows <= 1024 || (pass == ConvPass::backward_weight && rows >= 32768);
+}
+
+bool im2col_weight_gradient_applicable(const Tensor& x, const Tensor& dw, const Tensor& dy, const Conv2dParams& p) {
+  return p.groups == 1 && (dw.size(2) > 1 || dw.size(3) > 1) && (x.dtype() == DType::f32 || x.dtype() == DType::bf16) &&
+         x.is_contiguous(MemoryFormat::channels_last) && dy.is_contiguous(MemoryFormat::channels_last);
+}
+
+bool im2col_weight_gradient_wanted(const Tensor& x, const Tensor& dw, const Tensor& dy, const Conv2dParams& p) {
+  const KernelPolicy pol = im2col_weight_gradient_policy();
+  if (pol == KernelPolicy::never || !im2col_weight_gradient_applicable(x, dw, dy, p)) return false;
+  return pol == KernelPolicy::always || (x.dtype() == DType::bf16 && dy.size(2) * dy.size(3) <= 16);
 }
 }  // namespace cpu
 
@@ -310,6 +326,42 @@ void pointwise_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& 
   cpu_backend().copy(o_first ? total : total.transpose(0, 1), dw.view({O, C}));
 }
 
+// x's im2col matrix, [P = N*OH*OW, KH*KW*C]: row (n, oh, ow) holds the receptive field of that
+// output pixel, tap by tap, each tap the C channels of one input pixel (zeros outside the map).
+void im2col_nhwc(const Tensor& x, const Tensor& col, int64_t OH, int64_t OW, int64_t KH, int64_t KW,
+                 const Conv2dParams& p) {
+  const int64_t H = x.size(2), W = x.size(3), C = x.size(1), P = x.size(0) * OH * OW;
+  const size_t es = dtype_size(x.dtype()), tap = static_cast<size_t>(C) * es;
+  const char* src = static_cast<const char*>(x.raw_data());
+  char* dst = static_cast<char*>(col.raw_data());
+  parallel_for(P, P * KH * KW * C, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const int64_t n = r / (OH * OW), oh = r / OW % OH, ow = r % OW;
+      char* row = dst + static_cast<size_t>(r * KH * KW) * tap;
+      for (int64_t kh = 0; kh < KH; ++kh)
+        for (int64_t kw = 0; kw < KW; ++kw, row += tap) {
+          const int64_t ih = oh * p.stride_h - p.pad_h + kh * p.dilation_h;
+          const int64_t iw = ow * p.stride_w - p.pad_w + kw * p.dilation_w;
+          if (ih < 0 || ih >= H || iw < 0 || iw >= W) std::memset(row, 0, tap);
+          else std::memcpy(row, src + static_cast<size_t>((n * H + ih) * W + iw) * tap, tap);
+        }
+    }
+  });
+}
+
+// dW = dy^T im2col(x) (conv_algorithm.h), straight into a channels-last weight gradient (its
+// memory is the [O, KH*KW*C] matrix), else through a scratch matrix copied into dw's layout.
+void im2col_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const Conv2dParams& p) {
+  const int64_t O = dw.size(0), C = dw.size(1), KH = dw.size(2), KW = dw.size(3), K = KH * KW * C;
+  const int64_t P = dy.size(0) * dy.size(2) * dy.size(3);
+  const Tensor col = Tensor::empty({P, K}, TensorOptions(x.dtype()));
+  im2col_nhwc(x, col, dy.size(2), dy.size(3), KH, KW, p);
+  const Tensor ohwi = dw.permute({0, 2, 3, 1});
+  const Tensor out = ohwi.is_contiguous() ? dw : Tensor::empty({O, KH, KW, C}, TensorOptions(dw.dtype()));
+  gemm("conv2d_backward_weight", transposed(pixel_rows(dy)), {col, P, K, K, 1}, {out, O, K, K, 1}, Tensor(), false);
+  if (!ohwi.is_contiguous()) cpu_backend().copy(out, ohwi);
+}
+
 void own_depthwise_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
                            const Conv2dParams& p) {
   profiler::note_impl(kOwnDepthwise);
@@ -399,7 +451,8 @@ void run_backward_data(ConvAlgo a, const Tensor& dy, const Tensor& w, const Tens
 
 void run_backward_weight(ConvAlgo a, const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& dbias,
                          const Conv2dParams& p) {
-  if (a == ConvAlgo::matmul) return pointwise_backward_weight(x, dy, dw);
+  if (a == ConvAlgo::matmul)
+    return dw.size(2) == 1 && dw.size(3) == 1 ? pointwise_backward_weight(x, dy, dw) : im2col_backward_weight(x, dy, dw, p);
   const bool wino = a == ConvAlgo::winograd;
   Key key = conv_key("conv_bwd_w", x, dy, dw, dbias, p);
   key.add(static_cast<int64_t>(a));
@@ -447,6 +500,8 @@ ConvAlgo rule_of(ConvPass pass, const Tensor& x, const Tensor& w, const Tensor& 
                  bool bias_gradient) {
   if (pointwise_allowed(pass, bias_gradient) && pointwise_gemm_wanted(pass, x, w, y, p))
     return ConvAlgo::matmul;
+  if (pass == ConvPass::backward_weight && !bias_gradient && im2col_weight_gradient_wanted(x, w, y, p))
+    return ConvAlgo::matmul;
   if (winograd_wanted(x, w, y, p)) return ConvAlgo::winograd;
   if (pass == ConvPass::forward && blocked_forward(w, y, p)) return ConvAlgo::direct_blocked;
   return ConvAlgo::direct;
@@ -461,6 +516,9 @@ std::vector<ConvAlgo> candidates(ConvPass pass, const Tensor& x, const Tensor& w
   if (winograd_policy() != KernelPolicy::never && winograd_applicable(x, w, p)) c.push_back(ConvAlgo::winograd);
   if (pointwise_gemm_policy() != KernelPolicy::never && pointwise_gemm_applicable(x, w, y, p) &&
       pointwise_allowed(pass, bias_gradient))
+    c.push_back(ConvAlgo::matmul);
+  else if (pass == ConvPass::backward_weight && !bias_gradient &&
+           im2col_weight_gradient_policy() != KernelPolicy::never && im2col_weight_gradient_applicable(x, w, y, p))
     c.push_back(ConvAlgo::matmul);
   return c;
 }

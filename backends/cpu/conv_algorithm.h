@@ -23,7 +23,8 @@ void set_winograd_policy(KernelPolicy p);
 KernelPolicy winograd_policy();
 
 // The ways one pass of a convolution can run: oneDNN's direct kernels on the tensors' own layout,
-// the same on oneDNN's blocked layout (reorders around it), Winograd, or a matrix product.
+// the same on oneDNN's blocked layout (reorders around it), Winograd, or matrix products (the
+// passes of a pointwise convolution; the weight gradient of a larger kernel on an im2col matrix).
 enum class ConvAlgo : uint8_t { direct, direct_blocked, winograd, matmul };
 enum class ConvPass : uint8_t { forward, backward_data, backward_weight };
 
@@ -62,6 +63,19 @@ KernelPolicy pointwise_gemm_policy();
 bool pointwise_gemm_applicable(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p);
 bool pointwise_gemm_wanted(ConvPass pass, const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p);
 
+// The weight gradient of a kernel larger than 1x1 as one matrix product: dy's [O, P] transpose
+// times x's [P, KH*KW*C] im2col matrix (each of the P output pixels' receptive field, channels
+// last, zeros where the window leaves the map), written as the [O, KH, KW, C] weight gradient.
+// On small maps oneDNN 2.6's bf16 weight-gradient kernel (jit_bf16) runs far below the bf16
+// GEMM ceiling: ResNet's 512->512 3x3 layer at 4x4 took 2.7x its forward's time (Zen 5,
+// docs/cpu_backend.md). f32 has Winograd there.
+// automatic: bf16, groups 1, channels-last maps, an output map of at most 16 pixels and no bias
+// gradient (the convolution kernel fuses it).
+// never: oneDNN's kernel (DUET_IM2COL_WGRAD=0 in the environment sets this).
+// always: wherever it applies, f32 too (tests use it).
+void set_im2col_weight_gradient_policy(KernelPolicy p);
+KernelPolicy im2col_weight_gradient_policy();
+bool im2col_weight_gradient_applicable(const Tensor& x, const Tensor& dw, const Tensor& dy, const Conv2dParams& p);
 
 // Autotuning, off by default (DUET_CONV_AUTOTUNE=1 in the environment turns it on at start-up).
 // The rules above were measured on two or three CPUs; with autotuning, the first time a pass of a
