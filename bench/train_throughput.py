@@ -222,6 +222,9 @@ def main():
     a = ap.parse_args()
     if a.torch_worker:
         return torch_worker(a)
+    unknown = [m for m in a.models.split(",") if m not in MODELS]
+    if unknown:
+        ap.error(f"--models: unknown {', '.join(unknown)}; expected names from {', '.join(MODELS)}")
 
     rows = []
     m = machine()
