@@ -493,15 +493,18 @@ void run_backward_weight(ConvAlgo a, const Tensor& x, const Tensor& dy, const Te
 bool pointwise_allowed(ConvPass pass, bool bias_gradient) {
   return !(pass == ConvPass::backward_weight && bias_gradient);
 }
+bool im2col_allowed(ConvPass pass, bool bias_gradient) {
+  return pass == ConvPass::backward_weight && !bias_gradient;
+}
 
-// The fixed rules (conv_algorithm.h): matmul for small pointwise maps, Winograd for dense 3x3
+// The fixed rules (conv_algorithm.h): matmul for small pointwise maps and long pointwise weight
+// gradients, and im2col + matmul for small-map bf16 weight gradients; Winograd for dense 3x3
 // layers, the blocked layout for forwards onto small maps, else direct on the tensors' layout.
 ConvAlgo rule_of(ConvPass pass, const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p,
                  bool bias_gradient) {
   if (pointwise_allowed(pass, bias_gradient) && pointwise_gemm_wanted(pass, x, w, y, p))
     return ConvAlgo::matmul;
-  if (pass == ConvPass::backward_weight && !bias_gradient && im2col_weight_gradient_wanted(x, w, y, p))
-    return ConvAlgo::matmul;
+  if (im2col_allowed(pass, bias_gradient) && im2col_weight_gradient_wanted(x, w, y, p)) return ConvAlgo::matmul;
   if (winograd_wanted(x, w, y, p)) return ConvAlgo::winograd;
   if (pass == ConvPass::forward && blocked_forward(w, y, p)) return ConvAlgo::direct_blocked;
   return ConvAlgo::direct;
@@ -517,8 +520,8 @@ std::vector<ConvAlgo> candidates(ConvPass pass, const Tensor& x, const Tensor& w
   if (pointwise_gemm_policy() != KernelPolicy::never && pointwise_gemm_applicable(x, w, y, p) &&
       pointwise_allowed(pass, bias_gradient))
     c.push_back(ConvAlgo::matmul);
-  else if (pass == ConvPass::backward_weight && !bias_gradient &&
-           im2col_weight_gradient_policy() != KernelPolicy::never && im2col_weight_gradient_applicable(x, w, y, p))
+  if (im2col_weight_gradient_policy() != KernelPolicy::never && im2col_weight_gradient_applicable(x, w, y, p) &&
+      im2col_allowed(pass, bias_gradient))  // kernels larger than 1x1: never both
     c.push_back(ConvAlgo::matmul);
   return c;
 }
