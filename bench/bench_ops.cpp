@@ -187,6 +187,10 @@ void register_all() {
     const Shape a{64, 3, 65, 65};
     register_spec({"softmax", "vit_attn_64x3x65x65", {a}, {}, [](const Inputs& t) { return softmax(t[0], -1); },
                    cost::softmax(a, 4), cost::softmax(a, 4)});
+    // The whole self-attention of one block (the fused op on cpu): q k^T, softmax, times v.
+    const Shape qkv{64, 65, 3 * 192};
+    register_spec({"attention", "vit_64x65x3x64", {qkv}, {}, [](const Inputs& t) { return attention(t[0], 3); },
+                   cost::attention(qkv, 3, 4, false), cost::attention(qkv, 3, 4, true)});
   }
 
   // ---- normalisation, activations, pooling, residual adds (ResNet-18 CIFAR layer 1) ----------------

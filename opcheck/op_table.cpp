@@ -194,12 +194,14 @@ std::vector<Case> linalg_cases() {
   v.push_back({"matmul_masked_tail_cols", {In{{3, 6, 21}}, tr({3, 21, 37})}, mm});
   v.push_back({"matmul_transposed_b_k_tail", {In{{4, 11, 20}}, tr({4, 20, 35})}, mm});
   // Attention from a packed projection (the fused op where the backend has it): ViT-tiny's heads
-  // (65 tokens, 3 heads of 64), heads and sequences of odd sizes (the small GEMM's tail paths), and
-  // a transposed qkv view (the front-end copies it).
+  // (65 tokens, 3 heads of 64), heads and sequences of odd sizes (the small GEMM's tail paths and
+  // the softmax's masked last vector), sequences of whole vectors (32 tokens: no mask) and a
+  // transposed qkv view (the front-end copies it).
   auto attn = [](int64_t heads) { return one([heads](const std::vector<Tensor>& x) { return attention(x[0], heads); }); };
   v.push_back({"attention_vit", {In{{2, 65, 3 * 192}}}, attn(3), 2.0});
   v.push_back({"attention_small_heads", {In{{2, 5, 3 * 2 * 3}}}, attn(2)});
   v.push_back({"attention_odd", {In{{3, 17, 3 * 4 * 9}}}, attn(4)});
+  v.push_back({"attention_whole_vectors", {In{{2, 32, 3 * 2 * 8}}}, attn(2)});
   v.push_back({"attention_transposed_qkv", {tr({2, 7, 18})}, attn(2)});
   auto lin = one([](const std::vector<Tensor>& x) { return linear(x[0], x[1], x.size() > 2 ? x[2] : Tensor()); });
   v.push_back({"linear_bias", {In{{9, 17}}, In{{13, 17}}, In{{13}}}, lin});

@@ -620,6 +620,29 @@ TEST(CpuBackend, AutomaticPolicyRunsAttentionOnSmallGemm) {
   EXPECT_EQ(small, 6) << all;  // two products, each with two backward products
 }
 
+// The fused attention's softmax subtracts each row's maximum score, taken over the row's S
+// columns only (its scratch rows are padded to whole vectors): scores of -400 for every pair must
+// give uniform probabilities, not exp(-400) / 0.
+TEST(CpuBackend, FusedAttentionSoftmaxShiftsEachRowByItsOwnMaximum) {
+  if (!cpu::small_gemm_available()) GTEST_SKIP() << "no AVX-512 on this CPU: attention runs on the reference loops";
+  BackendGuard guard(DeviceType::cpu, Backend::cpu);
+  const int64_t S = 17, D = 16;
+  std::vector<float> packed(static_cast<size_t>(S * 3 * D));
+  std::vector<double> mean_v(D, 0.0);
+  for (int64_t i = 0; i < S; ++i)
+    for (int64_t d = 0; d < D; ++d) {
+      packed[i * 3 * D + d] = 10.0f;                                     // q
+      packed[i * 3 * D + D + d] = -10.0f;                                // k: q.k = -1600, scaled -400
+      const float v = static_cast<float>((i * 7 + d * 3) % 11) - 5.0f;  // v
+      packed[i * 3 * D + 2 * D + d] = v;
+      mean_v[d] += v / static_cast<double>(S);
+    }
+  const Tensor out = attention(Tensor::from_vector<float>(packed, {1, S, 3 * D}), 1);
+  const std::vector<float> got = out.to_vector<float>();
+  for (int64_t i = 0; i < S; ++i)
+    for (int64_t d = 0; d < D; ++d) ASSERT_NEAR(got[i * D + d], mean_v[d], 1e-5) << "token " << i << " column " << d;
+}
+
 // f16 has no oneDNN CPU kernel: the cpu backend hands conv2d and linear to the reference backend's
 // loops, and the profiler's implementation column says so and why (never a silent fallback).
 TEST(CpuBackend, F16FallbackToTheReferenceIsNamedInTheImplementationColumn) {
