@@ -3,7 +3,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 #include "engine/allocator.h"
 
 namespace duet::datasets {
@@ -73,13 +72,12 @@ Cifar10::Cifar10(const std::vector<std::string>& files) : files_(files) {
     counts.push_back(size / kRecordBytes);
     n_ += counts.back();
   }
-  // The images are held in memory: a file larger than the machine's memory (a sparse or wrong
-  // file) is refused before the allocation rather than failing (or swapping) inside it.
-  const int64_t pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
-  if (pages > 0 && page > 0) {
-    const int64_t need = n_ * kSide * kSide * 3, have = pages * page;
-    DUET_CHECK(need <= have, "CIFAR-10: {} records need {:.1f} GiB of memory; this machine has {:.1f} GiB", n_,
-               static_cast<double>(need) / (1 << 30), static_cast<double>(have) / (1 << 30));
+  // The images are held in memory: a file larger than the memory the process may use (a sparse
+  // or wrong file) is refused before the allocation rather than failing (or swapping) inside it.
+  {
+    const int64_t need = n_ * kSide * kSide * 3, have = usable_memory_bytes();
+    DUET_CHECK(need <= have, "CIFAR-10: {} records need {:.1f} GiB of memory; this machine (or its container) allows {:.1f} GiB",
+               n_, static_cast<double>(need) / (1 << 30), static_cast<double>(have) / (1 << 30));
   }
   {
     MemTagGuard tag(MemTag::data);

@@ -67,8 +67,11 @@ private:
 // kStaleAfter requests: the workload has moved on) are released; if that does not make room,
 // the freed block goes back to the system and the cache keeps what it has. (Releasing the whole
 // cache instead made every block of the next step fault again: DenseNet-121 at 224 px, whose
-// step keeps about as many free blocks as the limit, ran 1.6x slower.) Sanitizer builds and
-// DUET_CPU_CACHE=0 turn the cache off (a reused block would hide use-after-free).
+// step keeps about as many free blocks as the limit, ran 1.6x slower.) The limit is half of
+// usable_memory_bytes(): the free blocks of a step with many distinct sizes reach 1.6x its live
+// peak (DenseNet-121 at 224 px, batch 64: 12 GiB free beside 7.6 GiB live), and a quarter made
+// that step re-fault a third of them every step, 1.7x slower (docs/cpu_backend.md). Sanitizer
+// builds and DUET_CPU_CACHE=0 turn the cache off (a reused block would hide use-after-free).
 class CpuAllocator final : public Allocator {
 public:
   static constexpr size_t kAlignment = 64;
@@ -107,6 +110,10 @@ private:
 };
 
 CpuAllocator& cpu_allocator();
+
+// The memory this process may use: the machine's physical memory, or its control group's limit
+// where that is smaller (a container started with --memory sees the host's pages in sysconf).
+int64_t usable_memory_bytes();
 
 // Bytes the calling thread has had allocated, on any device, since it started. The profiler
 // takes the difference across an op, so another thread's allocations (a data loader worker's)

@@ -1,5 +1,6 @@
 // The allocator's counters: current and peak return to the expected values as tensors die, tags
 // land in the right bucket.
+#include <unistd.h>
 #include "tests/test_support.h"
 
 using namespace duet;
@@ -110,6 +111,18 @@ TEST(Allocator, CachesLargeBlocksBySizeClass) {
   { Tensor w = Tensor::empty({1 << 20}); }  // 4 MiB > limit
   EXPECT_EQ(a.stats().cached, 0);
   a.set_cache_limit(limit);
+}
+
+// The cache may hold half of the memory the process may use: the machine's, or its control
+// group's limit where that is smaller.
+TEST(Allocator, CacheLimitIsHalfOfTheUsableMemory) {
+  const int64_t usable = usable_memory_bytes();
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  ASSERT_GT(usable, 0);
+  if (pages > 0 && page > 0) {
+    EXPECT_LE(usable, static_cast<int64_t>(pages) * page);
+  }
+  EXPECT_EQ(CpuAllocator().cache_limit(), usable / 2);
 }
 
 // A full cache keeps the blocks of classes still in use and returns the newcomer to the system
