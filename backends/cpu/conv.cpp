@@ -357,9 +357,10 @@ void im2col_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw,
   const Tensor col = Tensor::empty({P, K}, TensorOptions(x.dtype()));
   im2col_nhwc(x, col, dy.size(2), dy.size(3), KH, KW, p);
   const Tensor ohwi = dw.permute({0, 2, 3, 1});
-  const Tensor out = ohwi.is_contiguous() ? dw : Tensor::empty({O, KH, KW, C}, TensorOptions(dw.dtype()));
+  const bool in_place = ohwi.is_contiguous();
+  const Tensor out = in_place ? dw : Tensor::empty({O, KH, KW, C}, TensorOptions(dw.dtype()));
   gemm("conv2d_backward_weight", transposed(pixel_rows(dy)), {col, P, K, K, 1}, {out, O, K, K, 1}, Tensor(), false);
-  if (!ohwi.is_contiguous()) cpu_backend().copy(out, ohwi);
+  if (!in_place) cpu_backend().copy(out, ohwi);
 }
 
 void own_depthwise_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
