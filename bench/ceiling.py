@@ -3,10 +3,12 @@
 
 The target (issue #3): the ResNet-18 CIFAR 64->64 3x3 convolution at 32x32, batch 64, and
 ViT-tiny's MLP and attention products reach at least 80% of the fp32 GEMM GFLOP/s, forward and
-forward+backward. The ceiling is duet_bench_ops' matmul_fwd/gemm_ceiling_2048, the same
-2048^3 product `duet probe` times. Each round runs the ceiling and then each target, and divides
-the target's GFLOP/s by the ceiling's of that round, so that the load changes of a shared machine
-mostly cancel; the report gives the median fraction over the rounds.
+forward+backward; the fused attention op (both products and the softmax between them, whose
+FLOPs it counts too) is listed beside them. The ceiling is duet_bench_ops'
+matmul_fwd/gemm_ceiling_2048, the same 2048^3 product `duet probe` times. Each round runs the
+ceiling and then each target, and divides the target's GFLOP/s by the ceiling's of that round, so
+that the load changes of a shared machine mostly cancel; the report gives the median fraction
+over the rounds.
 
 GFLOP/s are the benchmark's own counters (engine/op_cost.h formulas): a forward+backward counts
 three products, and a Winograd convolution counts the direct convolution's FLOPs, so its
@@ -33,6 +35,7 @@ TARGETS = [
         ("linear", "vit_fc2_4160x768x192"),
         ("matmul", "vit_attn_qk_192x65x64x65"),
         ("matmul", "vit_attn_av_192x65x65x64"),
+        ("attention", "vit_64x65x3x64"),  # the fused op: both products and the softmax between them
     ]
     for pass_ in ("fwd", "fwdbwd")
 ]
