@@ -70,7 +70,7 @@ private:
 // step keeps about as many free blocks as the limit, ran 1.6x slower.) The limit is half of
 // usable_memory_bytes(): the free blocks of a step with many distinct sizes reach 1.6x its live
 // peak (DenseNet-121 at 224 px, batch 64: 12 GiB free beside 7.6 GiB live), and a quarter made
-// that step re-fault a third of them every step, 1.7x slower (docs/cpu_backend.md). Sanitizer
+// that step page-fault on about 5 GB every step, 1.7x slower (docs/cpu_backend.md). Sanitizer
 // builds and DUET_CPU_CACHE=0 turn the cache off (a reused block would hide use-after-free).
 class CpuAllocator final : public Allocator {
 public:

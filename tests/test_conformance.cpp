@@ -643,6 +643,30 @@ TEST(CpuBackend, FusedAttentionSoftmaxShiftsEachRowByItsOwnMaximum) {
     for (int64_t d = 0; d < D; ++d) ASSERT_NEAR(got[i * D + d], mean_v[d], 1e-5) << "token " << i << " column " << d;
 }
 
+// The fused attention keeps its score rows in per-thread scratch padded to whole vectors. A NaN
+// in one backward call's incoming gradient must not stay in that padding and poison the next
+// call (two backward calls in a row, no forward between them to overwrite the scratch): the
+// clean call matches the reference backend.
+TEST(CpuBackend, FusedAttentionBackwardForgetsAnEarlierCallsNaN) {
+  if (!cpu::small_gemm_available()) GTEST_SKIP() << "no AVX-512 on this CPU: attention runs on the reference loops";
+  const int64_t N = 4, S = 17, heads = 2, D = 16;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D / heads));
+  const Tensor qkv = random_tensor({N, S, 3 * D}, 1, DType::f32);
+  const Tensor clean = random_tensor({N, S, D}, 2, DType::f32);
+  const Tensor poisoned = Tensor::full({N, S, D}, std::numeric_limits<double>::quiet_NaN(), TensorOptions(DType::f32));
+  BackendImpl& cpu = backend(Backend::cpu);
+  const Tensor out = Tensor::empty({N, S, D}, TensorOptions(DType::f32));
+  const Tensor probs = Tensor::empty({N, heads, S, S}, TensorOptions(DType::f32));
+  cpu.attention(qkv, heads, scale, out, probs);
+  const Tensor dqkv = Tensor::empty({N, S, 3 * D}, TensorOptions(DType::f32));
+  cpu.attention_backward(qkv, probs, poisoned, heads, scale, dqkv);
+  cpu.attention_backward(qkv, probs, clean, heads, scale, dqkv);
+  const Tensor want = Tensor::empty({N, S, 3 * D}, TensorOptions(DType::f32));
+  backend(Backend::reference).attention_backward(qkv, probs, clean, heads, scale, want);
+  const std::vector<float> g = dqkv.to_vector<float>(), w = want.to_vector<float>();
+  for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], w[i], 1e-4) << "element " << i;
+}
+
 // f16 has no oneDNN CPU kernel: the cpu backend hands conv2d and linear to the reference backend's
 // loops, and the profiler's implementation column says so and why (never a silent fallback).
 TEST(CpuBackend, F16FallbackToTheReferenceIsNamedInTheImplementationColumn) {

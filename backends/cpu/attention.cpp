@@ -94,7 +94,8 @@ DUET_AVX512_FN void softmax_rows_backward(const float* P, float* dz, int64_t ldz
     const float* g = dz + i * ldz;
     __m512 dot = _mm512_setzero_ps();
     for (int64_t v = 0; v + 1 < vecs; ++v) dot = _mm512_fmadd_ps(_mm512_loadu_ps(p + 16 * v), _mm512_load_ps(g + 16 * v), dot);
-    dot = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(last, p + 16 * (vecs - 1)), _mm512_load_ps(g + 16 * (vecs - 1)), dot);
+    // Both operands masked: 0 * a NaN left in dz's padding by an earlier call would be NaN.
+    dot = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(last, p + 16 * (vecs - 1)), _mm512_maskz_load_ps(last, g + 16 * (vecs - 1)), dot);
     row_stats[i] = _mm512_reduce_add_ps(dot);
   }
   const __m512 vscale = _mm512_set1_ps(scale);
@@ -103,7 +104,7 @@ DUET_AVX512_FN void softmax_rows_backward(const float* P, float* dz, int64_t ldz
     float* g = dz + i * ldz;
     const __m512 dot = _mm512_set1_ps(row_stats[i]);
     for (int64_t v = 0; v < vecs; ++v) {
-      // The last vector's lanes past S are masked off (P's last row ends the tensor), so dz's padding gets 0.
+      // The last vector's lanes past S are masked off (P's last row ends the tensor).
       const __m512 pv = v + 1 < vecs ? _mm512_loadu_ps(p + 16 * v) : _mm512_maskz_loadu_ps(last, p + 16 * v);
       _mm512_store_ps(g + 16 * v, _mm512_mul_ps(_mm512_mul_ps(vscale, pv), _mm512_sub_ps(_mm512_load_ps(g + 16 * v), dot)));
     }
