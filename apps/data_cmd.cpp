@@ -137,7 +137,7 @@ Command add_data_command(CLI::App& app, GlobalOptions& g) {
   add_global_options(*cmd, g);
   cmd->footer("Examples:\n  duet data ../shared/data/cifar10\n  duet data ../shared/data/cats_dogs\n"
               "  duet data fetch cifar10 --dest data/cifar10");
-  return {cmd, [d, cmd](std::ostream& out) {
+  return {cmd, [d](std::ostream& out) {
             if (d->fetch->parsed()) {
               datasets::FetchOptions o;
               o.archive = d->archive;
