@@ -53,7 +53,7 @@ struct HeadViews {
 // reductions (serial shuffle chains) overlap with other rows' work instead of stalling their own.
 DUET_AVX512_FN void softmax_rows(float* Z, int64_t ldz, int64_t S, float scale, float* P, float* row_stats) {
   const int64_t vecs = (S + 15) / 16;
-  const __mmask16 last = static_cast<__mmask16>(S % 16 == 0 ? 0xFFFF : (1u << (S % 16)) - 1);
+  const __mmask16 last = low_lanes(S - 16 * (vecs - 1));
   const __m512 vscale = _mm512_set1_ps(scale);
   for (int64_t i = 0; i < S; ++i) {  // shift_i = scale * max_j z_ij (scale > 0)
     const float* z = Z + i * ldz;
@@ -88,7 +88,7 @@ DUET_AVX512_FN void softmax_rows(float* Z, int64_t ldz, int64_t S, float scale, 
 // passes over all rows.
 DUET_AVX512_FN void softmax_rows_backward(const float* P, float* dz, int64_t ldz, int64_t S, float scale, float* row_stats) {
   const int64_t vecs = (S + 15) / 16;
-  const __mmask16 last = static_cast<__mmask16>(S % 16 == 0 ? 0xFFFF : (1u << (S % 16)) - 1);
+  const __mmask16 last = low_lanes(S - 16 * (vecs - 1));
   for (int64_t i = 0; i < S; ++i) {
     const float* p = P + i * S;
     const float* g = dz + i * ldz;
@@ -116,8 +116,7 @@ DUET_AVX512_FN void softmax_rows_backward(const float* P, float* dz, int64_t ldz
 float* thread_scratch(int64_t floats) {
   thread_local std::vector<float> buffer;
   if (buffer.size() < static_cast<size_t>(floats + 16)) buffer.resize(static_cast<size_t>(floats + 16));
-  float* p = buffer.data();
-  return p + (16 - reinterpret_cast<uintptr_t>(p) / sizeof(float) % 16) % 16;
+  return align64(buffer.data());
 }
 
 // A row stride for [S, *] scratch blocks: whole 64-byte lines.

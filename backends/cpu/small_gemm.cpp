@@ -47,8 +47,6 @@ bool cpu_has_avx512() {
 
 #define DUET_AVX512 __attribute__((target("avx512f")))
 
-inline __mmask16 low_lanes(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1); }
-
 // The stored operands of one product: A(i, k) = a[i * sam + k * sak], B(k, n) = b[k * ldb + n]
 // (B is row-major here, packed if it was not), C(i, n) = c[i * ldc + n].
 struct Item {
@@ -198,9 +196,6 @@ DUET_AVX512 void column_product(const Item& it, int64_t M, const float* bcol, fl
 DUET_AVX512 void pack_rows_b(const MatrixView& b, const float* bb, int64_t K, int64_t N, float* pack, int64_t ldp) {
   for (int64_t k = 0; k < K; ++k) std::memcpy(pack + k * ldp, bb + k * b.row, static_cast<size_t>(N) * sizeof(float));
 }
-
-// The first 64-byte boundary at or after p (scratch buffers carry 16 floats of slack for it).
-float* align64(float* p) { return p + (16 - reinterpret_cast<uintptr_t>(p) / sizeof(float) % 16) % 16; }
 
 bool aligned64(const float* p, int64_t row) { return reinterpret_cast<uintptr_t>(p) % 64 == 0 && row % 16 == 0; }
 
