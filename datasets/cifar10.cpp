@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include "engine/allocator.h"
+#include "engine/memory_limit.h"
 
 namespace duet::datasets {
 

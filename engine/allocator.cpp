@@ -1,11 +1,10 @@
 #include "engine/allocator.h"
-#include <unistd.h>
 #include <algorithm>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <new>
 #include "engine/error.h"
+#include "engine/memory_limit.h"
 
 namespace duet {
 
@@ -92,28 +91,7 @@ bool sanitized_build() {
 #endif
 }
 
-// A control group's memory limit in bytes, or -1 where there is none: cgroup v2's memory.max
-// ("max" when unlimited), else cgroup v1's memory.limit_in_bytes (a huge number when unlimited).
-int64_t cgroup_memory_limit() {
-  for (const char* path : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
-    std::ifstream f(path);
-    std::string v;
-    if (!(f >> v)) continue;
-    if (v == "max") return -1;
-    char* end = nullptr;
-    const long long n = std::strtoll(v.c_str(), &end, 10);
-    return end && *end == '\0' && n > 0 ? static_cast<int64_t>(n) : -1;
-  }
-  return -1;
-}
 }  // namespace
-
-int64_t usable_memory_bytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  const int64_t physical = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : int64_t{8} << 30;
-  const int64_t limit = cgroup_memory_limit();
-  return limit > 0 ? std::min(physical, limit) : physical;
-}
 
 CpuAllocator::CpuAllocator() {
   const char* env = std::getenv("DUET_CPU_CACHE");

@@ -111,10 +111,6 @@ private:
 
 CpuAllocator& cpu_allocator();
 
-// The memory this process may use: the machine's physical memory, or its control group's limit
-// where that is smaller (a container started with --memory sees the host's pages in sysconf).
-int64_t usable_memory_bytes();
-
 // Bytes the calling thread has had allocated, on any device, since it started. The profiler
 // takes the difference across an op, so another thread's allocations (a data loader worker's)
 // never count against an op.
