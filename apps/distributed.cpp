@@ -1,6 +1,5 @@
 // Data-parallel glue of `duet train` (see distributed.h).
 #include "apps/distributed.h"
-#include <omp.h>
 #include <unistd.h>
 #include <algorithm>
 #include <cstdlib>
@@ -8,16 +7,19 @@
 #include <streambuf>
 #include <fmt/format.h>
 #include "engine/error.h"
+#include "engine/machine_limits.h"
 
 namespace duet::app {
 
 int threads_per_rank(const dist::Communicator& comm) {
   const long online = sysconf(_SC_NPROCESSORS_ONLN);
-  const int cores = online > 0 ? static_cast<int>(online) : omp_get_num_procs();
-  // omp_get_num_procs() honours the affinity mask: mpirun binds each of 2 or fewer ranks to one
-  // core by default, and more threads than that would share it.
+  int cores = online > 0 ? static_cast<int>(online) : usable_cpus();
+  // The ranks of one machine share its cores, and the CPU quota of the control group they run in.
+  if (cpu_quota() > 0) cores = std::min(cores, cpu_quota());
   const int share = std::max(1, cores / std::max(1, comm.local_size()));
-  return std::max(1, std::min(share, omp_get_num_procs()));
+  // usable_cpus() honours the affinity mask: mpirun binds each of 2 or fewer ranks to one core by
+  // default, and more threads than that would share it.
+  return std::min(share, usable_cpus());
 }
 
 GlobalOptions options_for_rank(const dist::Communicator& comm, GlobalOptions g) {

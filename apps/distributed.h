@@ -11,8 +11,9 @@
 
 namespace duet::app {
 
-// OpenMP threads for one of comm.local_size() ranks on this machine: its share of the cores (at
-// least 1, at most the cores the launcher bound it to), so the ranks do not oversubscribe them.
+// OpenMP threads for one of comm.local_size() ranks on this machine: its share of the cores, or of
+// the control group's CPU quota where smaller (at least 1, at most the cores the launcher bound it
+// to), so the ranks do not oversubscribe them.
 int threads_per_rank(const dist::Communicator& comm);
 // `g` as one rank of several uses it: --threads set to threads_per_rank() unless --threads or
 // OMP_NUM_THREADS already chose, and --device cuda (no index) made cuda:<local rank>, one GPU per

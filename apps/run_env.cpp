@@ -1,11 +1,13 @@
 // Global options and their effect on the process.
 #include "apps/run_env.h"
 #include <omp.h>
+#include <cstdlib>
 #include <fstream>
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include "engine/backend.h"
 #include "engine/error.h"
+#include "engine/machine_limits.h"
 #ifdef DUET_HAVE_DNNL
 #include "backends/cpu/threads.h"
 #endif
@@ -19,7 +21,7 @@ void add_global_options(CLI::App& cmd, GlobalOptions& g) {
                  "Who computes: reference (plain loops), cpu (oneDNN + OpenMP) or cuda (default: the device's)")
       ->check(CLI::IsMember({"reference", "cpu", "cuda"}))
       ->group(grp);
-  cmd.add_option("--threads", g.threads, "CPU threads (default: OMP_NUM_THREADS, else all cores)")
+  cmd.add_option("--threads", g.threads, "CPU threads (default: OMP_NUM_THREADS, else the cores this process may use)")
       ->check(CLI::Range(0, 4096))
       ->group(grp);
   cmd.add_option("--seed", g.seed, "Random seed: initialisation, data order, augmentation, dropout")
@@ -43,11 +45,15 @@ RunEnv apply_global_options(const GlobalOptions& g) {
     set_default_backend(env.device.type, b);
   }
   env.backend = default_backend(env.device.type);
-  if (g.threads > 0) {
+  // Left to itself, OpenMP starts a thread per CPU of the affinity mask, also where a control
+  // group's CPU quota allows fewer (a container's --cpus): then every barrier waits for threads
+  // the quota has descheduled.
+  const int threads = g.threads > 0 ? g.threads : std::getenv("OMP_NUM_THREADS") ? 0 : usable_cpus();
+  if (threads > 0) {
 #ifdef DUET_HAVE_DNNL
-    set_num_threads(g.threads);
+    set_num_threads(threads);
 #else
-    omp_set_num_threads(g.threads);
+    omp_set_num_threads(threads);
 #endif
   }
   env.threads = omp_get_max_threads();

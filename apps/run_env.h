@@ -16,7 +16,7 @@ namespace duet::app {
 struct GlobalOptions {
   std::string device = "cpu";
   std::string backend;  // empty: the device's default (cpu: oneDNN when built, cuda: cuda)
-  int threads = 0;      // 0: OMP_NUM_THREADS, else all cores
+  int threads = 0;      // 0: OMP_NUM_THREADS, else usable_cpus() (engine/machine_limits.h)
   uint64_t seed = 0;
 };
 

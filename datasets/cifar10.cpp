@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include "engine/allocator.h"
-#include "engine/memory_limit.h"
+#include "engine/machine_limits.h"
 
 namespace duet::datasets {
 

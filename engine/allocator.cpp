@@ -4,7 +4,7 @@
 #include <string>
 #include <new>
 #include "engine/error.h"
-#include "engine/memory_limit.h"
+#include "engine/machine_limits.h"
 
 namespace duet {
 
