@@ -11,15 +11,20 @@
 
 namespace duet::app {
 
+int rank_thread_share(int machine_cores, int quota, int bound_cores, int local_ranks) {
+  // The ranks of one machine share its cores, and the CPU quota of the control group they run in.
+  const int cores = quota > 0 ? std::min(machine_cores, quota) : machine_cores;
+  const int share = std::max(1, cores / std::max(1, local_ranks));
+  // mpirun binds each of 2 or fewer ranks to one core by default, and more threads than that
+  // would share it.
+  return std::max(1, std::min(share, bound_cores));
+}
+
 int threads_per_rank(const dist::Communicator& comm) {
   const long online = sysconf(_SC_NPROCESSORS_ONLN);
-  int cores = online > 0 ? static_cast<int>(online) : usable_cpus();
-  // The ranks of one machine share its cores, and the CPU quota of the control group they run in.
-  if (cpu_quota() > 0) cores = std::min(cores, cpu_quota());
-  const int share = std::max(1, cores / std::max(1, comm.local_size()));
-  // usable_cpus() honours the affinity mask: mpirun binds each of 2 or fewer ranks to one core by
-  // default, and more threads than that would share it.
-  return std::min(share, usable_cpus());
+  // usable_cpus() honours the affinity mask (the launcher's binding) and the quota.
+  return rank_thread_share(online > 0 ? static_cast<int>(online) : usable_cpus(), cpu_quota(), usable_cpus(),
+                           comm.local_size());
 }
 
 GlobalOptions options_for_rank(const dist::Communicator& comm, GlobalOptions g) {

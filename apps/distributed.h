@@ -15,6 +15,9 @@ namespace duet::app {
 // the control group's CPU quota where smaller (at least 1, at most the cores the launcher bound it
 // to), so the ranks do not oversubscribe them.
 int threads_per_rank(const dist::Communicator& comm);
+// Its arithmetic: `machine_cores` (or `quota` where smaller and positive) split between
+// `local_ranks`, at most `bound_cores`, at least 1.
+int rank_thread_share(int machine_cores, int quota, int bound_cores, int local_ranks);
 // `g` as one rank of several uses it: --threads set to threads_per_rank() unless --threads or
 // OMP_NUM_THREADS already chose, and --device cuda (no index) made cuda:<local rank>, one GPU per
 // rank on each machine, as torchrun's LOCAL_RANK convention has it. In one process, `g` as given.

@@ -277,6 +277,17 @@ TEST(GradReducer, GpuParametersNeedACommunicatorThatSumsGpuMemory) {
   EXPECT_ERROR_HAS(one.start_device_all_reduce_sum(nullptr, 1, DType::f32, Device::cuda(0)), "need NCCL");
 }
 
+// Ranks on one machine split its cores, or their control group's CPU quota where smaller, and
+// never take more threads than the cores the launcher bound them to.
+TEST(DataParallelOptions, RanksShareTheCoresOrTheQuota) {
+  EXPECT_EQ(app::rank_thread_share(16, 0, 16, 4), 4);
+  EXPECT_EQ(app::rank_thread_share(16, 6, 16, 2), 3) << "a quota of 6 CPUs for two ranks";
+  EXPECT_EQ(app::rank_thread_share(16, 32, 16, 2), 8) << "a quota above the machine changes nothing";
+  EXPECT_EQ(app::rank_thread_share(16, 0, 1, 2), 1) << "bound to one core each";
+  EXPECT_EQ(app::rank_thread_share(2, 0, 2, 4), 1) << "more ranks than cores still get a thread";
+  EXPECT_EQ(app::rank_thread_share(64, 2, 64, 4), 1);
+}
+
 // Under mpirun each rank on a machine takes the GPU of its local rank and its share of the cores,
 // unless the command line chose; one process keeps what it was given.
 TEST(DataParallelOptions, EachRankTakesTheGpuOfItsLocalRank) {
