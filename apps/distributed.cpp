@@ -22,9 +22,8 @@ int rank_thread_share(int machine_cores, int quota, int bound_cores, int local_r
 
 int threads_per_rank(const dist::Communicator& comm) {
   const long online = sysconf(_SC_NPROCESSORS_ONLN);
-  // usable_cpus() honours the affinity mask (the launcher's binding) and the quota.
-  return rank_thread_share(online > 0 ? static_cast<int>(online) : usable_cpus(), cpu_quota(), usable_cpus(),
-                           comm.local_size());
+  const int bound = usable_cpus();  // the affinity mask (the launcher's binding), within the quota
+  return rank_thread_share(online > 0 ? static_cast<int>(online) : bound, cpu_quota(), bound, comm.local_size());
 }
 
 GlobalOptions options_for_rank(const dist::Communicator& comm, GlobalOptions g) {
