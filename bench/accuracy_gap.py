@@ -8,7 +8,7 @@ every pair, the mean gap with its Student-t 95% interval, and whether the data s
 above -TARGET points (issue 18 asks for 0.5), below it, or neither yet.
 
     python3 bench/accuracy_gap.py                          # bench/results/train_accuracy_bf16
-    python3 bench/accuracy_gap.py --dir DIR --target 0.5
+    python3 bench/accuracy_gap.py --dir DIR --target 0.5 --seeds 10-21   # only those seeds
 
 Reads DIR/f32[_seedN]_duet_cifar10.jsonl and DIR/bf16[_seedN]_duet_cifar10.jsonl (no _seedN:
 seed 0), the per-epoch logs `duet train --log` writes; a seed with only one of the two logs, or
@@ -56,16 +56,23 @@ def main():
                                                   "train_accuracy_bf16"))
     ap.add_argument("--target", type=float, default=0.5, help="largest acceptable loss of bf16, in points")
     ap.add_argument("--epochs", type=int, default=18, help="the recipe's epoch count: shorter logs are unfinished")
+    ap.add_argument("--seeds", default="", metavar="A-B", help="only the seeds A to B (e.g. those run by one binary)")
     a = ap.parse_args()
+    first, last = 0, float("inf")
+    if a.seeds:
+        m = re.fullmatch(r"(\d+)-(\d+)", a.seeds)
+        if not m or int(m.group(1)) > int(m.group(2)):
+            sys.exit(f"--seeds {a.seeds}: expected FIRST-LAST, e.g. 10-21")
+        first, last = int(m.group(1)), int(m.group(2))
 
     pattern = re.compile(r"^(f32|bf16)(?:_seed(\d+))?_duet_cifar10\.jsonl$")
     runs = {}
     for name in sorted(os.listdir(a.dir)):
         m = pattern.match(name)
-        if m:
+        if m and first <= int(m.group(2) or 0) <= last:
             runs.setdefault(int(m.group(2) or 0), {})[m.group(1)] = final_accuracy(os.path.join(a.dir, name), a.epochs)
     if not runs:
-        sys.exit(f"no f32_*/bf16_* duet logs in {a.dir}")
+        sys.exit(f"no f32_*/bf16_* duet logs{' of seeds ' + a.seeds if a.seeds else ''} in {a.dir}")
 
     gaps = []
     print(f"{'seed':>4}  {'f32':>7}  {'bf16':>7}  {'gap':>6}")
