@@ -270,10 +270,16 @@ std::string format_header(const nlohmann::json& r) {
   if (m.contains("isa"))
     for (auto it = member(m, "isa").begin(); it != member(m, "isa").end(); ++it)
       if (it.value() == true) isa.push_back(it.key());
-  s += fmt::format("machine: {} ({}), {} logical CPUs, {} threads used, ISA {}, oneDNN {}", cpu_name(m),
-                   m.value("hostname", std::string("?")), m.value("logical_cpus", 0), m.value("threads_used", 0),
+  // "(1 usable)" only where the affinity mask or a control group's quota leaves fewer.
+  const int logical = m.value("logical_cpus", 0), usable = m.value("usable_cpus", logical);
+  const std::string cpus = usable > 0 && usable < logical ? fmt::format("{} logical CPUs ({} usable)", logical, usable)
+                                                          : fmt::format("{} logical CPUs", logical);
+  s += fmt::format("machine: {} ({}), {}, {} threads used, ISA {}, oneDNN {}", cpu_name(m),
+                   m.value("hostname", std::string("?")), cpus, m.value("threads_used", 0),
                    isa.empty() ? std::string("-") : fmt::format("{}", fmt::join(isa, " ")),
                    member(m, "onednn").is_string() ? member(m, "onednn").get<std::string>() : std::string("n/a"));
+  if (m.contains("usable_memory_bytes") && m["usable_memory_bytes"].is_number())
+    s += fmt::format(", {:.1f} GiB memory usable", m["usable_memory_bytes"].get<double>() / (1 << 30));
   if (m.contains("cuda") && m["cuda"].is_object()) s += fmt::format(", cuda {}", m["cuda"].dump());
   // The cpu backend's kernel choices, only where one differs from the default.
   if (m.contains("cpu_kernels") && m["cpu_kernels"].is_object()) {

@@ -4,6 +4,7 @@
 #include <mutex>
 #include <omp.h>
 #include <fmt/format.h>
+#include "engine/machine_limits.h"
 #include "engine/profiler/proc.h"
 
 namespace duet::profiler {
@@ -33,6 +34,10 @@ nlohmann::json machine_info() {
   m["logical_cpus"] = cpu.logical_cpus;
   m["physical_cores"] = cpu.physical_cores > 0 ? nlohmann::json(cpu.physical_cores) : nlohmann::json(nullptr);
   m["threads_used"] = omp_get_max_threads();
+  // What a control group (container, Slurm job) leaves of them: a slow run under a quota is not
+  // the CPU's fault, and a report should say so.
+  m["usable_cpus"] = usable_cpus();
+  m["usable_memory_bytes"] = usable_memory_bytes();
   m["isa"] = {{"avx2", cpu.has_flag("avx2")},
               {"avx512f", cpu.has_flag("avx512f")},
               {"avx512_bf16", cpu.has_flag("avx512_bf16")},

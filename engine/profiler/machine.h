@@ -16,7 +16,8 @@ using MachineInfoHook = std::function<void(nlohmann::json& machine)>;
 void add_machine_info_hook(const std::string& name, MachineInfoHook hook);
 
 // {"hostname", "os", "cpu_model", "cpu_family", "cpu_model_number", "logical_cpus",
-//  "physical_cores", "threads_used", "isa": {"avx512f", "avx512_bf16", "amx"},
+//  "physical_cores", "threads_used", "usable_cpus", "usable_memory_bytes" (engine/machine_limits.h),
+//  "isa": {"avx512f", "avx512_bf16", "amx"},
 //  "onednn": "2.6.3" | null, "compiler", ...hooks}
 nlohmann::json machine_info();
 
