@@ -6,6 +6,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -71,8 +72,11 @@ int64_t tightest_limit(const std::string& proc_self_cgroup, const std::string& m
   return tightest;
 }
 
-// A quota of `quota` microseconds of CPU time per `period`, in thousandths of a CPU.
-int64_t cpu_millis(int64_t quota, int64_t period) { return quota > 0 && period > 0 ? quota * 1000 / period : -1; }
+// A quota of `quota` microseconds of CPU time per `period`, in thousandths of a CPU (a quota too
+// large to scale is none).
+int64_t cpu_millis(int64_t quota, int64_t period) {
+  return quota > 0 && period > 0 && quota <= std::numeric_limits<int64_t>::max() / 1000 ? quota * 1000 / period : -1;
+}
 
 std::string proc_self_cgroup() {
   std::ifstream f("/proc/self/cgroup");
@@ -114,7 +118,7 @@ int64_t usable_memory_bytes() {
 
 int cpu_quota() {
   const int64_t millis = cgroup_cpu_limit_millis(proc_self_cgroup(), kCgroupMount);
-  return millis > 0 ? static_cast<int>((millis + 999) / 1000) : 0;
+  return millis > 0 ? static_cast<int>(std::min<int64_t>((millis + 999) / 1000, std::numeric_limits<int>::max())) : 0;
 }
 
 int usable_cpus() {

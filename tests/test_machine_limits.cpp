@@ -107,6 +107,10 @@ TEST_F(CgroupTree, NoCpuLimitWhereNothingSetsOne) {
     limit("", "cpu.max", bad);
     EXPECT_EQ(cpu("0::/\n"), -1) << "cpu.max '" << bad << "'";
   }
+  limit("", "cpu.max", "9223372036854775807 100000");  // too large to scale: no overflow, no limit
+  EXPECT_EQ(cpu("0::/\n"), -1);
+  limit("", "cpu.max", "9000000000000000 1");  // absurd but representable: a huge limit
+  EXPECT_EQ(cpu("0::/\n"), 9000000000000000000);
   limit("cpu", "cpu.cfs_quota_us", "200000");  // a quota without its period
   EXPECT_EQ(cpu("1:cpu:/\n"), -1);
 }
