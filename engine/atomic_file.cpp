@@ -20,7 +20,14 @@ std::atomic<bool> g_anonymous{true};
 std::string errno_str(int e) { return std::strerror(e); }
 
 // ".<name>.tmp-" and six characters: mkstemp's pattern, and what remove_debris() looks for.
-std::string temp_prefix(const fs::path& target) { return "." + target.filename().string() + ".tmp-"; }
+// Appended piece by piece: GCC 12 warns (-Wrestrict, a false positive: its bug 105329) on
+// "literal" + a temporary string at -O2.
+std::string temp_prefix(const fs::path& target) {
+  std::string prefix = ".";
+  prefix += target.filename().string();
+  prefix += ".tmp-";
+  return prefix;
+}
 
 void remove_debris(const fs::path& dir, const fs::path& target) {
   const std::string prefix = temp_prefix(target);
