@@ -10,6 +10,7 @@
 #include <functional>
 #include <string>
 #include <vector>
+#include "engine/ops/dispatch.h"
 #include "opcheck/op_check.h"
 #include "tests/test_support.h"
 #ifdef DUET_HAVE_DNNL
@@ -763,6 +764,67 @@ TEST(CpuBackend, AutomaticPolicyRunsResNetLayersOnWinograd) {
   const std::string direct = impls();
   cpu::set_winograd_policy(cpu::KernelPolicy::automatic);
   EXPECT_EQ(direct.find("wino"), std::string::npos) << direct;
+}
+
+// The implementation the profile names for the last `op` that `run` dispatched.
+std::string profiled_impl(const std::string& op, const std::function<void()>& run) {
+  profiler::clear();
+  profiler::enable(true);
+  run();
+  profiler::enable(false);
+  std::string impl;
+  for (const OpEvent& e : profiler::collect())
+    if (e.name == op) impl = e.impl;
+  profiler::clear();
+  return impl;
+}
+
+// A Winograd layer's weight gradient takes dy as its data gradient reordered it, when autograd
+// dispatches the two passes one after the other (backends/cpu/conv.cpp), and computes the same
+// bits as when it reorders dy itself.
+TEST(CpuBackend, WeightGradientTakesTheDataGradientsReorderedDy) {
+  BackendGuard guard(DeviceType::cpu, Backend::cpu);
+  const Tensor x = random_tensor({4, 32, 8, 8}, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);
+  const Tensor w = random_tensor({32, 32, 3, 3}, 2, DType::f32).set_requires_grad(true);
+  const Tensor dy = random_tensor({4, 32, 8, 8}, 3, DType::f32).contiguous(MemoryFormat::channels_last);
+  const std::string wgrad_impl =
+      profiled_impl("conv2d.backward_weight", [&] { conv2d(x, w, Tensor(), Conv2dParams{1, 1, 1, 1}).backward(dy); });
+  EXPECT_NE(wgrad_impl.find("wino"), std::string::npos) << wgrad_impl;
+  EXPECT_NE(wgrad_impl.find("(dy as reordered for backward_data)"), std::string::npos) << wgrad_impl;
+  // The backend called directly, outside Dispatch: the weight gradient reorders dy itself.
+  const Tensor dw = Tensor::empty(w.shape(), TensorOptions(DType::f32));
+  backend(Backend::cpu).conv2d_backward_weight(x.detach(), dy, dw, Tensor(), Conv2dParams{1, 1, 1, 1});
+  ASSERT_TRUE(w.grad().defined());
+  EXPECT_EQ(std::memcmp(w.grad().contiguous().data<float>(), dw.contiguous().data<float>(), dw.nbytes()), 0);
+}
+
+// Any kernel dispatched between the two passes ends the sharing: here one that overwrites dy, after
+// which the weight gradient must see the new dy (zeros), not the data gradient's copy of the old.
+TEST(CpuBackend, WeightGradientReordersDyAgainAfterAnotherKernel) {
+  BackendGuard guard(DeviceType::cpu, Backend::cpu);
+  const Conv2dParams p{1, 1, 1, 1};
+  BackendImpl& cpu = backend(Backend::cpu);
+  const Tensor x = random_tensor({4, 32, 8, 8}, 1, DType::f32).contiguous(MemoryFormat::channels_last);
+  const Tensor w = random_tensor({32, 32, 3, 3}, 2, DType::f32);
+  const Tensor dy = random_tensor({4, 32, 8, 8}, 3, DType::f32).contiguous(MemoryFormat::channels_last);
+  const Tensor dx = Tensor::empty(x.shape(), TensorOptions(DType::f32), MemoryFormat::channels_last);
+  const Tensor dw = Tensor::empty(w.shape(), TensorOptions(DType::f32));
+  const std::string wgrad_impl = profiled_impl("conv2d.backward_weight", [&] {
+    {
+      detail::Dispatch<OpId::conv2d_backward_data> kernel(cpu, {&dy, &w});
+      kernel(dy, w, dx, p);
+    }
+    {
+      detail::Dispatch<OpId::fill> kernel(cpu, {&dy});
+      kernel(dy, 0.0);
+    }
+    detail::Dispatch<OpId::conv2d_backward_weight> kernel(cpu, {&x, &dy});
+    kernel(x, dy, dw, Tensor(), p);
+  });
+  EXPECT_NE(wgrad_impl.find("wino"), std::string::npos) << wgrad_impl;
+  EXPECT_EQ(wgrad_impl.find("(dy as reordered"), std::string::npos) << wgrad_impl;
+  const Tensor dwc = dw.contiguous();
+  for (int64_t i = 0; i < dwc.numel(); ++i) ASSERT_EQ(dwc.data<float>()[i], 0.0f) << "element " << i;
 }
 
 TEST(CpuBackend, ThreadCountIsSettable) {

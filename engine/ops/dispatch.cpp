@@ -1,7 +1,16 @@
 #include "engine/ops/dispatch.h"
 #include <fmt/format.h>
 
-namespace duet::detail {
+namespace duet {
+namespace {
+thread_local uint64_t t_dispatched_kernels = 0;
+}  // namespace
+
+uint64_t dispatched_kernels() { return t_dispatched_kernels; }
+
+namespace detail {
+
+void count_dispatched_kernel() { ++t_dispatched_kernels; }
 
 BackendImpl& backend_for(BackendImpl& be, OpId op) {
   if (be.implements(op)) return be;
@@ -15,4 +24,5 @@ void note_fallback(const BackendImpl& wanted, OpId op) {
   profiler::note_impl(fmt::format("reference loops: the {} backend has no {} kernel", wanted.name(), op_name(op)));
 }
 
-}  // namespace duet::detail
+}  // namespace detail
+}  // namespace duet

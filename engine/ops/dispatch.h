@@ -48,6 +48,8 @@ struct OpTable;
 BackendImpl& backend_for(BackendImpl& be, OpId op);
 // Records in the op's profile why the reference backend ran it instead of `wanted`.
 void note_fallback(const BackendImpl& wanted, OpId op);
+// Adds one to this thread's dispatched_kernels().
+void count_dispatched_kernel();
 
 template <OpId op>
 class Dispatch {
@@ -70,6 +72,7 @@ public:
     scope_.set_name(label_ ? label_ : OpTable<op>::label_of(args...));
     scope_.set_cost([&] { return OpTable<op>::cost_of(args...); });
     if (&be_ != &wanted_) note_fallback(wanted_, op);
+    count_dispatched_kernel();
     (be_.*OpTable<op>::kernel)(args...);
   }
 
