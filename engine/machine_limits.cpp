@@ -1,5 +1,6 @@
 #include "engine/machine_limits.h"
 #include <sched.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <algorithm>
 #include <cstdlib>
@@ -53,6 +54,16 @@ bool lists(const std::string& controllers, const std::string& name) {
   return false;
 }
 
+// Where a cgroup v1 hierarchy holding `controller` is mounted: mount_root/controller, or where
+// that does not exist, the directory named for all the hierarchy's controllers, as systemd mounts
+// them (/sys/fs/cgroup/cpu,cpuacct; the distributions add the cpu link, a bare mount may not).
+std::string v1_hierarchy(const std::string& mount_root, const std::string& controller,
+                         const std::string& controllers) {
+  const std::string own = mount_root + "/" + controller;
+  struct stat st {};
+  return stat(own.c_str(), &st) == 0 ? own : mount_root + "/" + controllers;
+}
+
 // The tightest limit over the process's groups: the v2 group ("0::PATH") read by `v2`, the v1
 // group of `controller` (under mount_root/controller) read by `v1`.
 int64_t tightest_limit(const std::string& proc_self_cgroup, const std::string& mount_root, const LevelLimit& v2,
@@ -67,7 +78,7 @@ int64_t tightest_limit(const std::string& proc_self_cgroup, const std::string& m
     if (path.empty() || path[0] != '/') continue;
     if (id == "0" && controllers.empty()) tightest = tighter(tightest, tightest_up_from(mount_root, path, v2));
     else if (lists(controllers, controller))
-      tightest = tighter(tightest, tightest_up_from(mount_root + "/" + controller, path, v1));
+      tightest = tighter(tightest, tightest_up_from(v1_hierarchy(mount_root, controller, controllers), path, v1));
   }
   return tightest;
 }

@@ -99,6 +99,17 @@ TEST_F(CgroupTree, V1CpuQuotaFromQuotaAndPeriod) {
   EXPECT_EQ(cpu("4:memory:/slurm/job_7\n"), -1);        // and a memory group nothing about CPUs
 }
 
+// A v1 hierarchy mounted under the name of all its controllers, without the per-controller link
+// distributions add.
+TEST_F(CgroupTree, V1HierarchyUnderItsControllersName) {
+  limit("cpu,cpuacct/batch", "cpu.cfs_quota_us", "150000");
+  limit("cpu,cpuacct/batch", "cpu.cfs_period_us", "100000");
+  EXPECT_EQ(cpu("3:cpu,cpuacct:/batch\n"), 1500);
+  limit("cpu/batch", "cpu.cfs_quota_us", "300000");  // with the link (here a directory), it is read
+  limit("cpu/batch", "cpu.cfs_period_us", "100000");
+  EXPECT_EQ(cpu("3:cpu,cpuacct:/batch\n"), 3000);
+}
+
 TEST_F(CgroupTree, NoCpuLimitWhereNothingSetsOne) {
   EXPECT_EQ(cpu(""), -1);
   limit("", "cpu.max", "max 100000");
