@@ -65,7 +65,7 @@ std::string v1_hierarchy(const std::string& mount_root, const std::string& contr
 }
 
 // The tightest limit over the process's groups: the v2 group ("0::PATH") read by `v2`, the v1
-// group of `controller` (under mount_root/controller) read by `v1`.
+// group of `controller` (under v1_hierarchy) read by `v1`.
 int64_t tightest_limit(const std::string& proc_self_cgroup, const std::string& mount_root, const LevelLimit& v2,
                        const std::string& controller, const LevelLimit& v1) {
   int64_t tightest = -1;

@@ -24,10 +24,11 @@ int usable_cpus();
 // -1 where no level sets one. `proc_self_cgroup` is the text of /proc/self/cgroup
 // ("ID:CONTROLLERS:PATH" lines); `mount_root` is where the cgroup file systems are mounted
 // (/sys/fs/cgroup): cgroup v2's files (the "0::PATH" line) under mount_root, v1's under
-// mount_root/memory or mount_root/cpu (or mount_root/cpu,cpuacct, as the line names the
-// hierarchy's controllers, where there is no such link). Levels whose directory is not visible are skipped: inside a
-// container the path names the host's hierarchy, and the container's own limit sits at the mount
-// root. Missing, unreadable or malformed files count as no limit.
+// mount_root/memory or mount_root/cpu (or, where there is no such link, under the name of all the
+// hierarchy's controllers as the line lists them: mount_root/cpu,cpuacct). Levels whose directory
+// is not visible are skipped: inside a container the path names the host's hierarchy, and the
+// container's own limit sits at the mount root. Missing, unreadable or malformed files count as no
+// limit.
 //
 // Memory in bytes: v2's memory.max ("max": none), v1's memory.limit_in_bytes (its "unlimited" is a
 // huge number, which usable_memory_bytes' minimum with physical memory absorbs).
