@@ -41,6 +41,10 @@ public:
   // Whether the attention op (ops.def) runs here for dtype `dt`; otherwise the front-end composes it
   // from matmul and softmax, as every backend can.
   virtual bool fuses_attention(DType /*dt*/) const { return false; }
+  // Whether batch_norm_backward (ops.def) takes a batch norm + activation (without residual) for
+  // this x in one op, recomputing the activation's mask from x; otherwise the front-end masks the
+  // gradient with the saved output first (relu.backward).
+  virtual bool fuses_batch_norm_activation_backward(const Tensor& /*x*/) const { return false; }
 
 #define DUET_OP(name, params, ...) virtual void name params;
 #include "engine/ops.def"

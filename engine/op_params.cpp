@@ -68,6 +68,11 @@ const char* batch_norm_name(bool residual, std::optional<Activation> act) {
   return kNames[residual][!act ? 0 : *act == Activation::relu ? 1 : 2];
 }
 
+const char* batch_norm_backward_name(std::optional<Activation> act) {
+  check_batch_norm_activation("batch_norm_backward", act);
+  return !act ? "batch_norm.backward" : *act == Activation::relu ? "batch_norm+relu.backward" : "batch_norm+relu6.backward";
+}
+
 int64_t pool_out_size(int64_t in, int64_t k, int64_t s, int64_t p, bool ceil_mode) {
   const int64_t span = in + 2 * p - k;
   if (span < 0) return 0;

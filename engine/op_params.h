@@ -55,7 +55,8 @@ struct BatchNormParams {
   double momentum = 0.1;  // running = (1 - momentum) * running + momentum * batch (PyTorch's rule)
   double eps = 1e-5;
   // The activation applied in the normalisation pass itself: none, relu or relu6 (ResNet's and
-  // MobileNetV2's). Both are masks of their output, so backward needs nothing but y.
+  // MobileNetV2's). Both are masks of their output, so backward needs nothing but y (or, where the
+  // backend recomputes the output, x and the statistics: fuses_batch_norm_activation_backward).
   std::optional<Activation> act;
 };
 // True for the activations batch_norm can fuse (relu, relu6); the check throws, naming `who`, for
@@ -64,6 +65,9 @@ bool batch_norm_fuses(Activation a);
 void check_batch_norm_activation(const char* who, std::optional<Activation> act);
 // The fused op's name in reports: "batch_norm", "batch_norm+relu6", "batch_norm+add+relu", ...
 const char* batch_norm_name(bool residual, std::optional<Activation> act);
+// The backward's profile label: "batch_norm.backward", or "batch_norm+relu.backward" where the
+// activation's mask is applied inside it.
+const char* batch_norm_backward_name(std::optional<Activation> act);
 
 struct SgdParams {
   double lr = 0.01, momentum = 0.0, dampening = 0.0, weight_decay = 0.0;

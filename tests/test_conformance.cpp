@@ -741,6 +741,77 @@ TEST(CpuBackend, ChannelsLastBatchNormRunsAccurateLoops) {
   EXPECT_LT(rel(dxb, dx64), 2e-2);
 }
 
+// A batch norm + ReLU or ReLU6 without a residual runs its backward as one op on the cpu backend,
+// the mask recomputed from x (backends/cpu/norm.cpp): the same bits as the activation's backward
+// followed by the batch norm's, f32 and bf16, channels-last maps and [N, C] batches. With a
+// residual, the mask still comes from y in relu.backward.
+TEST(CpuBackend, BatchNormActivationBackwardInOneOpGivesTheTwoOpsBits) {
+  BackendGuard guard(DeviceType::cpu, Backend::cpu);
+  struct Grads {
+    Tensor y, dx, dg, db;
+    std::string ops;
+  };
+  const auto same_bits = [](const Tensor& a, const Tensor& b) {
+    const Tensor ac = a.contiguous(), bc = b.contiguous();
+    return ac.dtype() == bc.dtype() && ac.shape() == bc.shape() &&
+           std::memcmp(ac.raw_data(), bc.raw_data(), ac.nbytes()) == 0;
+  };
+  for (const DType dt : {DType::f32, DType::bf16})
+    for (const Activation act : {Activation::relu, Activation::relu6})
+      for (const Shape& s : {Shape{4, 24, 6, 5}, Shape{70, 24}}) {
+        SCOPED_TRACE(fmt::format("{} {} {}", dtype_name(dt), activation_name(act), shape_str(s)));
+        const MemoryFormat f = s.size() == 4 ? MemoryFormat::channels_last : MemoryFormat::contiguous;
+        // Scales and shifts that put outputs below 0, between 0 and 6, and above 6.
+        const Tensor x0 = random_tensor(s, 1, DType::f32, -1.0, 3.0).contiguous(f);
+        const Tensor dy = random_tensor(s, 4, DType::f32).to(dt).contiguous(f);
+        const Tensor g0 = random_tensor({24}, 2, DType::f32, 0.5, 8.0), b0 = random_tensor({24}, 3, DType::f32, -1.0, 4.0);
+        const auto run = [&](bool in_one_op, const Tensor& residual) {
+          const Tensor x = x0.detach().set_requires_grad(true);  // bf16 data: cast from an f32 leaf
+          const Tensor g = g0.detach().set_requires_grad(true), b = b0.detach().set_requires_grad(true);
+          BatchNormParams p;
+          if (in_one_op) p.act = act;
+          profiler::clear();
+          profiler::enable(true);
+          Tensor y = batch_norm(x.to(dt), g, b, Tensor(), Tensor(), p, in_one_op ? residual : Tensor());
+          if (!in_one_op) y = activation(act, residual.defined() ? add(y, residual) : y);
+          y.backward(dy);
+          profiler::enable(false);
+          std::string ops;
+          for (const OpEvent& e : profiler::collect())
+            if (std::string(e.name).find("backward") != std::string::npos && std::string(e.name) != "cast")
+              ops += std::string(e.name) + " ";
+          profiler::clear();
+          return Grads{y, x.grad(), g.grad(), b.grad(), ops};
+        };
+        const Grads one = run(true, Tensor()), two = run(false, Tensor());
+        const std::string fused = act == Activation::relu ? "batch_norm+relu.backward " : "batch_norm+relu6.backward ";
+        EXPECT_EQ(one.ops, fused);
+        EXPECT_TRUE(same_bits(one.y, two.y));
+        EXPECT_TRUE(same_bits(one.dx, two.dx));
+        EXPECT_TRUE(same_bits(one.dg, two.dg));
+        EXPECT_TRUE(same_bits(one.db, two.db));
+        // Both sides see some of each part of the activation.
+        const Tensor y64 = one.y.to(DType::f64).contiguous();
+        int64_t zero = 0, inside = 0;
+        for (int64_t i = 0; i < y64.numel(); ++i) y64.data<double>()[i] == 0.0 ? ++zero : ++inside;
+        EXPECT_GT(zero, y64.numel() / 10);
+        EXPECT_GT(inside, y64.numel() / 10);
+        const Tensor r = random_tensor(s, 5, DType::f32).to(dt).contiguous(f);
+        const Grads with_residual = run(true, r);
+        EXPECT_NE(with_residual.ops.find(std::string(activation_name(act)) + ".backward"), std::string::npos)
+            << with_residual.ops;
+        if (dt == DType::f32) EXPECT_TRUE(same_bits(with_residual.dx, run(false, r).dx));  // bf16 rounds bn(x) first
+      }
+  // The other backends take the mask as a pass of its own, and say so if asked for it.
+  const Tensor x = random_tensor({8, 4}, 1, DType::f32), c = random_tensor({4}, 2, DType::f32);
+  EXPECT_THROW(backend(Backend::reference)
+                   .batch_norm_backward(x, x, c, c, c, c, Tensor::empty_like(x), Tensor(), Tensor(), 1e-5, Activation::relu),
+               Error);
+  EXPECT_FALSE(backend(Backend::reference).fuses_batch_norm_activation_backward(x));
+  EXPECT_TRUE(backend(Backend::cpu).fuses_batch_norm_activation_backward(x));
+  EXPECT_FALSE(backend(Backend::cpu).fuses_batch_norm_activation_backward(x.to(DType::f64)));
+}
+
 TEST(CpuBackend, AutomaticPolicyRunsResNetLayersOnWinograd) {
   BackendGuard guard(DeviceType::cpu, Backend::cpu);
   const Tensor x = random_tensor({4, 32, 8, 8}, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);

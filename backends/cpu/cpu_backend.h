@@ -21,6 +21,7 @@ public:
   bool keeps_low_precision_activations(DType low) const override { return low == DType::bf16; }
   // f32 on CPUs with AVX-512 (attention.cpp); bf16 and the rest compose it from oneDNN matmuls.
   bool fuses_attention(DType dt) const override;
+  bool fuses_batch_norm_activation_backward(const Tensor& x) const override;
 
   // One override per line of ops.def; the bodies live in the .cpp file named for the op family.
 #define DUET_OP(name, params, ...) void name params override;

@@ -126,15 +126,46 @@ void plane_sums(const float* a, const float* b, int64_t N, int64_t C, int64_t HW
   });
 }
 
+// The forward's affine map of one value, written once: the backward recomputes the fused
+// activation's mask with it, and must get the forward's bits. The scale is gamma times the saved
+// f32 invstd (bn_scale), so that the backward, which has only that, forms the same scale.
+inline float bn_affine(float x, float mean, float scale, float beta) { return (x - mean) * scale + beta; }
+inline float bn_scale(float invstd, float gamma) { return static_cast<float>(double(invstd) * gamma); }
+
+// The gradient the backward loops sum and map, from dy (a) and x (b) of channel c: dy itself, or
+// where an activation was fused without a residual, dy where the activation's derivative at the
+// forward's output is nonzero, else 0 (a select, as relu.backward's loops: an infinite dy gives 0
+// there, not NaN). The output is recomputed as the forward's loop formed it (bn_affine, the
+// activation, rounding to T), so the mask is the one relu.backward would have read from y.
+struct PassGradient {
+  float operator()(float a, float, int64_t) const { return a; }
+};
+template <class T, class Act>
+struct ActivationGate {
+  const float *mean, *scale, *beta;
+  float operator()(float a, float b, int64_t c) const {
+    const float y = widen(narrow<T>(Act::value(bn_affine(b, mean[c], scale[c], beta[c]), 0.0f)));
+    return Act::derivative(y, 0.0f) != 0.0f ? a : 0.0f;
+  }
+};
+// f(gate) with the gate as a compile-time type, so that each variant stays one vectorisable loop.
+template <class T, class F>
+void with_gate(std::optional<Activation> act, const float* mean, const float* scale, const float* beta, F&& f) {
+  if (!act) f(PassGradient{});
+  else if (*act == Activation::relu) f(ActivationGate<T, ActivationFn<Activation::relu>>{mean, scale, beta});
+  else if (*act == Activation::relu6) f(ActivationGate<T, ActivationFn<Activation::relu6>>{mean, scale, beta});
+  else check_batch_norm_activation("batch_norm_backward on backend 'cpu'", act);  // throws
+}
+
 // Per-channel sums over R rows of C of centred values: s = sum(a - ka), q = sum((a - ka) * (b - kb))
 // (b == a, kb == ka: squares). Centring on a value near the mean (the caller's ka, kb) keeps the
 // variance from cancelling digits, so the sums can be f32 over short runs: four rows are combined
 // in registers, sixteen such sweeps accumulate in f32 (at most 64 terms), and that block is added
 // to the thread's double accumulators. Threads take contiguous blocks of rows; their partials are
 // added in thread order (deterministic for a given thread count).
-template <class T>
+template <class T, class Gate = PassGradient>
 void row_sums(const T* a, const float* ka, const T* b, const float* kb, int64_t R, int64_t C, std::vector<double>& s,
-              std::vector<double>& q) {
+              std::vector<double>& q, Gate gate = {}) {
   const int nt = R * C >= kParallelGrain ? static_cast<int>(std::min<int64_t>(max_threads(), R)) : 1;
   std::vector<double> part(static_cast<size_t>(nt * 2 * C), 0.0);
   std::vector<float> runs(static_cast<size_t>(nt * 2 * C));
@@ -157,10 +188,10 @@ void row_sums(const T* a, const float* ka, const T* b, const float* kb, int64_t 
         const T* b0 = b + r * C;
 #pragma omp simd
         for (int64_t c = 0; c < C; ++c) {
-          const float u0 = widen(a0[c]) - ka[c], u1 = widen(a0[C + c]) - ka[c], u2 = widen(a0[2 * C + c]) - ka[c],
-                      u3 = widen(a0[3 * C + c]) - ka[c];
-          const float v0 = widen(b0[c]) - kb[c], v1 = widen(b0[C + c]) - kb[c], v2 = widen(b0[2 * C + c]) - kb[c],
-                      v3 = widen(b0[3 * C + c]) - kb[c];
+          const float b0c = widen(b0[c]), b1c = widen(b0[C + c]), b2c = widen(b0[2 * C + c]), b3c = widen(b0[3 * C + c]);
+          const float u0 = gate(widen(a0[c]), b0c, c) - ka[c], u1 = gate(widen(a0[C + c]), b1c, c) - ka[c],
+                      u2 = gate(widen(a0[2 * C + c]), b2c, c) - ka[c], u3 = gate(widen(a0[3 * C + c]), b3c, c) - ka[c];
+          const float v0 = b0c - kb[c], v1 = b1c - kb[c], v2 = b2c - kb[c], v3 = b3c - kb[c];
           fs[c] += (u0 + u1) + (u2 + u3);
           fq[c] += (u0 * v0 + u1 * v1) + (u2 * v2 + u3 * v3);
         }
@@ -170,9 +201,10 @@ void row_sums(const T* a, const float* ka, const T* b, const float* kb, int64_t 
         const T* br = b + r * C;
 #pragma omp simd
         for (int64_t c = 0; c < C; ++c) {
-          const float u = widen(ar[c]) - ka[c];
+          const float bc = widen(br[c]);
+          const float u = gate(widen(ar[c]), bc, c) - ka[c];
           fs[c] += u;
-          fq[c] += u * (widen(br[c]) - kb[c]);
+          fq[c] += u * (bc - kb[c]);
         }
       }
       for (int64_t c = 0; c < C; ++c) {
@@ -225,7 +257,7 @@ void affine_planes(const float* x, const float* r, float* y, int64_t N, int64_t 
         const float* xp = x + i * HW;
         float* yp = y + i * HW;
         for (int64_t k = 0; k < HW; ++k) {
-          float v = (xp[k] - m) * a + d;
+          float v = bn_affine(xp[k], m, a, d);
           if constexpr (decltype(res)::value) v += r[i * HW + k];
           v = decltype(act)::value(v, 0.0f);
           yp[k] = v;
@@ -246,7 +278,7 @@ void affine_rows(const T* x, const T* r, T* y, int64_t R, int64_t C, const float
         T* yr = y + row * C;
 #pragma omp simd
         for (int64_t c = 0; c < C; ++c) {
-          float v = (widen(xr[c]) - mean[c]) * scale[c] + beta[c];
+          float v = bn_affine(widen(xr[c]), mean[c], scale[c], beta[c]);
           if constexpr (decltype(res)::value) v += widen(r[row * C + c]);
           v = decltype(act)::value(v, 0.0f);
           yr[c] = narrow<T>(v);
@@ -270,16 +302,19 @@ void dx_planes(const float* dy, const float* x, float* dx, int64_t N, int64_t C,
     }
   });
 }
-template <class T>
+template <class T, class Gate = PassGradient>
 void dx_rows(const T* dy, const T* x, T* dx, int64_t R, int64_t C, const float* mean, const float* a, const float* k,
-             const float* d) {
+             const float* d, Gate gate = {}) {
   parallel_for(R, R * C, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const T* gr = dy + r * C;
       const T* xr = x + r * C;
       T* orow = dx + r * C;
 #pragma omp simd
-      for (int64_t c = 0; c < C; ++c) orow[c] = narrow<T>(a[c] * widen(gr[c]) + k[c] * (widen(xr[c]) - mean[c]) + d[c]);
+      for (int64_t c = 0; c < C; ++c) {
+        const float xc = widen(xr[c]);
+        orow[c] = narrow<T>(a[c] * gate(widen(gr[c]), xc, c) + k[c] * (xc - mean[c]) + d[c]);
+      }
     }
   });
 }
@@ -394,9 +429,8 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
       std::copy(v, v + C, var.begin());
     }
     for (int64_t c = 0; c < C; ++c) {
-      const double inv = inv_std(var[c], p.eps);
-      invstd[c] = static_cast<float>(inv);
-      scale[c] = static_cast<float>(inv * g[c]);
+      invstd[c] = static_cast<float>(inv_std(var[c], p.eps));
+      scale[c] = bn_scale(invstd[c], g[c]);
     }
     if (loops == BnLoops::planes)
       affine_planes(x.data<float>(), residual.defined() ? residual.data<float>() : nullptr, y.data<float>(), N, C, HW,
@@ -475,20 +509,35 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
   });
 }
 
-void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
-                                     const Tensor& save_invstd, const Tensor& dx, const Tensor& dgamma,
-                                     const Tensor& dbeta, double eps) {
+bool CpuBackend::fuses_batch_norm_activation_backward(const Tensor& x) const {
+  return (x.dtype() == DType::f32 || x.dtype() == DType::bf16) && is_rows(x);
+}
+
+void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                     const Tensor& save_mean, const Tensor& save_invstd, const Tensor& dx,
+                                     const Tensor& dgamma, const Tensor& dbeta, double eps,
+                                     std::optional<Activation> act) {
   if (BackendImpl* ref = lowp_fallback("batch_norm_backward", x))
-    return ref->batch_norm_backward(dy, x, gamma, save_mean, save_invstd, dx, dgamma, dbeta, eps);
+    return ref->batch_norm_backward(dy, x, gamma, beta, save_mean, save_invstd, dx, dgamma, dbeta, eps, act);
   const int64_t C = x.size(1);
+  const BnLoops loops = bn_loops(x, {&dy, &dx});
+  DUET_CHECK(!act || loops == BnLoops::rows,
+             "batch_norm_backward on backend 'cpu': a fused {} needs x, dy and dx as rows of channels (channels-last or "
+             "[N, C], f32 or bf16), got x {} with strides {}",
+             activation_name(*act), shape_str(x.shape()), shape_str(x.strides()));
   if (x.numel() == 0) return;
-  if (const BnLoops loops = bn_loops(x, {&dy, &dx}); loops != BnLoops::none) {
+  if (loops != BnLoops::none) {
     note_loops(loops);
     const int64_t HW = x.dim() == 4 ? x.size(2) * x.size(3) : 1, N = x.size(0), R = N * HW;
-    std::vector<float> gbuf, mbuf, ibuf;
+    std::vector<float> gbuf, bbuf, mbuf, ibuf;
     const float* g = contiguous_vec(gamma, gbuf);
     const float* m = contiguous_vec(save_mean, mbuf);
     const float* inv = contiguous_vec(save_invstd, ibuf);
+    // With a fused activation the rows mask dy as they read it (ActivationGate), from the forward's
+    // scale and shift.
+    std::vector<float> scale(act ? static_cast<size_t>(C) : 0);
+    const float* b = act ? contiguous_vec(beta, bbuf) : nullptr;
+    for (size_t c = 0; c < scale.size(); ++c) scale[c] = bn_scale(inv[c], g[c]);
     // sum(dy) and sum(dy * (x - mean)): the planes sum dy * x in double and subtract, the rows
     // centre x on the mean as they go.
     std::vector<double> sdy, sdyxm;
@@ -499,8 +548,8 @@ void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Te
       const std::vector<float> zero(static_cast<size_t>(C), 0.0f);
       dispatch_f32_bf16(x.dtype(), [&](auto tag) {
         using T = decltype(tag);
-        row_sums(ptr<T>(dy), zero.data(), ptr<T>(x), m, R, C, sdy,
-                 sdyxm);
+        with_gate<T>(act, m, scale.data(), b,
+                     [&](auto gate) { row_sums(ptr<T>(dy), zero.data(), ptr<T>(x), m, R, C, sdy, sdyxm, gate); });
       });
     }
     const BnBackwardCoeffs k = bn_backward_coeffs(sdy, sdyxm, g, inv, double(R));
@@ -509,8 +558,9 @@ void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Te
         dx_planes(dy.data<float>(), x.data<float>(), dx.data<float>(), N, C, HW, m, k.a.data(), k.k.data(), k.d.data());
       else dispatch_f32_bf16(x.dtype(), [&](auto tag) {
         using T = decltype(tag);
-        dx_rows(ptr<T>(dy), ptr<T>(x), ptr<T>(dx),
-                R, C, m, k.a.data(), k.k.data(), k.d.data());
+        with_gate<T>(act, m, scale.data(), b, [&](auto gate) {
+          dx_rows(ptr<T>(dy), ptr<T>(x), ptr<T>(dx), R, C, m, k.a.data(), k.k.data(), k.d.data(), gate);
+        });
       });
     }
     if (dgamma.defined()) store_vec(dgamma, k.dg.data());

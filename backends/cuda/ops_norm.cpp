@@ -86,10 +86,13 @@ void CudaBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor&
   if (p.act) activation(*p.act, 0.0, y, y);
 }
 
-void CudaBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
-                                      const Tensor& save_invstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
-                                      double eps) {
+void CudaBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& /*beta*/,
+                                      const Tensor& save_mean, const Tensor& save_invstd, const Tensor& dx,
+                                      const Tensor& dgamma, const Tensor& dbeta, double eps,
+                                      std::optional<Activation> act) {
   OpGuard g("batch_norm.backward", dy);
+  // cuDNN's backward has no activation; the front-end masks dy first (fuses_batch_norm_activation_backward).
+  DUET_CHECK(!act, "{}: a fused {} is not taken on the cuda backend; mask dy first", g.op, activation_name(*act));
   check_float(g.op, "grad_output", dy);
   check_on(g.op, "input", x, g.device());
   const bool nhwc = channels_last(x) || channels_last(dy) || (dx.defined() && channels_last(dx));

@@ -205,8 +205,12 @@ void ReferenceBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Te
 }
 
 void ReferenceBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
-                                           const Tensor& save_mean, const Tensor& save_invstd, const Tensor& dx,
-                                           const Tensor& dgamma, const Tensor& dbeta, double /*eps: in save_invstd*/) {
+                                           const Tensor& /*beta*/, const Tensor& save_mean, const Tensor& save_invstd,
+                                           const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                                           double /*eps: in save_invstd*/, std::optional<Activation> act) {
+  // The reference masks the gradient in a pass of its own (fuses_batch_norm_activation_backward).
+  DUET_CHECK(!act, "batch_norm_backward on backend 'reference': a fused {} is not taken here; mask dy first",
+             activation_name(*act));
   dispatch_float_or_half(x.dtype(), "batch_norm_backward", [&](auto tag) {
     batch_norm_backward_kernel<decltype(tag)>(dy, x, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
   });

@@ -77,18 +77,24 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, c
     const bool need_r = residual.defined() && residual.requires_grad();
     const Tensor gd = gamma.detach();
     const bool training = p.training;
-    const Tensor yd = p.act ? y.detach() : Tensor();  // the fused activation's mask (the next layer keeps y anyway)
+    // Without a residual the backend may recompute the activation's mask from x in the backward
+    // (a pass over y, dy and the masked gradient less); else the op keeps its output for the mask
+    // (the next layer keeps y anyway).
+    const bool act_in_backward = p.act && !r.defined() && training && backend_of(x).fuses_batch_norm_activation_backward(x);
+    const Tensor bd = act_in_backward ? beta.detach() : Tensor();
+    const Tensor yd = p.act && !act_in_backward ? y.detach() : Tensor();
     record("batch_norm", {&x_in, &gamma, &beta, &residual}, {&y}, [=](const std::vector<Tensor>& gs) {
       Tensor dx, dgamma, dbeta;
-      const Tensor g_out = p.act ? activation_backward_op(*p.act, yd, gs[0]) : gs[0];
+      const Tensor g_out = p.act && !act_in_backward ? activation_backward_op(*p.act, yd, gs[0]) : gs[0];
       const Tensor dresidual = need_r ? g_out : Tensor();  // y = bn(x) + residual
       if (training) {
         const Tensor dy = in_format(g_out, x.dim() == 4 ? f : MemoryFormat::contiguous);
+        const std::optional<Activation> act = act_in_backward ? p.act : std::nullopt;
         Dispatch<OpId::batch_norm_backward> kernel(backend_of(dy), {&dy, &x});
         if (need_x) dx = Tensor::empty_like(x);
         if (need_g) dgamma = Tensor::empty({C}, param_opts);
         if (need_b) dbeta = Tensor::empty({C}, param_opts);
-        kernel(dy, x, gd, save_mean, save_invstd, dx, dgamma, dbeta, p.eps);
+        kernel(dy, x, gd, bd, save_mean, save_invstd, dx, dgamma, dbeta, p.eps, act);
       } else {
         // y = (x - mean) * invstd * gamma + beta with constant statistics.
         const Shape cs = x.dim() == 4 ? Shape{1, C, 1, 1} : Shape{1, C};
