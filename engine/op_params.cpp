@@ -70,7 +70,8 @@ const char* batch_norm_name(bool residual, std::optional<Activation> act) {
 
 const char* batch_norm_backward_name(std::optional<Activation> act) {
   check_batch_norm_activation("batch_norm_backward", act);
-  return !act ? "batch_norm.backward" : *act == Activation::relu ? "batch_norm+relu.backward" : "batch_norm+relu6.backward";
+  if (!act) return "batch_norm.backward";
+  return *act == Activation::relu ? "batch_norm+relu.backward" : "batch_norm+relu6.backward";
 }
 
 int64_t pool_out_size(int64_t in, int64_t k, int64_t s, int64_t p, bool ceil_mode) {

@@ -764,7 +764,8 @@ TEST(CpuBackend, BatchNormActivationBackwardInOneOpGivesTheTwoOpsBits) {
         // Scales and shifts that put outputs below 0, between 0 and 6, and above 6.
         const Tensor x0 = random_tensor(s, 1, DType::f32, -1.0, 3.0).contiguous(f);
         const Tensor dy = random_tensor(s, 4, DType::f32).to(dt).contiguous(f);
-        const Tensor g0 = random_tensor({24}, 2, DType::f32, 0.5, 8.0), b0 = random_tensor({24}, 3, DType::f32, -1.0, 4.0);
+        const Tensor g0 = random_tensor({24}, 2, DType::f32, 0.5, 8.0);
+        const Tensor b0 = random_tensor({24}, 3, DType::f32, -1.0, 4.0);
         const auto run = [&](bool in_one_op, const Tensor& residual) {
           const Tensor x = x0.detach().set_requires_grad(true);  // bf16 data: cast from an f32 leaf
           const Tensor g = g0.detach().set_requires_grad(true), b = b0.detach().set_requires_grad(true);
@@ -806,9 +807,9 @@ TEST(CpuBackend, BatchNormActivationBackwardInOneOpGivesTheTwoOpsBits) {
       }
   // The other backends take the mask as a pass of its own, and say so if asked for it.
   const Tensor x = random_tensor({8, 4}, 1, DType::f32), c = random_tensor({4}, 2, DType::f32);
-  EXPECT_THROW(backend(Backend::reference)
-                   .batch_norm_backward(x, x, c, c, c, c, Tensor::empty_like(x), Tensor(), Tensor(), 1e-5, Activation::relu),
-               Error);
+  const Tensor dx = Tensor::empty_like(x);
+  BackendImpl& ref = backend(Backend::reference);
+  EXPECT_THROW(ref.batch_norm_backward(x, x, c, c, c, c, dx, Tensor(), Tensor(), 1e-5, Activation::relu), Error);
   EXPECT_FALSE(backend(Backend::reference).fuses_batch_norm_activation_backward(x));
   EXPECT_TRUE(backend(Backend::cpu).fuses_batch_norm_activation_backward(x));
   EXPECT_FALSE(backend(Backend::cpu).fuses_batch_norm_activation_backward(x.to(DType::f64)));
@@ -857,7 +858,8 @@ std::string profiled_impl(const std::string& op, const std::function<void()>& ru
 // bits as when it reorders dy itself.
 TEST(CpuBackend, WeightGradientTakesTheDataGradientsReorderedDy) {
   BackendGuard guard(DeviceType::cpu, Backend::cpu);
-  const Tensor x = random_tensor({4, 32, 8, 8}, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);
+  const Tensor x =
+      random_tensor({4, 32, 8, 8}, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);
   const Tensor w = random_tensor({32, 32, 3, 3}, 2, DType::f32).set_requires_grad(true);
   const Tensor dy = random_tensor({4, 32, 8, 8}, 3, DType::f32).contiguous(MemoryFormat::channels_last);
   const std::string wgrad_impl =

@@ -188,7 +188,8 @@ void row_sums(const T* a, const float* ka, const T* b, const float* kb, int64_t 
         const T* b0 = b + r * C;
 #pragma omp simd
         for (int64_t c = 0; c < C; ++c) {
-          const float b0c = widen(b0[c]), b1c = widen(b0[C + c]), b2c = widen(b0[2 * C + c]), b3c = widen(b0[3 * C + c]);
+          const float b0c = widen(b0[c]), b1c = widen(b0[C + c]), b2c = widen(b0[2 * C + c]),
+                      b3c = widen(b0[3 * C + c]);
           const float u0 = gate(widen(a0[c]), b0c, c) - ka[c], u1 = gate(widen(a0[C + c]), b1c, c) - ka[c],
                       u2 = gate(widen(a0[2 * C + c]), b2c, c) - ka[c], u3 = gate(widen(a0[3 * C + c]), b3c, c) - ka[c];
           const float v0 = b0c - kb[c], v1 = b1c - kb[c], v2 = b2c - kb[c], v3 = b3c - kb[c];
@@ -522,8 +523,8 @@ void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Te
   const int64_t C = x.size(1);
   const BnLoops loops = bn_loops(x, {&dy, &dx});
   DUET_CHECK(!act || loops == BnLoops::rows,
-             "batch_norm_backward on backend 'cpu': a fused {} needs x, dy and dx as rows of channels (channels-last or "
-             "[N, C], f32 or bf16), got x {} with strides {}",
+             "batch_norm_backward on backend 'cpu': a fused {} needs x, dy and dx as rows of channels "
+             "(channels-last or [N, C], f32 or bf16), got x {} with strides {}",
              activation_name(*act), shape_str(x.shape()), shape_str(x.strides()));
   if (x.numel() == 0) return;
   if (loops != BnLoops::none) {
