@@ -741,6 +741,13 @@ TEST(CpuBackend, ChannelsLastBatchNormRunsAccurateLoops) {
   EXPECT_LT(rel(dxb, dx64), 2e-2);
 }
 
+// Whether two tensors hold the same values bit for bit (in any layout).
+bool same_bits(const Tensor& a, const Tensor& b) {
+  const Tensor ac = a.contiguous(), bc = b.contiguous();
+  return ac.dtype() == bc.dtype() && ac.shape() == bc.shape() &&
+         std::memcmp(ac.raw_data(), bc.raw_data(), ac.nbytes()) == 0;
+}
+
 // A batch norm + ReLU or ReLU6 without a residual runs its backward as one op on the cpu backend,
 // the mask recomputed from x (backends/cpu/norm.cpp): the same bits as the activation's backward
 // followed by the batch norm's, f32 and bf16, channels-last maps and [N, C] batches. With a
@@ -750,11 +757,6 @@ TEST(CpuBackend, BatchNormActivationBackwardInOneOpGivesTheTwoOpsBits) {
   struct Grads {
     Tensor y, dx, dg, db;
     std::string ops;
-  };
-  const auto same_bits = [](const Tensor& a, const Tensor& b) {
-    const Tensor ac = a.contiguous(), bc = b.contiguous();
-    return ac.dtype() == bc.dtype() && ac.shape() == bc.shape() &&
-           std::memcmp(ac.raw_data(), bc.raw_data(), ac.nbytes()) == 0;
   };
   for (const DType dt : {DType::f32, DType::bf16})
     for (const Activation act : {Activation::relu, Activation::relu6})
@@ -870,7 +872,7 @@ TEST(CpuBackend, WeightGradientTakesTheDataGradientsReorderedDy) {
   const Tensor dw = Tensor::empty(w.shape(), TensorOptions(DType::f32));
   backend(Backend::cpu).conv2d_backward_weight(x.detach(), dy, dw, Tensor(), Conv2dParams{1, 1, 1, 1});
   ASSERT_TRUE(w.grad().defined());
-  EXPECT_EQ(std::memcmp(w.grad().contiguous().data<float>(), dw.contiguous().data<float>(), dw.nbytes()), 0);
+  EXPECT_TRUE(same_bits(w.grad(), dw));
 }
 
 // Any kernel dispatched between the two passes ends the sharing: here one that overwrites dy, after
