@@ -4,6 +4,9 @@
 #   ./scripts/gpu_check.sh                       # build for this GPU, then every phase below
 #   ./scripts/gpu_check.sh --build-dir build     # reuse a build that has the CUDA backend
 #   ./scripts/gpu_check.sh --out DIR --train-size 512
+#   ./scripts/gpu_check.sh --only tests,selftest --deadline 420   # some phases, none started after 7 min
+#   duet-gpu-bundle/scripts/gpu_check.sh --bundle duet-gpu-bundle # no build: a bundle made elsewhere
+#                                                                 # by scripts/gpu_bundle.sh
 #
 # Phases, each bounded to 10 minutes, each writing its log into the output folder (default
 # gpu-check/, git-ignored):
@@ -22,25 +25,44 @@
 #   6. pytorch  where python3 imports torch with CUDA: bench/train_throughput.py --device cuda, duet
 #               against PyTorch on this GPU
 # and summary.md, one page: the GPU, each phase's result and time, the tables' last lines.
+# --only takes a comma list of build, tests, selftest, models, layouts, nccl, pytorch. --deadline N:
+# a phase that would start N seconds or more after the script did is skipped, and says so (a batch
+# job's or a lent machine's time limit).
+#
+# With --bundle there is no build: the binaries come from the bundle's bin/, the libraries it lacks
+# from its lib/, and cuDNN, cuBLAS and the CUDA runtime from where this machine has them (the
+# loader's path, the CUDA Toolkit, or the nvidia-* wheels of python3's PyTorch). Each test of the
+# bundle's suites runs in a process of its own, as ctest runs them.
 #
 # Without an NVIDIA GPU it builds and runs the host-side CUDA tests, then stops with exit code 3 and
 # says why (0: every phase passed; 1: a phase failed; 2: bad usage or no CUDA Toolkit).
 { # parsed whole before it runs, so that editing the file during a run cannot change the run
 set -uo pipefail
 
-usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; }
 repo=$(cd "$(dirname "$0")/.." && pwd)
-out="$repo/gpu-check"; build=""; train_size=1024
+out="$repo/gpu-check"; build=""; bundle=""; train_size=1024; only=""; deadline=""
+all_phases=",build,tests,selftest,models,layouts,nccl,pytorch,"
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out="$2"; shift ;;
     --build-dir) build="$2"; shift ;;
+    --bundle) bundle="$2"; shift ;;
     --train-size) train_size="$2"; shift ;;
+    --only) only=",$2,"; shift ;;
+    --deadline) deadline="$2"; shift ;;
     -h|--help) usage; exit 0 ;;
-    *) echo "gpu_check: unknown option '$1' (expected --out DIR, --build-dir DIR, --train-size N)" >&2; exit 2 ;;
+    *) echo "gpu_check: unknown option '$1' (expected --out DIR, --build-dir DIR, --bundle DIR, --train-size N," \
+            "--only PHASES, --deadline SECONDS)" >&2; exit 2 ;;
   esac
   shift
 done
+for p in ${only//,/ }; do
+  [[ "$all_phases" == *",$p,"* ]] || { echo "gpu_check: unknown phase '$p' in --only (expected${all_phases//,/ })" >&2; exit 2; }
+done
+[[ -z "$deadline" || "$deadline" =~ ^[0-9]+$ ]] || { echo "gpu_check: --deadline takes seconds, got '$deadline'" >&2; exit 2; }
+[ -n "$bundle" ] && [ -n "$build" ] && { echo "gpu_check: --bundle and --build-dir exclude each other" >&2; exit 2; }
+wanted() { [ -z "$only" ] || [[ "$only" == *",$1,"* ]]; }
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 summary="$out/summary.md"
@@ -52,6 +74,11 @@ failed=0
 phase() {
   local name="$1" log="$2"; shift 2
   local t0=$SECONDS rc=0
+  if [ -n "$deadline" ] && [ "$SECONDS" -ge "$deadline" ]; then
+    phase_rows+=("| $name | skipped: past --deadline $deadline s | | |")
+    echo "== $name: skipped, past the deadline ($SECONDS s of $deadline)"
+    return 0
+  fi
   echo "== $name (log: $log)"
   "$@" > "$log" 2>&1 || rc=$?
   local verdict="passed"
@@ -66,7 +93,11 @@ write_summary() {
   {
     echo "# duet GPU check, $(date -u +%Y-%m-%dT%H:%MZ)"
     echo
-    echo "- commit: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    if [ -n "$bundle" ]; then
+      echo "- bundle: $bundle, $(sed -n 's/^commit: /commit /p' "$bundle/MANIFEST"), $(sed -n 's/^built: /built /p' "$bundle/MANIFEST")"
+    else
+      echo "- commit: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    fi
     echo "- GPU: ${gpu_line:-none}"
     echo "- CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) logical CPUs"
     echo
@@ -85,11 +116,78 @@ write_summary() {
   echo "summary: $summary"
 }
 
-nvcc_path=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; } || true)
-if [ -z "$nvcc_path" ]; then
-  echo "gpu_check: no nvcc (CUDA Toolkit) found on PATH or in /usr/local/cuda/bin: install the CUDA Toolkit 13 and cuDNN 9" >&2
-  exit 2
-fi
+# use_bundle: the bundle's binaries made loadable here. The bundle's lib/ first; then, for each NVIDIA
+# library the bundle leaves to this machine and the loader does not find by itself, the CUDA Toolkit's
+# folder or the nvidia-* wheel of python3's PyTorch that has it; the bundle's own CUDA runtime last.
+use_bundle() {
+  [ -f "$bundle/MANIFEST" ] && [ -x "$bundle/bin/duet" ] || {
+    echo "gpu_check: $bundle is not a bundle made by scripts/gpu_bundle.sh (no MANIFEST or bin/duet)" >&2; return 1; }
+  local cache wheels dirs="" name d
+  cache=$( (ldconfig -p || /sbin/ldconfig -p) 2>/dev/null | awk '{print $1}' || true)
+  wheels=$(python3 -c 'import nvidia, os; [print(os.path.join(p, d, "lib")) for p in nvidia.__path__ for d in sorted(os.listdir(p))]' \
+           2>/dev/null || true)
+  for name in libcudnn.so.9 libcublas.so.13 libcublasLt.so.13 libcudart.so.13; do
+    grep -qx "$name" <<< "$cache" && continue
+    for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib $wheels; do
+      if [ -e "$d/$name" ]; then [[ "$dirs:" == *":$d:"* ]] || dirs="$dirs:$d"; break; fi
+    done
+  done
+  export LD_LIBRARY_PATH="$bundle/lib$dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}:$bundle/lib/fallback"
+  local missing
+  # ldd's "libX => not found" and "...: version `GLIBC_2.34' not found", once each over all binaries
+  missing=$(ldd "$bundle"/bin/* 2>&1 | sed -n -e 's/^[[:space:]]*\([^ ]*\) => not found$/\1 => not found/p' \
+            -e "s/.*\/\([^/:]*\): version \`\([^']*\)' not found.*/\2 (of \1) => not found/p" | sort -uV)
+  # cuBLAS is loaded at the first matrix product (dlopen), so ldd cannot see it missing
+  if ! grep -qx libcublas.so.13 <<< "$cache" && ! (IFS=:; for d in $LD_LIBRARY_PATH; do [ -e "$d/libcublas.so.13" ] && exit 0; done
+                                                   exit 1); then
+    missing="$missing${missing:+$'\n'}libcublas.so.13 => not found (loaded at the first GPU matrix product)"
+  fi
+  if [ -n "$missing" ]; then
+    echo "gpu_check: the bundle's binaries cannot run on this machine:" >&2
+    echo "$missing" | sed 's/^[[:space:]]*/  /' >&2
+    echo "  cuDNN 9 and cuBLAS 13 come with the CUDA Toolkit 13 or as pip's nvidia-cudnn-cu13 and nvidia-cublas;" \
+         "a missing GLIBC or GLIBCXX version means this system is older than the one that made the bundle" >&2
+    return 1
+  fi
+  if grep -q "^cpu_isa: x86-64-v3" "$bundle/MANIFEST"; then
+    local flag
+    for flag in avx2 fma bmi2 f16c movbe; do
+      grep -qw "$flag" /proc/cpuinfo || {
+        echo "gpu_check: the bundle's CPU code needs x86-64-v3 (AVX2, FMA); this CPU lacks $flag" >&2; return 1; }
+    done
+  elif grep -q "^cpu_isa: native" "$bundle/MANIFEST"; then
+    echo "gpu_check: the bundle was compiled for the CPU that built it (-march=native): an 'illegal instruction'" \
+         "here means this CPU lacks one of its instructions"
+  fi
+  echo "gpu_check: bundle $(sed -n 's/^commit: //p' "$bundle/MANIFEST"), LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+}
+
+# run_suites [--require-cuda] <suite...>: each test of the bundle's gtest binaries in a process of its own,
+# as ctest runs them (some tests check what a fresh process has loaded), nproc at a time, each test's
+# output in tests/; the whole run limited to 10 minutes. --require-cuda: a CUDA test that skips fails.
+run_suites() (
+  [ "$1" = --require-cuda ] && { export DUET_REQUIRE_CUDA=1; shift; }
+  local dir="$out/tests" s rc=0
+  rm -rf "$dir"; mkdir -p "$dir"
+  for s in "$@"; do "$bundle/bin/$s" --gtest_list_tests | awk -v b="$s" '/^[^ ]/ {c = $1} /^  / {print b, c $1}'; done \
+    > "$dir/list.txt" || exit 1
+  # exit 0 counts only with gtest's line for exactly one test (a filter that matched nothing exits 0 too)
+  timeout 600 xargs -P "$(nproc)" -L 1 sh -c 'f=$(printf %s "$3.$4" | tr / _)
+    timeout 300 "$1/bin/$3" --gtest_filter="$4" > "$2/$f.log" 2>&1; rc=$?
+    [ $rc -eq 0 ] && ! grep -qE "^\[  (PASSED  |SKIPPED )\] 1 test\." "$2/$f.log" && rc=99
+    echo "$rc $3 $4"' sh "$bundle" "$dir" \
+    < "$dir/list.txt" > "$dir/results.txt" || rc=$?
+  local total failed skipped
+  total=$(wc -l < "$dir/list.txt"); failed=$(grep -vc '^0 ' "$dir/results.txt")
+  skipped=$(grep -l '^\[  SKIPPED \]' "$dir"/*.log 2>/dev/null | wc -l)
+  echo "$total tests of $# suites, each in its own process: $(grep -c '^0 ' "$dir/results.txt") passed" \
+       "($skipped of them skipped), $failed failed, $((total - $(wc -l < "$dir/results.txt"))) not run"
+  grep -v '^0 ' "$dir/results.txt" | while read -r code s name; do
+    echo; echo "FAILED (exit $code): $s $name"; tail -20 "$dir/$(printf %s "$s.$name" | tr / _).log"
+  done
+  [ $rc -eq 124 ] && exit 124
+  [ "$failed" -eq 0 ] && [ "$(wc -l < "$dir/results.txt")" -eq "$total" ]
+)
 
 gpu_line=""
 archs=""
@@ -100,40 +198,66 @@ if command -v nvidia-smi >/dev/null && gpu_line=$(nvidia-smi --query-gpu=name,co
   echo "gpu_check: $gpu_line"
 else
   gpu_line=""
-  echo "gpu_check: no NVIDIA GPU visible (nvidia-smi found none): building and running the host-side CUDA tests only"
+  echo "gpu_check: no NVIDIA GPU visible (nvidia-smi found none): running the host-side CUDA tests only"
 fi
 
-# 1. build
-if [ -z "$build" ]; then
-  build="$repo/build-gpu"
-  cfg=(-DDUET_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc_path")
-  [ -n "$archs" ] && cfg+=(-DCMAKE_CUDA_ARCHITECTURES="$archs")
-  build_it() { cmake -S "$repo" -B "$build" -G Ninja "${cfg[@]}" && timeout 600 cmake --build "$build" -j"$(nproc)"; }
-  phase build "$out/build.log" build_it || { write_summary; exit 1; }
-fi
-duet="$build/duet"
-[ -x "$duet" ] || { echo "gpu_check: $duet does not exist: build first or drop --build-dir" >&2; exit 2; }
-if ! grep -q "duet_cuda" "$build/build.ninja" 2>/dev/null; then
-  echo "gpu_check: $build was configured without the CUDA backend (reconfigure with -DDUET_CUDA=ON)" >&2
-  exit 2
+if [ -n "$bundle" ]; then
+  bundle=$(cd "$bundle" 2>/dev/null && pwd) || { echo "gpu_check: --bundle: no folder ${bundle}" >&2; exit 2; }
+  use_bundle || exit 2
+  duet="$bundle/bin/duet"
+else
+  nvcc_path=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; } || true)
+  if [ -z "$nvcc_path" ]; then
+    echo "gpu_check: no nvcc (CUDA Toolkit) found on PATH or in /usr/local/cuda/bin: install the CUDA Toolkit 13 and" \
+         "cuDNN 9, or run a bundle made elsewhere by scripts/gpu_bundle.sh (--bundle DIR)" >&2
+    exit 2
+  fi
+  # 1. build
+  if [ -z "$build" ]; then
+    build="$repo/build-gpu"
+    cfg=(-DDUET_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc_path")
+    [ -n "$archs" ] && cfg+=(-DCMAKE_CUDA_ARCHITECTURES="$archs")
+    build_it() { cmake -S "$repo" -B "$build" -G Ninja "${cfg[@]}" && timeout 600 cmake --build "$build" -j"$(nproc)"; }
+    if wanted build; then phase build "$out/build.log" build_it || { write_summary; exit 1; }; fi
+  fi
+  duet="$build/duet"
+  [ -x "$duet" ] || { echo "gpu_check: $duet does not exist: build first or drop --build-dir" >&2; exit 2; }
+  if ! grep -q "duet_cuda" "$build/build.ninja" 2>/dev/null; then
+    echo "gpu_check: $build was configured without the CUDA backend (reconfigure with -DDUET_CUDA=ON)" >&2
+    exit 2
+  fi
 fi
 
 if [ -z "$gpu_line" ]; then
-  phase "host-side CUDA tests" "$out/tests_host.log" timeout 600 ctest --test-dir "$build" --output-on-failure -R "test_cuda_(host|allocator)\\."
+  if [ -n "$bundle" ]; then
+    phase "host-side CUDA tests" "$out/tests_host.log" run_suites test_cuda_host test_cuda_allocator
+  else
+    phase "host-side CUDA tests" "$out/tests_host.log" timeout 600 ctest --test-dir "$build" --output-on-failure \
+      -R "test_cuda_(host|allocator)\\."
+  fi
   write_summary
   echo "gpu_check: stopped before the phases that need a GPU (none here); run this on a machine with an NVIDIA GPU"
   [ $failed -eq 0 ] && exit 3 || exit 1
 fi
 
-# 2. tests: every suite, a CUDA skip counts as a failure
-phase "tests (DUET_REQUIRE_CUDA=1)" "$out/tests.log" env DUET_REQUIRE_CUDA=1 timeout 600 ctest --test-dir "$build" --output-on-failure -j"$(nproc)"
+# 2. tests: every suite (a bundle's: those with GPU tests), a CUDA skip counts as a failure
+if wanted tests; then
+  if [ -n "$bundle" ]; then
+    phase "tests (DUET_REQUIRE_CUDA=1)" "$out/tests.log" run_suites --require-cuda test_cuda_device test_cuda_host test_cuda_allocator test_amp
+  else
+    phase "tests (DUET_REQUIRE_CUDA=1)" "$out/tests.log" env DUET_REQUIRE_CUDA=1 timeout 600 \
+      ctest --test-dir "$build" --output-on-failure -j"$(nproc)"
+  fi
+fi
 
 # 3. selftest
-phase selftest "$out/selftest.txt" timeout 600 "$duet" selftest --device cuda
-phase "selftest --mode perf" "$out/selftest_perf.txt" timeout 600 "$duet" selftest --device cuda --mode perf
-# The convolutions again with algorithms chosen by timing (cudnnFind) instead of the heuristics.
-phase "selftest conv, DUET_CUDNN_BENCHMARK=1" "$out/selftest_benchmark.txt" env DUET_CUDNN_BENCHMARK=1 timeout 600 \
-  "$duet" selftest --device cuda --filter conv
+if wanted selftest; then
+  phase selftest "$out/selftest.txt" timeout 600 "$duet" selftest --device cuda
+  phase "selftest --mode perf" "$out/selftest_perf.txt" timeout 600 "$duet" selftest --device cuda --mode perf
+  # The convolutions again with algorithms chosen by timing (cudnnFind) instead of the heuristics.
+  phase "selftest conv, DUET_CUDNN_BENCHMARK=1" "$out/selftest_benchmark.txt" env DUET_CUDNN_BENCHMARK=1 timeout 600 \
+    "$duet" selftest --device cuda --filter conv
+fi
 
 # 4. models: one profiled epoch each, on the GPU (f32, bf16, fp16) and on the cpu backend (f32, bf16),
 # one phase per model; each training run is limited to 2 minutes (the five fit the 10)
@@ -156,12 +280,14 @@ run_model() {  # run_model <model> <image size> <classes>
   done
   return $rc
 }
-for spec in "resnet18_cifar 32 10" "resnet50_cifar 32 10" "densenet121 32 10" "mobilenet_v2 32 10" "vit_tiny_p4 32 10" \
-            "resnet18 128 2"; do
-  read -r m size classes <<< "$spec"
-  phase "model $m at $size px: f32/bf16/fp16 on the GPU, f32/bf16 on the cpu backend" "$out/model_${m}_${size}.log" \
-    run_model "$m" "$size" "$classes"
-done
+if wanted models; then
+  for spec in "resnet18_cifar 32 10" "resnet50_cifar 32 10" "densenet121 32 10" "mobilenet_v2 32 10" "vit_tiny_p4 32 10" \
+              "resnet18 128 2"; do
+    read -r m size classes <<< "$spec"
+    phase "model $m at $size px: f32/bf16/fp16 on the GPU, f32/bf16 on the cpu backend" "$out/model_${m}_${size}.log" \
+      run_model "$m" "$size" "$classes"
+  done
+fi
 
 # 4b. channels-last on the GPU: activations and weights NHWC (--memory-format nhwc converts the
 # model, so cuDNN gets NHWC filters with no copy) against the NCHW default, the figures that
@@ -178,12 +304,17 @@ nhwc_run() {
   done
   return $rc
 }
-phase "NHWC against NCHW on the GPU (resnet18_cifar, resnet50_cifar, mobilenet_v2)" "$out/layouts.log" nhwc_run
+wanted layouts &&
+  phase "NHWC against NCHW on the GPU (resnet18_cifar, resnet50_cifar, mobilenet_v2)" "$out/layouts.log" nhwc_run
 
 # 5. data-parallel on two GPUs through NCCL, where there are two and mpirun: 2 ranks with batch 32
 # against one process with batch 64 (the parameters should agree to f32 rounding; see the log)
 gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
-if [ "$gpus" -ge 2 ] && command -v mpirun >/dev/null; then
+if ! wanted nccl; then
+  :
+elif [ -n "$bundle" ]; then
+  phase_rows+=("| data-parallel on 2 GPUs (NCCL) | skipped: a bundle is one process (built without MPI) | | |")
+elif [ "$gpus" -ge 2 ] && command -v mpirun >/dev/null; then
   nccl_run() {
     local common=(train --model resnet18_cifar --dataset synthetic --image-size 32 --train-size 1024 --test-size 256
                   --epochs 1 --log-every 0)
@@ -197,7 +328,9 @@ else
 fi
 
 # 6. PyTorch on the same GPU, where it is importable with CUDA
-if python3 -c "import torch, torchvision, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+if ! wanted pytorch; then
+  :
+elif python3 -c "import torch, torchvision, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
   phase "duet against PyTorch on this GPU" "$out/pytorch.txt" timeout 600 python3 "$repo/bench/train_throughput.py" --duet "$duet" \
     --device cuda --steps 20 --warmup 5 --json "$out/pytorch.json"
 else
