@@ -219,6 +219,14 @@ void register_all() {
                      [bpr](const Inputs& t) { return batch_norm(t[0], t[1], t[2], Tensor(), Tensor(), bpr); },
                      cost::batch_norm(x, 4, true), cost::batch_norm_backward(x, 4)});
     }
+    // ResNet-50 CIFAR's bottleneck outputs: 256 channels at 32x32 (each tensor twice the L3) and
+    // 2048 channels at 4x4 (few rows, wide ones).
+    for (const Shape& w : {Shape{64, 256, 32, 32}, Shape{64, 2048, 4, 4}}) {
+      const std::string tag = fmt::format("resnet50_{}x{}x{}x{}_nhwc", w[0], w[1], w[2], w[3]);
+      register_spec({"batch_norm", tag, {w, {w[1]}, {w[1]}}, {true},
+                     [bp](const Inputs& t) { return batch_norm(t[0], t[1], t[2], Tensor(), Tensor(), bp); },
+                     cost::batch_norm(w, 4, true), cost::batch_norm_backward(w, 4)});
+    }
     register_spec({"add", "resnet_residual_64x64x32x32_nhwc", {x, x}, {true, true},
                    [](const Inputs& t) { return add(t[0], t[1]); }, {n, 12 * n}, {0, 8 * n}});
     // DenseNet's gradient accumulation: the cat backward hands each earlier feature map a
