@@ -427,9 +427,10 @@ TEST(CpuBackend, Im2colWeightGradientsMatchReference) {
 }
 
 // The automatic policy's im2col weight gradients: bf16 3x3 layers onto maps of 16 pixels or fewer
-// (ResNet's last stage at 32 px), strided or not; not onto larger maps, not in f32 (Winograd's),
-// not with a bias gradient. The im2col result equals oneDNN's kernel's within bf16 rounding.
-TEST(CpuBackend, AutomaticPolicyRunsSmallMapBf16WeightGradientsOnIm2col) {
+// (ResNet's last stage at 32 px), strided or not; f32 ones onto maps of 64 pixels or fewer that
+// Winograd does not take (strided); not onto larger maps, not with a bias gradient. The im2col
+// result equals oneDNN's kernel's within bf16 rounding.
+TEST(CpuBackend, AutomaticPolicyRunsSmallMapWeightGradientsOnIm2col) {
   BackendGuard guard(DeviceType::cpu, Backend::cpu);
   auto run = [](const Shape& xs, const Shape& ws, int64_t stride, DType dt, bool bias) {
     const Tensor x = random_tensor(xs, 1, DType::f32).to(dt).contiguous(MemoryFormat::channels_last);
@@ -455,13 +456,18 @@ TEST(CpuBackend, AutomaticPolicyRunsSmallMapBf16WeightGradientsOnIm2col) {
   const std::string strided = run({8, 32, 8, 8}, {64, 32, 3, 3}, 2, DType::bf16, false).first;
   EXPECT_TRUE(is_matmul(strided)) << strided;
   EXPECT_FALSE(is_matmul(run({8, 64, 8, 8}, {96, 64, 3, 3}, 1, DType::bf16, false).first));
-  EXPECT_FALSE(is_matmul(run({8, 64, 4, 4}, {96, 64, 3, 3}, 1, DType::f32, false).first));
+  EXPECT_FALSE(is_matmul(run({8, 64, 4, 4}, {96, 64, 3, 3}, 1, DType::f32, false).first));  // Winograd's
+  const auto [strided_f32, g_strided_f32] = run({8, 32, 16, 16}, {64, 32, 3, 3}, 2, DType::f32, false);  // onto 8x8
+  EXPECT_TRUE(is_matmul(strided_f32)) << strided_f32;
+  EXPECT_FALSE(is_matmul(run({8, 32, 32, 32}, {64, 32, 3, 3}, 2, DType::f32, false).first));  // onto 16x16
   EXPECT_FALSE(is_matmul(run({8, 64, 4, 4}, {96, 64, 3, 3}, 1, DType::bf16, true).first));
   ScopedPolicy never(cpu::set_im2col_weight_gradient_policy, cpu::KernelPolicy::never);
   const auto [onednn, g_onednn] = run({8, 64, 4, 4}, {96, 64, 3, 3}, 1, DType::bf16, false);
   EXPECT_FALSE(is_matmul(onednn)) << onednn;
   // Sums of 128 bf16 products of values in [-1, 1): each gradient rounded to bf16 once.
   EXPECT_TRUE(all_close(g_small, g_onednn, 0.05, 1e-2));
+  const Tensor g_strided_direct = run({8, 32, 16, 16}, {64, 32, 3, 3}, 2, DType::f32, false).second;
+  EXPECT_TRUE(all_close(g_strided_f32, g_strided_direct, 1e-4, 1e-4));  // sums of 512 f32 products
 }
 
 // The weight gradient of a pointwise convolution over many pixel rows sums them in one chunk per

@@ -84,7 +84,9 @@ bool im2col_weight_gradient_applicable(const Tensor& x, const Tensor& dw, const 
 bool im2col_weight_gradient_wanted(const Tensor& x, const Tensor& dw, const Tensor& dy, const Conv2dParams& p) {
   const KernelPolicy pol = im2col_weight_gradient_policy();
   if (pol == KernelPolicy::never || !im2col_weight_gradient_applicable(x, dw, dy, p)) return false;
-  return pol == KernelPolicy::always || (x.dtype() == DType::bf16 && dy.size(2) * dy.size(3) <= 16);
+  if (pol == KernelPolicy::always) return true;
+  const int64_t pixels = dy.size(2) * dy.size(3);
+  return x.dtype() == DType::bf16 ? pixels <= 16 : pixels <= 64 && !winograd_wanted(x, dw, dy, p);
 }
 }  // namespace cpu
 

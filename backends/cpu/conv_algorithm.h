@@ -68,9 +68,11 @@ bool pointwise_gemm_wanted(ConvPass pass, const Tensor& x, const Tensor& w, cons
 // last, zeros where the window leaves the map), written as the [O, KH, KW, C] weight gradient.
 // On small maps oneDNN 2.6's bf16 weight-gradient kernel (jit_bf16) runs far below the bf16
 // GEMM ceiling: ResNet's 512->512 3x3 layer at 4x4 took 2.7x its forward's time (Zen 5,
-// docs/cpu_backend.md). f32 has Winograd there.
-// automatic: bf16, groups 1, channels-last maps, an output map of at most 16 pixels and no bias
-// gradient (the convolution kernel fuses it).
+// docs/cpu_backend.md). f32 has Winograd there, except on the strided layers that open ResNet's
+// stages, where its direct kernel (jit) took 8.3 ms against 5.7 for 256->512 onto 4x4, and 7.0
+// against 6.0 for 128->256 onto 8x8 (onto 16x16, 7.3 against 7.7: it keeps those).
+// automatic: groups 1, channels-last maps, no bias gradient (the convolution kernel fuses it),
+// and an output map of at most 16 pixels in bf16, or at most 64 in f32 where Winograd is not taken.
 // never: oneDNN's kernel (DUET_IM2COL_WGRAD=0 in the environment sets this).
 // always: wherever it applies, f32 too (tests use it).
 void set_im2col_weight_gradient_policy(KernelPolicy p);
