@@ -122,26 +122,25 @@ write_summary() {
 use_bundle() {
   [ -f "$bundle/MANIFEST" ] && [ -x "$bundle/bin/duet" ] || {
     echo "gpu_check: $bundle is not a bundle made by scripts/gpu_bundle.sh (no MANIFEST or bin/duet)" >&2; return 1; }
-  local cache wheels dirs="" name d
+  local cache wheels dirs="" name d missing
   cache=$( (ldconfig -p || /sbin/ldconfig -p) 2>/dev/null | awk '{print $1}' || true)
+  # findable <library>: in the loader's cache or in a folder of LD_LIBRARY_PATH
+  findable() { grep -qx "$1" <<< "$cache" || (IFS=:; for d in ${LD_LIBRARY_PATH:-}; do [ -e "$d/$1" ] && exit 0; done; exit 1); }
   wheels=$(python3 -c 'import nvidia, os; [print(os.path.join(p, d, "lib")) for p in nvidia.__path__ for d in sorted(os.listdir(p))]' \
            2>/dev/null || true)
   for name in libcudnn.so.9 libcublas.so.13 libcublasLt.so.13 libcudart.so.13; do
-    grep -qx "$name" <<< "$cache" && continue
+    findable "$name" && continue
     for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib $wheels; do
       if [ -e "$d/$name" ]; then [[ "$dirs:" == *":$d:"* ]] || dirs="$dirs:$d"; break; fi
     done
   done
   export LD_LIBRARY_PATH="$bundle/lib$dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}:$bundle/lib/fallback"
-  local missing
   # ldd's "libX => not found" and "...: version `GLIBC_2.34' not found", once each over all binaries
   missing=$(ldd "$bundle"/bin/* 2>&1 | sed -n -e 's/^[[:space:]]*\([^ ]*\) => not found$/\1 => not found/p' \
             -e "s/.*\/\([^/:]*\): version \`\([^']*\)' not found.*/\2 (of \1) => not found/p" | sort -uV)
   # cuBLAS is loaded at the first matrix product (dlopen), so ldd cannot see it missing
-  if ! grep -qx libcublas.so.13 <<< "$cache" && ! (IFS=:; for d in $LD_LIBRARY_PATH; do [ -e "$d/libcublas.so.13" ] && exit 0; done
-                                                   exit 1); then
+  findable libcublas.so.13 ||
     missing="$missing${missing:+$'\n'}libcublas.so.13 => not found (loaded at the first GPU matrix product)"
-  fi
   if [ -n "$missing" ]; then
     echo "gpu_check: the bundle's binaries cannot run on this machine:" >&2
     echo "$missing" | sed 's/^[[:space:]]*/  /' >&2

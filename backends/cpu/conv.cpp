@@ -220,14 +220,14 @@ Reordered reordered(const dnnl::memory::desc& user, const dnnl::memory::desc& pr
   return r;
 }
 dnnl::memory input_mem(const Reordered& r, const Tensor& t, int slot) {
-  dnnl::memory um = mem(r.user, t);
-  if (!r.needed) return um;
+  if (!r.needed) return mem(r.user, t);
   dnnl::memory pm = mem(r.prim, scratch(r.prim.get_size(), slot));
   if (r.to_blocked16) {
     const dnnl::memory::dims d = r.user.dims();
     nhwc_to_blocked16(static_cast<const float*>(t.raw_data()), static_cast<float*>(pm.get_data_handle()), d[0], d[1],
                       d[2] * d[3]);
   } else {
+    dnnl::memory um = mem(r.user, t);
     r.reorder.execute(stream(), um, pm);
   }
   return pm;
