@@ -549,10 +549,12 @@ TEST(CpuBackend, AutomaticPolicyRunsSmallPointwiseConvolutionsAsMatmul) {
   EXPECT_EQ(count(dense), 3u) << dense;
   const std::string resnet = impls({4, 64, 32, 32}, {64, 64, 1, 1}, false);
   EXPECT_EQ(count(resnet), 0u) << resnet;
-  // 32,768 pixel rows: the weight gradient's long sum goes to matmul, the other passes do not.
+  // 32,768 pixel rows: the backward passes go to matmul (the weight gradient's long sum, the data
+  // gradient's product), the forward does not.
   const std::string long_sum = impls({32, 64, 32, 32}, {128, 64, 1, 1}, false);
-  EXPECT_EQ(count(long_sum), 1u) << long_sum;
+  EXPECT_EQ(count(long_sum), 2u) << long_sum;
   EXPECT_NE(long_sum.find("conv2d.backward_weight=matmul/"), std::string::npos) << long_sum;
+  EXPECT_NE(long_sum.find("conv2d.backward_data=matmul/"), std::string::npos) << long_sum;
   const std::string biased = impls({8, 32, 2, 2}, {16, 32, 1, 1}, true);
   EXPECT_EQ(count(biased), 2u) << biased;  // forward and backward data
   ScopedPolicy never(cpu::set_pointwise_gemm_policy, cpu::KernelPolicy::never);
