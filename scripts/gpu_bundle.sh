@@ -63,7 +63,7 @@ else
   grep -q "^DUET_NATIVE:BOOL=ON" "$build/CMakeCache.txt" && isa="native (the CPU that built it)"
   isa=${isa:-x86-64}
 fi
-for f in duet tests/test_cuda_device tests/test_cuda_host tests/test_cuda_allocator tests/test_amp; do
+for f in duet "${suites[@]/#/tests/}"; do
   [ -x "$build/$f" ] || { echo "gpu_bundle: $build/$f was not built" >&2; exit 2; }
 done
 
