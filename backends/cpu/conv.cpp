@@ -125,30 +125,29 @@ dnnl::convolution_forward::primitive_desc forward_pd(const dnnl::memory::desc& x
                                                      const dnnl::memory::desc* bias, const dnnl::memory::desc& y,
                                                      const Conv2dParams& p,
                                                      dnnl::algorithm alg = dnnl::algorithm::convolution_direct,
-                                                     bool relu = false) {
+                                                     bool relu = false, bool jit_for_thin_input = false) {
   const ConvGeometry g = geometry(p);
   const auto d = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, x, w, *bias, y,
                                                         g.strides, g.dilates, g.pad_l, g.pad_r)
                       : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, x, w, y, g.strides,
                                                         g.dilates, g.pad_l, g.pad_r);
-  if (!relu) return dnnl::convolution_forward::primitive_desc(d, engine());
-  // The fused ReLU as a post-op: applied to each output tile while it is still in registers.
-  dnnl::post_ops ops;
-  ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
   dnnl::primitive_attr attr;
-  attr.set_post_ops(ops);
-  return dnnl::convolution_forward::primitive_desc(d, attr, engine());
-}
-
-// oneDNN 2.6 lists brgconv first for NHWC, but with fewer than 16 input channels (an RGB stem) its
-// jit kernel is faster: 0.75 against 0.93 ms for CIFAR's 3->64 stem forward (batch 64, 2 threads).
-// The implementation list is walked on a second descriptor, so the first stays as it was when no
-// jit kernel is offered.
-template <class MakePd>
-auto jit_for_thin_input(int64_t in_channels, MakePd make) {
-  auto pd = make();
-  if (in_channels >= 16 || std::string(pd.impl_info_str()).rfind("brgconv", 0) != 0) return pd;
-  auto alt = make();
+  if (relu) {
+    // The fused ReLU as a post-op: applied to each output tile while it is still in registers.
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(ops);
+  }
+  dnnl::convolution_forward::primitive_desc pd(d, attr, engine());
+  // oneDNN 2.6 lists brgconv first for NHWC, but with fewer than 16 input channels per group (an
+  // RGB stem) its jit kernel is faster: 0.75 against 0.93 ms for CIFAR's 3->64 stem forward (batch
+  // 64, 2 threads). The implementation list is walked on a second descriptor, so the first stays as
+  // it was when no jit kernel is offered. This has to happen here: oneDNN 2.6's iterator keeps a
+  // pointer to `d`, so next_impl() after this function returned would read a dead descriptor.
+  const dnnl::memory::dims wd = w.dims();  // [O, I, KH, KW], or [g, O/g, I/g, KH, KW] when grouped
+  if (!jit_for_thin_input || wd[wd.size() - 3] >= 16 || std::string(pd.impl_info_str()).rfind("brgconv", 0) != 0)
+    return pd;
+  dnnl::convolution_forward::primitive_desc alt(d, attr, engine());
   while (alt.next_impl())
     if (std::string(alt.impl_info_str()).rfind("jit:", 0) == 0) return alt;
   return pd;
@@ -461,10 +460,8 @@ void run_forward(ConvAlgo a, const Tensor& x, const Tensor& w, const Tensor& bia
     ConvFwd r;
     if (bias.defined()) r.bias = bias_md(bias);
     r.pd = with_algorithm(wino, blocked, [&](dnnl::algorithm alg, bool blocked_layout) {
-      return jit_for_thin_input(x.size(1) / p.groups, [&] {
-        return forward_pd(activation_md(x, blocked_layout), weights_any(w.shape(), p.groups, w.dtype()),
-                          bias.defined() ? &r.bias : nullptr, activation_md(y, blocked_layout), p, alg, p.relu);
-      });
+      return forward_pd(activation_md(x, blocked_layout), weights_any(w.shape(), p.groups, w.dtype()),
+                        bias.defined() ? &r.bias : nullptr, activation_md(y, blocked_layout), p, alg, p.relu, true);
     });
     r.prim = dnnl::convolution_forward(r.pd);
     r.x = reordered(md_of(x), r.pd.src_desc(), false);
