@@ -372,29 +372,31 @@ TEST(CpuBackend, OwnDepthwiseKernelsMatchReference) {
   EXPECT_GE(n_bf16, 15);
 }
 
-// Winograd (backends/cpu/conv_algorithm.h) on every dense 3x3 stride-1 case, forced on, within
-// the conformance tolerance; and the automatic policy does pick it for a ResNet-like layer.
-TEST(CpuBackend, WinogradConvolutionMatchesReference) {
-  ScopedPolicy always(cpu::set_winograd_policy, cpu::KernelPolicy::always);
-  int n = 0;
-  for (const Case& c : conv_cases()) {
-    const bool dense3x3 = c.name.find("3x3_same") != std::string::npos || c.name.find("resnet_block") != std::string::npos ||
-                          c.name.find("3x3_4x4_out") != std::string::npos || c.name.find("3x3_32ch") != std::string::npos ||
-                          c.name.find("3x3_on_1x1") != std::string::npos;
-    if (!dense3x3) continue;
-    SCOPED_TRACE(c.name);
-    expect_cpu_matches_reference(c);
-    ++n;
-  }
-  EXPECT_GE(n, 15);
-}
-
 // Every convolution case, and its bf16 twin.
 std::vector<Case> conv_cases_f32_and_bf16() {
   std::vector<Case> cases = conv_cases();
   for (Case& c : opcheck::bf16_cases())
     if (c.name.rfind("conv", 0) == 0) cases.push_back(std::move(c));
   return cases;
+}
+
+// Winograd (backends/cpu/conv_algorithm.h) on every dense 3x3 stride-1 case, forced on, within
+// the conformance tolerance, f32 and bf16 (computed in f32, with and without a bias and a fused
+// ReLU).
+TEST(CpuBackend, WinogradConvolutionMatchesReference) {
+  ScopedPolicy always(cpu::set_winograd_policy, cpu::KernelPolicy::always);
+  int n = 0, n_bf16 = 0;
+  for (const Case& c : conv_cases_f32_and_bf16()) {
+    const bool dense3x3 = c.name.find("3x3_same") != std::string::npos || c.name.find("resnet_block") != std::string::npos ||
+                          c.name.find("3x3_4x4_out") != std::string::npos || c.name.find("3x3_32ch") != std::string::npos ||
+                          c.name.find("3x3_on_1x1") != std::string::npos;
+    if (!dense3x3) continue;
+    SCOPED_TRACE(c.name);
+    expect_cpu_matches_reference(c);
+    ++(c.dtype == DType::bf16 ? n_bf16 : n);
+  }
+  EXPECT_GE(n, 15);
+  EXPECT_GE(n_bf16, 15);
 }
 
 // Pointwise convolutions as matrix products (backends/cpu/conv_algorithm.h), forced on for every
@@ -848,6 +850,38 @@ TEST(CpuBackend, AutomaticPolicyRunsResNetLayersOnWinograd) {
   const std::string direct = impls();
   cpu::set_winograd_policy(cpu::KernelPolicy::automatic);
   EXPECT_EQ(direct.find("wino"), std::string::npos) << direct;
+}
+
+// bf16 layers of 256 channels onto 8x8 maps run on f32 Winograd where bf16 has no AMX
+// (conv_algorithm.h), narrower ones and 4x4 maps on the bf16 kernels; the gradients equal the bf16
+// kernels' within bf16 rounding.
+TEST(CpuBackend, AutomaticPolicyRunsWideBf16LayersOnF32Winograd) {
+  BackendGuard guard(DeviceType::cpu, Backend::cpu);
+  auto run = [](int64_t C, int64_t H) {
+    const Tensor x = random_tensor({2, C, H, H}, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);
+    const Tensor w = random_tensor({C, C, 3, 3}, 2, DType::f32, -0.05, 0.05).set_requires_grad(true);
+    profiler::clear();
+    profiler::enable(true);
+    const Tensor y = conv2d(x.to(DType::bf16), w.to(DType::bf16), Tensor(), Conv2dParams{1, 1, 1, 1});
+    EXPECT_EQ(y.dtype(), DType::bf16);
+    sum(mul(y.to(DType::f32), y.to(DType::f32))).backward();
+    profiler::enable(false);
+    int wino = 0;
+    for (const OpEvent& e : profiler::collect())
+      if (std::string(e.name).rfind("conv2d", 0) == 0) wino += e.impl.find("wino") != std::string::npos;
+    profiler::clear();
+    return std::make_tuple(wino, x.grad(), w.grad());
+  };
+  const auto [wide, dx_wino, dw_wino] = run(256, 8);
+  EXPECT_EQ(wide, cpu::bf16_on_amx() ? 0 : 3);  // forward, backward data, backward weights
+  EXPECT_EQ(std::get<0>(run(128, 8)), 0);
+  EXPECT_EQ(std::get<0>(run(256, 4)), 0);
+  ScopedPolicy never(cpu::set_winograd_policy, cpu::KernelPolicy::never);
+  const auto [none, dx_direct, dw_direct] = run(256, 8);
+  EXPECT_EQ(none, 0);
+  // Both round f32 sums of 2,304 products to bf16 (dx) and f32 gradients of bf16 outputs (dw).
+  EXPECT_TRUE(all_close(dx_wino, dx_direct, 0.05, 2e-2));
+  EXPECT_TRUE(all_close(dw_wino, dw_direct, 0.05, 2e-2));
 }
 
 // The implementation the profile names for the last `op` that `run` dispatched.

@@ -168,7 +168,7 @@ inline dnnl::memory mem(const dnnl::memory::desc& d, void* p) { return dnnl::mem
 // Scratch buffer on the host, 64-byte aligned, reused per thread: the blocked copies of weights
 // and activations and other transient buffers a primitive needs between two reorders. Slots
 // 0-2 belong to convolution (weights, input side, output side), 3-4 to the normalisations and
-// max-pool backward.
+// max-pool backward, 5 to convolution again (a bias converted to the primitive's type).
 constexpr int kScratchSlots = 6;
 void* scratch(size_t bytes, int slot);
 

@@ -8,7 +8,8 @@
 // bf16 weight gradients run as matrix products, and conv_algorithm.h says
 // which algorithm each pass gets (fixed rules, or autotuned). See docs/cpu_backend.md for the
 // measured layout trade-off. bf16 (autocast) runs the same primitives with bf16 memory and f32
-// accumulation; f16 goes to the reference backend (lowp_on_reference in common.h says why).
+// accumulation, except Winograd, which computes in f32 between converting reorders; f16 goes to
+// the reference backend (lowp_on_reference in common.h says why).
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -43,8 +44,16 @@ void set_im2col_weight_gradient_policy(KernelPolicy p) { g_im2col_wgrad.store(p)
 KernelPolicy im2col_weight_gradient_policy() { return g_im2col_wgrad.load(); }
 
 bool winograd_applicable(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
-  return x.dtype() == DType::f32 && p.groups == 1 && w.size(2) == 3 && w.size(3) == 3 && p.stride_h == 1 &&
-         p.stride_w == 1 && p.dilation_h == 1 && p.dilation_w == 1;
+  return (x.dtype() == DType::f32 || x.dtype() == DType::bf16) && p.groups == 1 && w.size(2) == 3 &&
+         w.size(3) == 3 && p.stride_h == 1 && p.stride_w == 1 && p.dilation_h == 1 && p.dilation_w == 1;
+}
+
+bool bf16_on_amx() {
+  // oneDNN's isa values are bit masks; AMX's includes avx512_core_bf16's.
+  static const bool amx = (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) &
+                           static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx)) ==
+                          static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
+  return amx;
 }
 
 bool winograd_wanted(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p) {
@@ -55,6 +64,10 @@ bool winograd_wanted(const Tensor& x, const Tensor& w, const Tensor& y, const Co
   // they cost more than they save (a 3-channel stem ran 4.6 ms forward against 0.9 ms direct;
   // 16->16 at 32x32 1.9 against 0.9 ms; 32->32 at 16x16 0.58 against 0.72 ms).
   if (w.size(0) < 32 || w.size(1) < 32) return false;
+  // bf16 tensors in f32 Winograd (conv_algorithm.h): only on avx512_bf16 without AMX, where both
+  // sides have 256 channels or more and the output map at least 8x8.
+  if (x.dtype() == DType::bf16)
+    return !bf16_on_amx() && w.size(0) >= 256 && w.size(1) >= 256 && y.size(2) >= 8 && y.size(3) >= 8;
   // Below 4x4 outputs the transform tiles are mostly padding: DenseNet's 128->32 at 2x2 ran 0.16 ms
   // forward against 0.06 ms direct.
   return y.size(2) >= 4 && y.size(3) >= 4;
@@ -119,6 +132,14 @@ dnnl::memory::desc weights_any(const Shape& s, int64_t groups, DType t) {
 }
 dnnl::memory::desc bias_md(const Tensor& b) {
   return dnnl::memory::desc({b.size(0)}, dt_of(b.dtype()), dims{b.stride(0)});
+}
+dnnl::memory::desc bias_any(int64_t n, DType t) { return dnnl::memory::desc({n}, dt_of(t), tag::a); }
+
+// The type a primitive computes in: the tensors' own, except Winograd, which oneDNN 2.6 has in
+// f32 only; bf16 tensors are converted by the reorders into and out of its blocked layout, which
+// Winograd pays for anyway (conv_algorithm.h).
+DType compute_dtype(dnnl::algorithm alg, DType t) {
+  return alg == dnnl::algorithm::convolution_winograd ? DType::f32 : t;
 }
 
 dnnl::convolution_forward::primitive_desc forward_pd(const dnnl::memory::desc& x, const dnnl::memory::desc& w,
@@ -250,6 +271,7 @@ void finish_output(const Reordered& r, dnnl::memory& pm, const Tensor& t) {
 // the slot (which a forward's blocked output also passes through) can have changed. And only for
 // the same memory in the same layouts.
 constexpr int kDySlot = 2;
+constexpr int kConvBiasSlot = 5;  // a bias (or its gradient) converted for f32 Winograd
 struct ReorderedDy {
   uint64_t kernel = 0;  // dispatched_kernels() during the data gradient that made it
   const void* data = nullptr;
@@ -274,10 +296,10 @@ bool dy_reordered_by_data_gradient(const Reordered& r, const Tensor& dy) {
 // full speed). Plain NCHW would select the slow im2col+GEMM path, so there the primitive picks its
 // own (blocked nChw16c) layout and the activations are reordered around it: two cheap passes
 // instead of a 2-5x slower convolution.
-dnnl::memory::desc activation_md(const Tensor& t, bool blocked = false) {
+dnnl::memory::desc activation_md(const Tensor& t, bool blocked, DType compute) {
   const bool nhwc = t.size(1) > 1 && t.stride(1) == 1;
-  if (nhwc && !blocked) return md_of(t);
-  return dnnl::memory::desc(to_dims(t.shape()), dt_of(t.dtype()), tag::any);
+  if (nhwc && !blocked && compute == t.dtype()) return md_of(t);
+  return dnnl::memory::desc(to_dims(t.shape()), dt_of(compute), tag::any);
 }
 
 // The one place where the blocked layout beats NHWC here: the forward pass of a dense KxK
@@ -312,8 +334,7 @@ constexpr const char* kOwnDepthwise = "duet:depthwise_nhwc";
 struct ConvFwd {
   dnnl::convolution_forward::primitive_desc pd;
   dnnl::convolution_forward prim;
-  dnnl::memory::desc bias;
-  Reordered x, w, y;
+  Reordered x, w, bias, y;
 };
 struct ConvBwdData {
   dnnl::convolution_backward_data::primitive_desc pd;
@@ -323,8 +344,7 @@ struct ConvBwdData {
 struct ConvBwdWeights {
   dnnl::convolution_backward_weights::primitive_desc pd;
   dnnl::convolution_backward_weights prim;
-  dnnl::memory::desc dbias;
-  Reordered x, dy, dw;
+  Reordered x, dy, dw, dbias;
 };
 
 // Pointwise convolutions as matrix products (conv_algorithm.h): the maps as [P = N*H*W, C] pixel
@@ -458,14 +478,16 @@ void run_forward(ConvAlgo a, const Tensor& x, const Tensor& w, const Tensor& bia
   key.add(int64_t(p.relu)).add(static_cast<int64_t>(a));
   auto e = cached<ConvFwd>(key, [&] {
     ConvFwd r;
-    if (bias.defined()) r.bias = bias_md(bias);
     r.pd = with_algorithm(wino, blocked, [&](dnnl::algorithm alg, bool blocked_layout) {
-      return forward_pd(activation_md(x, blocked_layout), weights_any(w.shape(), p.groups, w.dtype()),
-                        bias.defined() ? &r.bias : nullptr, activation_md(y, blocked_layout), p, alg, p.relu, true);
+      const DType t = compute_dtype(alg, x.dtype());
+      const auto b = t == x.dtype() && bias.defined() ? bias_md(bias) : bias_any(w.size(0), t);
+      return forward_pd(activation_md(x, blocked_layout, t), weights_any(w.shape(), p.groups, t),
+                        bias.defined() ? &b : nullptr, activation_md(y, blocked_layout, t), p, alg, p.relu, true);
     });
     r.prim = dnnl::convolution_forward(r.pd);
     r.x = reordered(md_of(x), r.pd.src_desc(), false);
     r.w = reordered(weights_md(w, p.groups), r.pd.weights_desc(), false);
+    if (bias.defined()) r.bias = reordered(bias_md(bias), r.pd.bias_desc(), false);
     r.y = reordered(md_of(y), r.pd.dst_desc(), true);
     return r;
   });
@@ -475,7 +497,7 @@ void run_forward(ConvAlgo a, const Tensor& x, const Tensor& w, const Tensor& bia
   dnnl::memory ym = output_mem(e->y, y, 2);
   std::unordered_map<int, dnnl::memory> args{
       {DNNL_ARG_SRC, input_mem(e->x, x, 1)}, {DNNL_ARG_WEIGHTS, input_mem(e->w, w, 0)}, {DNNL_ARG_DST, ym}};
-  if (bias.defined()) args.emplace(DNNL_ARG_BIAS, mem(e->bias, bias));
+  if (bias.defined()) args.emplace(DNNL_ARG_BIAS, input_mem(e->bias, bias, kConvBiasSlot));
   e->prim.execute(stream(), args);
   finish_output(e->y, ym, y);
 }
@@ -488,9 +510,10 @@ void run_backward_data(ConvAlgo a, const Tensor& dy, const Tensor& w, const Tens
   auto e = cached<ConvBwdData>(key, [&] {
     ConvBwdData r;
     const ConvGeometry g = geometry(p);
-    const auto wa = weights_any(w.shape(), p.groups, w.dtype());
     r.pd = with_algorithm(wino, false, [&](dnnl::algorithm alg, bool blocked) {
-      const auto dxa = activation_md(dx, blocked), dya = activation_md(dy, blocked);
+      const DType t = compute_dtype(alg, dy.dtype());
+      const auto wa = weights_any(w.shape(), p.groups, t);
+      const auto dxa = activation_md(dx, blocked, t), dya = activation_md(dy, blocked, t);
       const auto hint = forward_pd(dxa, wa, nullptr, dya, p, alg);
       return dnnl::convolution_backward_data::primitive_desc(
           dnnl::convolution_backward_data::desc(alg, dxa, wa, dya, g.strides, g.dilates, g.pad_l, g.pad_r), engine(),
@@ -522,12 +545,13 @@ void run_backward_weight(ConvAlgo a, const Tensor& x, const Tensor& dy, const Te
   auto e = cached<ConvBwdWeights>(key, [&] {
     ConvBwdWeights r;
     const ConvGeometry g = geometry(p);
-    const auto wa = weights_any(dw.shape(), p.groups, dw.dtype());
-    if (dbias.defined()) r.dbias = bias_md(dbias);
     r.pd = with_algorithm(wino, false, [&](dnnl::algorithm alg, bool blocked) {
-      const auto xa = activation_md(x, blocked), dya = activation_md(dy, blocked);
-      const auto hint = forward_pd(xa, wa, dbias.defined() ? &r.dbias : nullptr, dya, p, alg);
-      const auto d = dbias.defined() ? dnnl::convolution_backward_weights::desc(alg, xa, wa, r.dbias, dya, g.strides,
+      const DType t = compute_dtype(alg, x.dtype());
+      const auto wa = weights_any(dw.shape(), p.groups, t);
+      const auto db = t == x.dtype() && dbias.defined() ? bias_md(dbias) : bias_any(dw.size(0), t);
+      const auto xa = activation_md(x, blocked, t), dya = activation_md(dy, blocked, t);
+      const auto hint = forward_pd(xa, wa, dbias.defined() ? &db : nullptr, dya, p, alg);
+      const auto d = dbias.defined() ? dnnl::convolution_backward_weights::desc(alg, xa, wa, db, dya, g.strides,
                                                                                 g.dilates, g.pad_l, g.pad_r)
                                      : dnnl::convolution_backward_weights::desc(alg, xa, wa, dya, g.strides,
                                                                                 g.dilates, g.pad_l, g.pad_r);
@@ -537,6 +561,7 @@ void run_backward_weight(ConvAlgo a, const Tensor& x, const Tensor& dy, const Te
     r.x = reordered(md_of(x), r.pd.src_desc(), false);
     r.dy = reordered(md_of(dy), r.pd.diff_dst_desc(), false);
     r.dw = reordered(weights_md(dw, p.groups), r.pd.diff_weights_desc(), true);
+    if (dbias.defined()) r.dbias = reordered(bias_md(dbias), r.pd.diff_bias_desc(), true);
     return r;
   });
   if (own_depthwise_instead_of(depthwise_applicable(x, dw, dy, p), e->pd))
@@ -549,9 +574,11 @@ void run_backward_weight(ConvAlgo a, const Tensor& x, const Tensor& dy, const Te
       dy_ready ? mem(e->dy.prim, scratch(e->dy.prim.get_size(), kDySlot)) : input_mem(e->dy, dy, kDySlot);
   std::unordered_map<int, dnnl::memory> args{
       {DNNL_ARG_SRC, input_mem(e->x, x, 1)}, {DNNL_ARG_DIFF_DST, dym}, {DNNL_ARG_DIFF_WEIGHTS, dwm}};
-  if (dbias.defined()) args.emplace(DNNL_ARG_DIFF_BIAS, mem(e->dbias, dbias));
+  dnnl::memory dbm = dbias.defined() ? output_mem(e->dbias, dbias, kConvBiasSlot) : dnnl::memory();
+  if (dbias.defined()) args.emplace(DNNL_ARG_DIFF_BIAS, dbm);
   e->prim.execute(stream(), args);
   finish_output(e->dw, dwm, dw);
+  if (dbias.defined()) finish_output(e->dbias, dbm, dbias);
 }
 
 // ---- which algorithm ------------------------------------------------------------------------------

@@ -7,6 +7,17 @@
 // f64 reference: relative RMS error 8.0e-7 against 4.2e-7, largest error 5.6e-5 against 2.8e-5
 // on outputs up to 38), far inside training noise and the conformance tolerance. cuDNN makes the same
 // trade by default; PyTorch's CPU path does not use Winograd.
+//
+// oneDNN 2.6 has Winograd in f32 only. On a CPU whose bf16 runs on avx512_bf16 (not on AMX
+// tiles), its f32 Winograd still beats the bf16 direct kernels on wide layers: ResNet's 256->256
+// at 8x8 (batch 64, Zen 5, 2 threads) ran 3.6 / 3.7 / 4.9 ms forward / data / weight gradient
+// against 4.5 / 4.9 / 6.0 in bf16; 512->512 at 8x8 13.7 / 14.1 / 18.1 against 17.0 / 21.2 / 24.7.
+// Below 256 channels or onto 4x4 maps the bf16 kernels win the forward and the data gradient
+// (128->128 at 8x8: 1.4 / 1.6 / 1.2 against 1.1 / 1.2 / 1.5; 512->512 at 4x4: 6.8 / 6.9 / 5.9
+// against 4.2 / 4.7 / 6.1 in duet's profile; bench/onednn_conv_algos.cpp for the rest). So bf16
+// tensors of such layers go through Winograd in f32: the reorders into and out of its blocked
+// layout, which it needs anyway, convert them, and the result is rounded to bf16 once, as the
+// bf16 kernels round their f32 sums. With AMX, bf16 has several times f32's peak: never there.
 #pragma once
 #include "backends/cpu/kernel_policy.h"
 #include "engine/op_params.h"
@@ -16,7 +27,8 @@ namespace duet::cpu {
 
 // automatic: Winograd for dense 3x3 stride-1 convolutions with at least 32 input and 32 output
 // channels and an output map of at least 4x4, where oneDNN has a kernel for the channel counts
-// (it says so by creating the primitive; else direct).
+// (it says so by creating the primitive; else direct); in bf16 only without AMX, from 256
+// channels on both sides and onto maps of at least 8x8.
 // never: always direct (DUET_WINOGRAD=0 in the environment sets this at start-up).
 // always: Winograd wherever oneDNN has it, small maps included (tests use it).
 void set_winograd_policy(KernelPolicy p);
@@ -28,10 +40,13 @@ KernelPolicy winograd_policy();
 enum class ConvAlgo : uint8_t { direct, direct_blocked, winograd, matmul };
 enum class ConvPass : uint8_t { forward, backward_data, backward_weight };
 
-// Whether oneDNN's Winograd can compute this convolution (f32, dense 3x3, stride and dilation 1),
-// and whether the policy asks for it.
+// Whether oneDNN's Winograd can compute this convolution (f32 or bf16 tensors, dense 3x3, stride
+// and dilation 1), and whether the policy asks for it.
 bool winograd_applicable(const Tensor& x, const Tensor& w, const Conv2dParams& p);
 bool winograd_wanted(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p);
+// Whether oneDNN runs bf16 on this CPU's AMX tiles (its effective ISA, which ONEDNN_MAX_CPU_ISA
+// can lower).
+bool bf16_on_amx();
 
 // A pointwise convolution (1x1 kernel, stride 1, no padding, one group) of channels-last maps is
 // one matrix product: the [N*H*W, C] pixel rows times the transposed [O, C] weights; its backward
