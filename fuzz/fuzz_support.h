@@ -12,12 +12,14 @@
 namespace duet::fuzz {
 
 // A file holding the input, rewritten for each one (one per process: libFuzzer's -jobs and
-// -workers run separate processes).
+// -workers run separate processes), removed when the process exits normally.
 inline const std::string& input_file(const uint8_t* data, size_t size, const char* suffix) {
   static const std::string path = [&] {
     const char* dir = std::getenv("TMPDIR");
     return std::string(dir ? dir : "/tmp") + "/duet_fuzz_" + std::to_string(::getpid()) + suffix;
   }();
+  static const int removed_at_exit = std::atexit([] { std::remove(path.c_str()); });
+  (void)removed_at_exit;
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) std::abort();
   if (size > 0 && std::fwrite(data, 1, size, f) != size) std::abort();

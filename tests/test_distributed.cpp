@@ -70,10 +70,22 @@ Proc sh(const std::string& cmd, int timeout_s = 120) {
 
 std::string mpi(int np, const std::string& args) { return fmt::format("{} --oversubscribe -np {} {}", kMpirun, np, args); }
 
+// The folders temp_dir made, removed with their checkpoints and profiles when the test program
+// exits (ctest runs each test in a process of its own), so that runs do not pile up in /tmp.
+struct MadeDirs {
+  std::vector<fs::path> paths;
+  ~MadeDirs() {
+    std::error_code ec;
+    for (const fs::path& p : paths) fs::remove_all(p, ec);
+  }
+};
+
 std::string temp_dir(const std::string& name) {
+  static MadeDirs made;
   const fs::path d = fs::path(::testing::TempDir()) / fmt::format("duet_dist_{}_{}", name, ::getpid());
   fs::remove_all(d);
   fs::create_directories(d);
+  made.paths.push_back(d);
   return d.string();
 }
 
