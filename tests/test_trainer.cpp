@@ -522,8 +522,9 @@ TEST_P(KillMidWrite, LeavesAWholeCheckpoint) {
       // Only plain file writes here: the forked child must not start OpenMP teams.
       for (;;) save_checkpoint(path, *big, nullptr, new_state);
     }
-    // Wait until a write is under way (up to 10 s: a loaded machine may start the child late; fixed
-    // sleeps missed every write there), then let it run on for a different time in each attempt.
+    // Wait until a write is under way (up to 10 s: a loaded machine may start the child late, and
+    // fixed sleeps of 20-80 ms failed once in a ctest -j2 run), then let it write on for a different
+    // time in each attempt.
     const auto writing = [&] { return anonymous ? writes_nameless_file(child, dir) : temporaries_in(dir) > 0; };
     for (int waited_ms = 0; waited_ms < 10000 && !writing(); ++waited_ms) ::usleep(1000);
     ::usleep(static_cast<useconds_t>(5000 * attempt));
