@@ -528,13 +528,13 @@ TEST(CpuBackend, PointwiseWeightGradientSummedInChunksMatchesReference) {
 // of ResNet-50's 32x32 layer at batch 32; not a 1x1 with a bias gradient's weight pass.
 TEST(CpuBackend, AutomaticPolicyRunsSmallPointwiseConvolutionsAsMatmul) {
   BackendGuard guard(DeviceType::cpu, Backend::cpu);
-  auto impls = [](const Shape& xs, const Shape& ws, bool bias) {
+  auto impls = [](const Shape& xs, const Shape& ws, bool bias, DType dt = DType::f32) {
     const Tensor x = random_tensor(xs, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);
     const Tensor w = random_tensor(ws, 2, DType::f32).set_requires_grad(true);
     const Tensor b = bias ? random_tensor({ws[0]}, 3, DType::f32).set_requires_grad(true) : Tensor();
     profiler::clear();
     profiler::enable(true);
-    sum(conv2d(x, w, b, Conv2dParams{})).backward();  // stride 1, no padding
+    sum(conv2d(x.to(dt), w.to(dt), bias ? b.to(dt) : b, Conv2dParams{}).to(DType::f32)).backward();  // stride 1, no padding
     profiler::enable(false);
     std::string all;
     for (const OpEvent& e : profiler::collect())
@@ -559,6 +559,12 @@ TEST(CpuBackend, AutomaticPolicyRunsSmallPointwiseConvolutionsAsMatmul) {
   EXPECT_NE(long_sum.find("conv2d.backward_data=matmul/"), std::string::npos) << long_sum;
   const std::string biased = impls({8, 32, 2, 2}, {16, 32, 1, 1}, true);
   EXPECT_EQ(count(biased), 2u) << biased;  // forward and backward data
+  // bf16 weight gradients from 4,096 rows (the 1x1 bf16 kernel sums them slower); not in f32, and
+  // the other passes not.
+  const std::string bf16 = impls({4, 64, 32, 32}, {64, 64, 1, 1}, false, DType::bf16);
+  EXPECT_EQ(count(bf16), 1u) << bf16;
+  EXPECT_NE(bf16.find("conv2d.backward_weight=matmul/"), std::string::npos) << bf16;
+  EXPECT_EQ(count(impls({2, 64, 32, 32}, {64, 64, 1, 1}, false, DType::bf16)), 0u);  // 2,048 rows
   ScopedPolicy never(cpu::set_pointwise_gemm_policy, cpu::KernelPolicy::never);
   const std::string off = impls({64, 512, 2, 2}, {128, 512, 1, 1}, false);
   EXPECT_EQ(count(off), 0u) << off;

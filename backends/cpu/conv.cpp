@@ -86,7 +86,9 @@ bool pointwise_gemm_wanted(ConvPass pass, const Tensor& x, const Tensor& w, cons
   const KernelPolicy pol = pointwise_gemm_policy();
   if (pol == KernelPolicy::never || !pointwise_gemm_applicable(x, w, y, p)) return false;
   const int64_t rows = x.size(0) * x.size(2) * x.size(3);
-  return pol == KernelPolicy::always || rows <= 1024 || (pass != ConvPass::forward && rows >= 32768);
+  const bool bf16_weight_gradient = pass == ConvPass::backward_weight && x.dtype() == DType::bf16;
+  return pol == KernelPolicy::always || rows <= 1024 || (pass != ConvPass::forward && rows >= 32768) ||
+         (bf16_weight_gradient && rows >= 4096);
 }
 
 bool im2col_weight_gradient_applicable(const Tensor& x, const Tensor& dw, const Tensor& dy, const Conv2dParams& p) {

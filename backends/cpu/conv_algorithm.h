@@ -65,11 +65,15 @@ bool bf16_on_amx();
 // convolution kernels were as fast or up to 20% faster (Zen 5, docs/cpu_backend.md). The data
 // gradient of the same layer (dy's 256 channels onto x's 64) ran on matmul 28 -> 23 ms per step,
 // and no data gradient of 32,768 rows or more was slower there; below, matmul gained nothing.
+// In bf16 the 1x1 weight-gradient kernel (jit_bf16_1x1) is weaker: 645-711 GFLOP/s on
+// ResNet-50's layers at 8x8 and 16x16 (4,096 and 16,384 rows) against 711-861 on matmul, which
+// was faster for five of its six shapes and as fast for the sixth (Zen 5); the bf16
+// resnet50_cifar step ran 0.991x (six alternating pairs), MobileNetV2's 0.982x (four).
 //
 // automatic: as matmul when the maps are channels-last, the weights dense and N*H*W is at most
-// 1,024 rows, and the backward passes also from 32,768 rows up; the weight gradient only without
-// a bias (its gradient would be a second pass, so the convolution kernel, which fuses it, keeps
-// those).
+// 1,024 rows, and the backward passes also from 32,768 rows up, bf16 weight gradients from 4,096;
+// the weight gradient only without a bias (its gradient would be a second pass, so the
+// convolution kernel, which fuses it, keeps those).
 // never: always oneDNN's convolution (DUET_POINTWISE_GEMM=0 in the environment sets this).
 // always: as matmul wherever the shape and layouts allow, any size (tests use it).
 void set_pointwise_gemm_policy(KernelPolicy p);
