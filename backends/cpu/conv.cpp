@@ -86,7 +86,9 @@ bool pointwise_gemm_wanted(ConvPass pass, const Tensor& x, const Tensor& w, cons
   const KernelPolicy pol = pointwise_gemm_policy();
   if (pol == KernelPolicy::never || !pointwise_gemm_applicable(x, w, y, p)) return false;
   const int64_t rows = x.size(0) * x.size(2) * x.size(3);
-  const bool bf16_weight_gradient = pass == ConvPass::backward_weight && x.dtype() == DType::bf16;
+  // The bf16 rule was measured on avx512_bf16 only (conv_algorithm.h); AMX has other kernels.
+  const bool bf16_weight_gradient =
+      pass == ConvPass::backward_weight && x.dtype() == DType::bf16 && !bf16_on_amx();
   return pol == KernelPolicy::always || rows <= 1024 || (pass != ConvPass::forward && rows >= 32768) ||
          (bf16_weight_gradient && rows >= 4096);
 }
