@@ -563,7 +563,9 @@ TEST(CpuBackend, AutomaticPolicyRunsSmallPointwiseConvolutionsAsMatmul) {
   // slower); not in f32, and the other passes not.
   const std::string bf16 = impls({4, 64, 32, 32}, {64, 64, 1, 1}, false, DType::bf16);
   EXPECT_EQ(count(bf16), cpu::bf16_on_amx() ? 0u : 1u) << bf16;
-  if (!cpu::bf16_on_amx()) EXPECT_NE(bf16.find("conv2d.backward_weight=matmul/"), std::string::npos) << bf16;
+  if (!cpu::bf16_on_amx()) {
+    EXPECT_NE(bf16.find("conv2d.backward_weight=matmul/"), std::string::npos) << bf16;
+  }
   EXPECT_EQ(count(impls({2, 64, 32, 32}, {64, 64, 1, 1}, false, DType::bf16)), 0u);  // 2,048 rows
   ScopedPolicy never(cpu::set_pointwise_gemm_policy, cpu::KernelPolicy::never);
   const std::string off = impls({64, 512, 2, 2}, {128, 512, 1, 1}, false);
