@@ -49,10 +49,7 @@ bool winograd_applicable(const Tensor& x, const Tensor& w, const Conv2dParams& p
 }
 
 bool bf16_on_amx() {
-  // oneDNN's isa values are bit masks; AMX's includes avx512_core_bf16's.
-  static const bool amx = (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) &
-                           static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx)) ==
-                          static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
+  static const bool amx = onednn_isa_at_least(dnnl::cpu_isa::avx512_core_amx);
   return amx;
 }
 
@@ -137,7 +134,11 @@ dnnl::memory::desc weights_any(const Shape& s, int64_t groups, DType t) {
 dnnl::memory::desc bias_md(const Tensor& b) {
   return dnnl::memory::desc({b.size(0)}, dt_of(b.dtype()), dims{b.stride(0)});
 }
-dnnl::memory::desc bias_any(int64_t n, DType t) { return dnnl::memory::desc({n}, dt_of(t), tag::a); }
+// The bias (or its gradient) as a primitive computing in `compute` is built with: the user's own,
+// or a dense one in f32 where Winograd computes bf16 tensors in f32 (a reorder converts it).
+dnnl::memory::desc bias_md(const Tensor& b, DType compute, DType tensors) {
+  return compute == tensors ? bias_md(b) : dnnl::memory::desc({b.size(0)}, dt_of(compute), tag::a);
+}
 
 // The type a primitive computes in: the tensors' own, except Winograd, which oneDNN 2.6 has in
 // f32 only; bf16 tensors are converted by the reorders into and out of its blocked layout, which
@@ -484,7 +485,7 @@ void run_forward(ConvAlgo a, const Tensor& x, const Tensor& w, const Tensor& bia
     ConvFwd r;
     r.pd = with_algorithm(wino, blocked, [&](dnnl::algorithm alg, bool blocked_layout) {
       const DType t = compute_dtype(alg, x.dtype());
-      const auto b = t == x.dtype() && bias.defined() ? bias_md(bias) : bias_any(w.size(0), t);
+      const auto b = bias.defined() ? bias_md(bias, t, x.dtype()) : dnnl::memory::desc();
       return forward_pd(activation_md(x, blocked_layout, t), weights_any(w.shape(), p.groups, t),
                         bias.defined() ? &b : nullptr, activation_md(y, blocked_layout, t), p, alg, p.relu, true);
     });
@@ -552,7 +553,7 @@ void run_backward_weight(ConvAlgo a, const Tensor& x, const Tensor& dy, const Te
     r.pd = with_algorithm(wino, false, [&](dnnl::algorithm alg, bool blocked) {
       const DType t = compute_dtype(alg, x.dtype());
       const auto wa = weights_any(dw.shape(), p.groups, t);
-      const auto db = t == x.dtype() && dbias.defined() ? bias_md(dbias) : bias_any(dw.size(0), t);
+      const auto db = dbias.defined() ? bias_md(dbias, t, x.dtype()) : dnnl::memory::desc();
       const auto xa = activation_md(x, blocked, t), dya = activation_md(dy, blocked, t);
       const auto hint = forward_pd(xa, wa, dbias.defined() ? &db : nullptr, dya, p, alg);
       const auto d = dbias.defined() ? dnnl::convolution_backward_weights::desc(alg, xa, wa, db, dya, g.strides,

@@ -49,10 +49,8 @@ BackendImpl& reference_fallback(const std::string& why) {
 BackendImpl* lowp_fallback(const char* op, const Tensor& t) {
   if (t.dtype() == DType::f16) return &reference_fallback("f16 has no oneDNN 2.6 CPU kernel");
   if (t.dtype() == DType::bf16) {
-    // oneDNN's bf16 kernels need AVX-512 (avx512_core); its isa values are bit masks.
-    static const bool avx512 = (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) &
-                                static_cast<unsigned>(dnnl::cpu_isa::avx512_core)) ==
-                               static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+    // oneDNN's bf16 kernels need AVX-512 (avx512_core).
+    static const bool avx512 = onednn_isa_at_least(dnnl::cpu_isa::avx512_core);
     return avx512 ? nullptr : &reference_fallback("bf16 needs AVX-512 in oneDNN, this CPU has none");
   }
   require_f32(op, t);
