@@ -1,5 +1,5 @@
 // A bare oneDNN program (no duet code): times one convolution's forward, backward-data and
-// backward-weights passes for each layout and algorithm oneDNN 2.6 offers on this machine, so the
+// backward-weights passes for each layout and algorithm oneDNN offers on this machine, so the
 // choices backends/cpu/conv.cpp makes can be re-measured on another one:
 //   nhwc direct       channels-last memory used in place (duet's default)
 //   blocked direct    oneDNN picks its layout (nChw16c) and kernel
@@ -10,6 +10,9 @@
 // inputs, x and dy, to the blocked layout.
 //
 //   OMP_NUM_THREADS=2 build/bench/duet_onednn_conv_algos 64 64 32 64 3 1 [bf16]  # N C H(=W) O K stride
+//
+// The source builds against oneDNN 2.x (Debian's 2.6, what duet links) and 3.x (PyPI's
+// onednn-cpu-gomp), so bench/onednn_versions.py can time the same passes on both libraries.
 #include <dnnl.hpp>
 #include <algorithm>
 #include <chrono>
@@ -33,6 +36,43 @@ double median_ms(F&& f) {
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
 }
+
+// oneDNN 3 builds primitive descriptors directly from their arguments; 2.x from an operation
+// descriptor. Both throw dnnl::error where no implementation fits.
+using Fwd = dnnl::convolution_forward::primitive_desc;
+using BwdData = dnnl::convolution_backward_data::primitive_desc;
+using BwdWeights = dnnl::convolution_backward_weights::primitive_desc;
+#if DNNL_VERSION_MAJOR >= 3
+Fwd forward_pd(const dnnl::engine& e, dnnl::algorithm a, const memory::desc& x, const memory::desc& w,
+               const memory::desc& y, const memory::dims& s, const memory::dims& p) {
+  return Fwd(e, dnnl::prop_kind::forward_training, a, x, w, y, s, p, p);
+}
+BwdData backward_data_pd(const dnnl::engine& e, dnnl::algorithm a, const memory::desc& x, const memory::desc& w,
+                         const memory::desc& y, const memory::dims& s, const memory::dims& p, const Fwd& hint) {
+  return BwdData(e, a, x, w, y, s, p, p, hint);
+}
+BwdWeights backward_weights_pd(const dnnl::engine& e, dnnl::algorithm a, const memory::desc& x,
+                               const memory::desc& w, const memory::desc& y, const memory::dims& s,
+                               const memory::dims& p, const Fwd& hint) {
+  return BwdWeights(e, a, x, w, y, s, p, p, hint);
+}
+memory::dims dims_of(const memory::desc& m) { return m.get_dims(); }
+#else
+Fwd forward_pd(const dnnl::engine& e, dnnl::algorithm a, const memory::desc& x, const memory::desc& w,
+               const memory::desc& y, const memory::dims& s, const memory::dims& p) {
+  return Fwd(dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, a, x, w, y, s, p, p), e);
+}
+BwdData backward_data_pd(const dnnl::engine& e, dnnl::algorithm a, const memory::desc& x, const memory::desc& w,
+                         const memory::desc& y, const memory::dims& s, const memory::dims& p, const Fwd& hint) {
+  return BwdData(dnnl::convolution_backward_data::desc(a, x, w, y, s, p, p), e, hint);
+}
+BwdWeights backward_weights_pd(const dnnl::engine& e, dnnl::algorithm a, const memory::desc& x,
+                               const memory::desc& w, const memory::desc& y, const memory::dims& s,
+                               const memory::dims& p, const Fwd& hint) {
+  return BwdWeights(dnnl::convolution_backward_weights::desc(a, x, w, y, s, p, p), e, hint);
+}
+memory::dims dims_of(const memory::desc& m) { return m.dims(); }
+#endif
 
 struct Variant {
   const char* name;
@@ -58,26 +98,25 @@ int main(int argc, char** argv) {
   const Variant variants[] = {{"nhwc direct", memory::format_tag::nhwc, dnnl::algorithm::convolution_direct},
                               {"blocked direct", memory::format_tag::any, dnnl::algorithm::convolution_direct},
                               {"blocked winograd", memory::format_tag::any, dnnl::algorithm::convolution_winograd}};
-  std::printf("N=%ld C=%ld H=W=%ld O=%ld K=%ld stride=%ld %s, %s\n", long(N), long(C), long(H), long(O), long(K),
-              long(S), T == memory::data_type::bf16 ? "bf16" : "f32", "ms (GFLOP/s) per pass");
+  const dnnl_version_t* ver = dnnl::version();
+  std::printf("N=%ld C=%ld H=W=%ld O=%ld K=%ld stride=%ld %s, %s, oneDNN %d.%d.%d\n", long(N), long(C), long(H),
+              long(O), long(K), long(S), T == memory::data_type::bf16 ? "bf16" : "f32", "ms (GFLOP/s) per pass",
+              ver->major, ver->minor, ver->patch);
   for (const Variant& v : variants) {
     try {
       const memory::desc x(xs, T, v.act), y(ys, T, v.act);
       const memory::desc w(ws, T, memory::format_tag::any);
-      const dnnl::convolution_forward::primitive_desc fwd(
-          dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, v.alg, x, w, y, strides, pad, pad), eng);
-      const dnnl::convolution_backward_data::primitive_desc bwd_d(
-          dnnl::convolution_backward_data::desc(v.alg, x, w, y, strides, pad, pad), eng, fwd);
-      const dnnl::convolution_backward_weights::primitive_desc bwd_w(
-          dnnl::convolution_backward_weights::desc(v.alg, x, w, y, strides, pad, pad), eng, fwd);
+      const Fwd fwd = forward_pd(eng, v.alg, x, w, y, strides, pad);
+      const BwdData bwd_d = backward_data_pd(eng, v.alg, x, w, y, strides, pad, fwd);
+      const BwdWeights bwd_w = backward_weights_pd(eng, v.alg, x, w, y, strides, pad, fwd);
       memory src(fwd.src_desc(), eng), wei(fwd.weights_desc(), eng), dst(fwd.dst_desc(), eng);
       memory dsrc(bwd_d.diff_src_desc(), eng), wei_d(bwd_d.weights_desc(), eng), ddst(bwd_d.diff_dst_desc(), eng);
       memory src_w(bwd_w.src_desc(), eng), dwei(bwd_w.diff_weights_desc(), eng), ddst_w(bwd_w.diff_dst_desc(), eng);
       // Filled through f32 buffers and reorders, so bf16 gets the same values rounded.
       auto fill = [&](memory& m) {
-        const memory::desc f32_md(m.get_desc().dims(), memory::data_type::f32, m.get_desc().dims().size() == 4
-                                                                                  ? memory::format_tag::abcd
-                                                                                  : memory::format_tag::abcde);
+        const memory::dims d = dims_of(m.get_desc());
+        const memory::desc f32_md(d, memory::data_type::f32,
+                                  d.size() == 4 ? memory::format_tag::abcd : memory::format_tag::abcde);
         memory tmp(f32_md, eng);
         float* p = static_cast<float*>(tmp.get_data_handle());
         for (size_t i = 0; i < f32_md.get_size() / sizeof(float); ++i) p[i] = 0.01f * float(i % 97) - 0.4f;
