@@ -27,6 +27,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from train_throughput import machine  # noqa: E402  (the machine record every bench result carries)
+
 # resnet18_cifar's convolutions: N C H O K stride, and how many the model has.
 RESNET18_CIFAR = [
     ("3 32 64 3 1", 1),  # stem: C=3, 32x32, O=64, 3x3
@@ -109,22 +112,6 @@ def medians(runs):
 def best(variants, p):
     """The fastest variant for pass p: (ms, variant, impl)."""
     return min((t[p][0], v, t[p][1]) for v, t in variants.items())
-
-
-def machine():
-    """The CPU as /proc/cpuinfo names it, with the ISA extensions the kernels depend on."""
-    info = {}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                k, _, v = line.partition(":")
-                info.setdefault(k.strip(), v.strip())
-    except OSError:
-        return {}
-    flags = info.get("flags", "").split()
-    return {"cpu": info.get("model name", "?"), "family": info.get("cpu family", "?"), "model": info.get("model", "?"),
-            "isa": [f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile") if f in flags],
-            "logical_cpus": os.cpu_count()}
 
 
 def main():

@@ -125,7 +125,6 @@ using dims = dnnl::memory::dims;
 
 inline dims to_dims(const Shape& s) { return dims(s.begin(), s.end()); }
 
-// oneDNN's name for an f32, bf16 or f16 element type.
 // Whether oneDNN runs this CPU at `isa` or above (its effective ISA, which ONEDNN_MAX_CPU_ISA can
 // lower). oneDNN's isa values are bit masks, each including the ones below it.
 inline bool onednn_isa_at_least(dnnl::cpu_isa isa) {
@@ -133,6 +132,7 @@ inline bool onednn_isa_at_least(dnnl::cpu_isa isa) {
   return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & want) == want;
 }
 
+// oneDNN's name for an f32, bf16 or f16 element type.
 inline dt dt_of(DType t) {
   switch (t) {
     case DType::f32: return dt::f32;

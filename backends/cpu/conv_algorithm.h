@@ -71,10 +71,9 @@ bool bf16_on_amx();
 // resnet50_cifar step ran 0.991x (six alternating pairs), MobileNetV2's 0.982x (four).
 //
 // automatic: as matmul when the maps are channels-last, the weights dense and N*H*W is at most
-// 1,024 rows, and the backward passes also from 32,768 rows up, bf16 weight gradients from 4,096
-// where bf16 has no AMX;
-// the weight gradient only without a bias (its gradient would be a second pass, so the
-// convolution kernel, which fuses it, keeps those).
+// 1,024 rows, the backward passes also from 32,768 rows up, and bf16 weight gradients from 4,096
+// rows where bf16 has no AMX; the weight gradient only without a bias (its gradient would be a
+// second pass, so the convolution kernel, which fuses it, keeps those).
 // never: always oneDNN's convolution (DUET_POINTWISE_GEMM=0 in the environment sets this).
 // always: as matmul wherever the shape and layouts allow, any size (tests use it).
 void set_pointwise_gemm_policy(KernelPolicy p);
