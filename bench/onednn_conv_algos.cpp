@@ -42,37 +42,38 @@ double median_ms(F&& f) {
 using Fwd = dnnl::convolution_forward::primitive_desc;
 using BwdData = dnnl::convolution_backward_data::primitive_desc;
 using BwdWeights = dnnl::convolution_backward_weights::primitive_desc;
+Fwd forward_pd(const dnnl::engine& e, dnnl::algorithm a, const memory::desc& x, const memory::desc& w,
+               const memory::desc& y, const memory::dims& s, const memory::dims& p) {
 #if DNNL_VERSION_MAJOR >= 3
-Fwd forward_pd(const dnnl::engine& e, dnnl::algorithm a, const memory::desc& x, const memory::desc& w,
-               const memory::desc& y, const memory::dims& s, const memory::dims& p) {
   return Fwd(e, dnnl::prop_kind::forward_training, a, x, w, y, s, p, p);
-}
-BwdData backward_data_pd(const dnnl::engine& e, dnnl::algorithm a, const memory::desc& x, const memory::desc& w,
-                         const memory::desc& y, const memory::dims& s, const memory::dims& p, const Fwd& hint) {
-  return BwdData(e, a, x, w, y, s, p, p, hint);
-}
-BwdWeights backward_weights_pd(const dnnl::engine& e, dnnl::algorithm a, const memory::desc& x,
-                               const memory::desc& w, const memory::desc& y, const memory::dims& s,
-                               const memory::dims& p, const Fwd& hint) {
-  return BwdWeights(e, a, x, w, y, s, p, p, hint);
-}
-memory::dims dims_of(const memory::desc& m) { return m.get_dims(); }
 #else
-Fwd forward_pd(const dnnl::engine& e, dnnl::algorithm a, const memory::desc& x, const memory::desc& w,
-               const memory::desc& y, const memory::dims& s, const memory::dims& p) {
   return Fwd(dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, a, x, w, y, s, p, p), e);
+#endif
 }
 BwdData backward_data_pd(const dnnl::engine& e, dnnl::algorithm a, const memory::desc& x, const memory::desc& w,
                          const memory::desc& y, const memory::dims& s, const memory::dims& p, const Fwd& hint) {
+#if DNNL_VERSION_MAJOR >= 3
+  return BwdData(e, a, x, w, y, s, p, p, hint);
+#else
   return BwdData(dnnl::convolution_backward_data::desc(a, x, w, y, s, p, p), e, hint);
+#endif
 }
 BwdWeights backward_weights_pd(const dnnl::engine& e, dnnl::algorithm a, const memory::desc& x,
                                const memory::desc& w, const memory::desc& y, const memory::dims& s,
                                const memory::dims& p, const Fwd& hint) {
+#if DNNL_VERSION_MAJOR >= 3
+  return BwdWeights(e, a, x, w, y, s, p, p, hint);
+#else
   return BwdWeights(dnnl::convolution_backward_weights::desc(a, x, w, y, s, p, p), e, hint);
-}
-memory::dims dims_of(const memory::desc& m) { return m.dims(); }
 #endif
+}
+memory::dims dims_of(const memory::desc& m) {
+#if DNNL_VERSION_MAJOR >= 3
+  return m.get_dims();
+#else
+  return m.dims();
+#endif
+}
 
 struct Variant {
   const char* name;

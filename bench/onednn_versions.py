@@ -132,7 +132,10 @@ def main():
         fail("--rounds must be at least 1")
     layers = RESNET18_CIFAR
     if a.shapes:
-        layers = [(s.split(":")[0].strip(), int(s.split(":")[1])) for s in a.shapes.split(";") if s.strip()]
+        try:
+            layers = [(s.split(":")[0].strip(), int(s.split(":")[1])) for s in a.shapes.split(";") if s.strip()]
+        except (IndexError, ValueError):
+            fail(f"--shapes takes 'C H O K stride:count;...', got {a.shapes!r}")
     dtypes = [d for d in a.dtypes.split(",") if d]
     if any(d not in ("f32", "bf16") for d in dtypes):
         fail(f"--dtypes takes f32 and bf16, got {a.dtypes}")
