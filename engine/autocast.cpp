@@ -3,6 +3,7 @@
 #include "engine/backend.h"
 #include "engine/error.h"
 #include "engine/half.h"
+#include "engine/ops/dispatch.h"
 #include "engine/tensor.h"
 
 namespace duet {
@@ -35,7 +36,7 @@ Tensor autocast_input(const Tensor& t, DType low) {
 }
 
 Tensor autocast_output(const Tensor& y) {
-  return backend(y.backend()).keeps_low_precision_activations(y.dtype()) ? y : y.to(DType::f32);
+  return detail::routing(backend(y.backend())).keeps_low_precision_activations(y.dtype()) ? y : y.to(DType::f32);
 }
 
 }  // namespace detail

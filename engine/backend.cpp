@@ -72,6 +72,8 @@ int device_count(DeviceType t) {
   return cuda_device_entry().count ? cuda_device_entry().count() : 0;
 }
 
+DTypeSupport BackendImpl::support(OpId, DType) const { return {}; }
+
 void BackendImpl::not_implemented(OpId op) const {
   throw Error(fmt::format("{} is not implemented on backend '{}' (available backends: {})", op_name(op), name(),
                           available_backends_str()));

@@ -19,14 +19,26 @@ enum class OpId : uint16_t {
 constexpr int kNumOps = static_cast<int>(OpId::count);
 const char* op_name(OpId op);
 
+// How a backend meets an op in a dtype: it computes it, a host backend hands it to the reference
+// loops, or it refuses (a device backend whose tensors the loops cannot reach). Declared by each
+// backend in one place (BackendImpl::support), read by the dispatch (engine/ops/dispatch.h), which
+// falls back or raises the error before any work, and by the op table (opcheck/), which skips a case
+// a backend refuses instead of reporting its error.
+enum class Coverage : uint8_t { native, reference_loops, refused };
+struct DTypeSupport {
+  Coverage coverage = Coverage::native;
+  std::string why;  // for reference_loops and refused: the reason, shown in the profile or the error
+};
+
 class BackendImpl {
 public:
   virtual ~BackendImpl() = default;
   virtual Backend kind() const = 0;
   const char* name() const { return backend_name(kind()); }
-  // Whether the backend has a kernel for op with these inputs; the front-end may route to
-  // `reference` otherwise (never silently: the profiler records which backend ran).
-  virtual bool implements(OpId op) const = 0;
+  // How this backend meets `op` when its first input (or the tensor it creates) has dtype `dt`.
+  // Shape- or attribute-specific fallbacks (a pooling window too large for a kept argmax) are the
+  // kernel's own, through the same reference loops and noted the same way.
+  virtual DTypeSupport support(OpId op, DType dt) const;
   // Blocks until all queued work is done (no-op on synchronous backends).
   virtual void synchronize() {}
   // Whether max_pool2d_backward prefers the forward's argmax (ops.def: max_pool2d's indices) to

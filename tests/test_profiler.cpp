@@ -193,22 +193,33 @@ TEST(ProfilerCost, LabelsComeFromOpsDef) {
 }
 
 namespace {
-// A host backend with no kernel for activations: Dispatch must hand them to the reference loops
-// and say so.
+// A host backend that declares no kernel for activations: Dispatch must hand them to the reference
+// loops and say so.
 struct CpuWithoutActivations final : BackendImpl {
   Backend kind() const override { return Backend::cpu; }
-  bool implements(OpId op) const override { return op != OpId::activation; }
+  DTypeSupport support(OpId op, DType) const override {
+    if (op == OpId::activation) return {Coverage::reference_loops, "the cpu backend has no activation kernel"};
+    return {};
+  }
+};
+// A device backend that declares it does not take f64 activations, and one that declares every op
+// (the default) but has no activation kernel.
+struct CudaWithoutF64Activations final : BackendImpl {
+  Backend kind() const override { return Backend::cuda; }
+  DTypeSupport support(OpId op, DType dt) const override {
+    if (op == OpId::activation && dt == DType::f64) return {Coverage::refused, "expected f32"};
+    return {};
+  }
 };
 struct CudaWithoutActivations final : BackendImpl {
   Backend kind() const override { return Backend::cuda; }
-  bool implements(OpId op) const override { return op != OpId::activation; }
 };
 }  // namespace
 
 TEST(Dispatch, HostBackendWithoutAKernelFallsBackToTheReferenceVisibly) {
   CpuWithoutActivations partial;
-  EXPECT_EQ(&detail::backend_for(partial, OpId::conv2d), &partial);
-  EXPECT_EQ(&detail::backend_for(partial, OpId::activation), &backend(Backend::reference));
+  EXPECT_EQ(&detail::backend_for(partial, OpId::conv2d, DType::f32), &partial);
+  EXPECT_EQ(&detail::backend_for(partial, OpId::activation, DType::f32), &backend(Backend::reference));
   const Tensor x = Tensor::from_vector(std::vector<float>{-1, 2, -3, 4}, {4});
   Tensor y;
   auto ev = record([&] {
@@ -222,9 +233,17 @@ TEST(Dispatch, HostBackendWithoutAKernelFallsBackToTheReferenceVisibly) {
   EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{0, 2, 0, 4}));
 }
 
+TEST(Dispatch, DeviceBackendRefusesADTypeItDeclinesBeforeAnyWork) {
+  CudaWithoutF64Activations partial;
+  EXPECT_EQ(&detail::backend_for(partial, OpId::activation, DType::f32), &partial);
+  const Tensor x = Tensor::zeros({4}, TensorOptions(DType::f64));
+  EXPECT_ERROR_HAS(detail::Dispatch<OpId::activation>(partial, {&x}),
+                   "activation on backend 'cuda' does not take dtype f64: expected f32");
+}
+
 TEST(Dispatch, DeviceBackendWithoutAKernelNamesTheMissingOp) {
   CudaWithoutActivations partial;
-  EXPECT_EQ(&detail::backend_for(partial, OpId::activation), &partial);  // no host fallback for device tensors
+  EXPECT_EQ(&detail::backend_for(partial, OpId::activation, DType::f32), &partial);  // no host fallback for device tensors
   const Tensor x = Tensor::zeros({4}), y = Tensor::empty({4});
   detail::Dispatch<OpId::activation> kernel(partial, {&x});
   EXPECT_ERROR_HAS(kernel(Activation::relu, 0.0, x, y), "activation is not implemented on backend 'cuda'");

@@ -37,27 +37,9 @@ void guarded(const char* op, std::initializer_list<const Tensor*> ts, F&& f) {
   }
 }
 
-// oneDNN computes in f32 only; the f64 path of these ops is the reference backend's job.
-inline void require_f32(const char* op, const Tensor& t) {
-  if (t.dtype() == DType::f32) return;
-  if (t.dtype() == DType::f64)
-    throw Error(fmt::format("{} on backend 'cpu': dtype f64 is not supported (oneDNN computes f32); use backend "
-                            "'reference' for f64",
-                            op));
-  throw Error(fmt::format("{} on backend 'cpu': dtype {} is not supported, expected f32", op, dtype_name(t.dtype())));
-}
-
-// conv2d, matmul and linear also take the mixed-precision dtypes (engine/autocast.h). bf16 runs on
-// oneDNN's bf16 primitives, which accumulate in f32: native avx512_bf16 dot products where the CPU
-// has them (this development machine does), emulated on plain AVX-512. f16 has no x86 CPU kernels
-// in oneDNN 2.6 (they arrive with avx512_fp16 in later versions), so f16 calls, and bf16 calls on a
-// CPU without AVX-512, run the reference backend's loops (f32 accumulation) instead: this returns
-// that backend (from the engine's table; backends include no other backend's header) after noting
-// the reason in the profiler's implementation column, so the fallback is never silent. nullptr
-// when oneDNN runs the op; throws for dtypes neither supports.
-BackendImpl* lowp_fallback(const char* op, const Tensor& t);
-// The reference backend for an op this backend hands over, with `why` as the implementation the
-// profiler reports.
+// The reference backend for a call this backend hands over for a reason of its shape or attributes
+// (a dtype it does not compute is declared in CpuBackend::support instead, and the dispatch hands it
+// over), with `why` as the implementation the profiler reports.
 BackendImpl& reference_fallback(const std::string& why);
 
 // Calls f(T{}) with T = float or double.

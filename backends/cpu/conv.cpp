@@ -683,7 +683,6 @@ int64_t conv_autotune_runs() { return g_tuning_runs.load(); }
 }  // namespace cpu
 
 void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv2dParams& p) {
-  if (BackendImpl* ref = lowp_fallback("conv2d", x)) return ref->conv2d(x, w, bias, y, p);
   if (y.numel() == 0) return;
   guarded("conv2d", {&x, &w, &bias}, [&] {
     if (own_depthwise_always(depthwise_applicable(x, w, y, p))) return own_depthwise_forward(x, w, bias, y, p);
@@ -695,7 +694,6 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, co
 }
 
 void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p) {
-  if (BackendImpl* ref = lowp_fallback("conv2d_backward_data", dy)) return ref->conv2d_backward_data(dy, w, dx, p);
   if (dx.numel() == 0) return;
   if (dy.numel() == 0) return fill(dx, 0.0);
   guarded("conv2d_backward_data", {&dy, &w, &dx}, [&] {
@@ -709,8 +707,6 @@ void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const T
 
 void CpuBackend::conv2d_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& dbias,
                                         const Conv2dParams& p) {
-  if (BackendImpl* ref = lowp_fallback("conv2d_backward_weight", x))
-    return ref->conv2d_backward_weight(x, dy, dw, dbias, p);
   if (dw.numel() == 0) return;
   if (dy.numel() == 0 || x.numel() == 0) {
     fill(dw, 0.0);

@@ -29,6 +29,36 @@ void cpu_describe_machine(nlohmann::json& m) {
                       {"conv_autotune", cpu::conv_autotune()}};
 }
 
+// The dtypes this backend computes. bf16 runs on oneDNN's bf16 primitives, which accumulate in f32
+// (native avx512_bf16 dot products or AMX tiles where the CPU has them, emulated on plain AVX-512),
+// and on the f32 loops over widened chunks. f16 has no x86 CPU kernels in oneDNN 2.6 (they arrive
+// with avx512_fp16 in later versions), so f16, and bf16 on a CPU without AVX-512, go to the
+// reference loops (f32 accumulation). f64 runs on the loops, not on oneDNN, which computes f32:
+// the oneDNN ops refuse it, naming the reference backend as the one for f64.
+DTypeSupport CpuBackend::support(OpId op, DType dt) const {
+  static const bool avx512 = cpu::onednn_isa_at_least(dnnl::cpu_isa::avx512_core);
+  const bool onednn_op = op == OpId::conv2d || op == OpId::conv2d_backward_data || op == OpId::conv2d_backward_weight ||
+                         op == OpId::matmul || op == OpId::linear || op == OpId::softmax ||
+                         op == OpId::softmax_backward || op == OpId::batch_norm || op == OpId::batch_norm_backward ||
+                         op == OpId::layer_norm || op == OpId::layer_norm_backward || op == OpId::max_pool2d ||
+                         op == OpId::max_pool2d_backward || op == OpId::avg_pool2d || op == OpId::avg_pool2d_backward ||
+                         op == OpId::adaptive_avg_pool2d || op == OpId::adaptive_avg_pool2d_backward;
+  const bool loop_maths = op == OpId::unary || op == OpId::scalar_op || op == OpId::binary ||
+                          op == OpId::activation || op == OpId::activation_backward || op == OpId::dropout;
+  if (!onednn_op && !loop_maths) return {};
+  if (dt == DType::f16) return {Coverage::reference_loops, "f16 has no oneDNN 2.6 CPU kernel"};
+  if (dt == DType::bf16) {
+    if (!avx512) return {Coverage::reference_loops, "bf16 needs AVX-512 in oneDNN, this CPU has none"};
+    // layer norm computes bf16 inputs in f32 in its front-end (engine/ops/norm.cpp), so none arrives
+    if (op == OpId::layer_norm || op == OpId::layer_norm_backward)
+      return {Coverage::reference_loops, "bf16 layer norm has no cpu kernel"};
+    return {};
+  }
+  if (loop_maths || dt == DType::f32) return {};
+  if (dt == DType::f64) return {Coverage::refused, "oneDNN computes f32; use backend 'reference' for f64"};
+  return {Coverage::refused, "expected f32"};
+}
+
 namespace cpu {
 
 dnnl::engine& engine() {
@@ -46,16 +76,6 @@ BackendImpl& reference_fallback(const std::string& why) {
   return duet::backend(Backend::reference);
 }
 
-BackendImpl* lowp_fallback(const char* op, const Tensor& t) {
-  if (t.dtype() == DType::f16) return &reference_fallback("f16 has no oneDNN 2.6 CPU kernel");
-  if (t.dtype() == DType::bf16) {
-    // oneDNN's bf16 kernels need AVX-512 (avx512_core).
-    static const bool avx512 = onednn_isa_at_least(dnnl::cpu_isa::avx512_core);
-    return avx512 ? nullptr : &reference_fallback("bf16 needs AVX-512 in oneDNN, this CPU has none");
-  }
-  require_f32(op, t);
-  return nullptr;
-}
 
 std::string shapes_str(std::initializer_list<const Tensor*> ts) {
   std::string r;

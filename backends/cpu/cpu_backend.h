@@ -1,8 +1,8 @@
 // The `cpu` backend: oneDNN primitives for the compute-bound ops (convolution, matmul, the
 // normalisations, pooling, softmax, transcendental activations) and OpenMP loops for everything
 // memory-bound (copies, elementwise maths, reductions, losses, optimizer updates). Compiled only
-// when oneDNN is found (DUET_HAVE_DNNL). f16 (no oneDNN CPU kernel) goes to the reference backend
-// through the engine's table, and the profiler's implementation column says so (common.h).
+// when oneDNN is found (DUET_HAVE_DNNL). Which dtypes it computes is declared in support()
+// (cpu_backend.cpp): f16 goes to the reference loops through the dispatch, visibly.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -13,7 +13,7 @@ namespace duet {
 class CpuBackend final : public BackendImpl {
 public:
   Backend kind() const override { return Backend::cpu; }
-  bool implements(OpId) const override { return true; }
+  DTypeSupport support(OpId op, DType dt) const override;
   // oneDNN's max-pool backward scatters through its forward's workspace: the indices are that workspace.
   bool keeps_max_pool_indices() const override { return true; }
   // bf16 activations run oneDNN's bf16 primitives and the f32 loops on widened chunks; f16 has no

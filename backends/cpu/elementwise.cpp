@@ -268,11 +268,6 @@ void gelu_erf_backward_f32(const Tensor& x, const Tensor& dy, const Tensor& dx) 
                [&](int64_t b, int64_t e) { gelu_erf_backward_chunk(px, pdy, pdx, b, e); });
 }
 
-// The loops run f32 and f64 themselves; a 16-bit tensor is bf16's (below) or the reference's.
-BackendImpl* half_fallback(const char* op, const Tensor& t) {
-  return is_half(t.dtype()) ? lowp_fallback(op, t) : nullptr;
-}
-
 // ---- bf16 through the f32 loops ---------------------------------------------------------------------
 // Each thread widens a chunk of its span of every input into a buffer on its stack (bf16 to f32 is
 // exact), runs the f32 code on the buffers and rounds the result back to nearest even (engine/half.h,
@@ -356,7 +351,6 @@ bool dnnl_activation(Activation act, dnnl::algorithm& alg, float& alpha, float& 
 }  // namespace
 
 void CpuBackend::unary(UnaryOp op, const Tensor& x, const Tensor& out) {
-  if (BackendImpl* ref = half_fallback(unary_name(op), x)) return ref->unary(op, x, out);
   if (x.dtype() == DType::bf16) {  // the front-end sends only neg (the rest is computed in f32)
     if (op != UnaryOp::neg) return reference_fallback("bf16 unary maths has no cpu kernel").unary(op, x, out);
     return bf16_chunks<1>({&x}, out, 1, [](const auto& in, float* o, int64_t n) {
@@ -373,7 +367,6 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, const Tensor& out) {
 }
 
 void CpuBackend::scalar_op(ScalarOp op, const Tensor& x, double s, const Tensor& out) {
-  if (BackendImpl* ref = half_fallback(scalar_op_name(op), x)) return ref->scalar_op(op, x, s, out);
   if (x.dtype() == DType::bf16) {
     // Each chunk runs the f32 loop on a buffer view; the span pointers are the chunk's.
     return with_scalar_formula<float>(op, static_cast<float>(s), [&](auto fn) {
@@ -387,14 +380,12 @@ void CpuBackend::scalar_op(ScalarOp op, const Tensor& x, double s, const Tensor&
 }
 
 void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
-  if (BackendImpl* ref = half_fallback(binary_name(op), out)) return ref->binary(op, a, b, out);
   if (out.dtype() == DType::bf16)  // f32 maths on bf16 bytes, any strides and broadcasting
     return with_binary_formula<float>(op, [&](auto fn) { zip<BFloat16>(a, b, out, fn); });
   dispatch_float(out.dtype(), binary_name(op), [&](auto tag) { binary_loop<decltype(tag)>(op, a, b, out); });
 }
 
 void CpuBackend::activation(Activation act, double act_alpha, const Tensor& x, const Tensor& out) {
-  if (BackendImpl* ref = half_fallback(activation_name(act), x)) return ref->activation(act, act_alpha, x, out);
   if (x.dtype() == DType::bf16) return activation_bf16(act, static_cast<float>(act_alpha), x, out);
   if (x.dtype() == DType::f32 && act == Activation::gelu_erf) return gelu_erf_f32(x, out);
   dnnl::algorithm alg;
@@ -407,7 +398,6 @@ void CpuBackend::activation(Activation act, double act_alpha, const Tensor& x, c
 
 void CpuBackend::activation_backward(Activation act, double act_alpha, const Tensor& x, const Tensor& dy,
                                      const Tensor& dx) {
-  if (BackendImpl* ref = half_fallback("activation_backward", x)) return ref->activation_backward(act, act_alpha, x, dy, dx);
   if (x.dtype() == DType::bf16) return activation_backward_bf16(act, static_cast<float>(act_alpha), x, dy, dx);
   if (x.dtype() == DType::f32 && act == Activation::gelu_erf) return gelu_erf_backward_f32(x, dy, dx);
   dnnl::algorithm alg;
@@ -422,7 +412,6 @@ void CpuBackend::activation_backward(Activation act, double act_alpha, const Ten
 // so masks agree bit for bit across backends and thread counts.
 void CpuBackend::dropout(const Tensor& x, const Tensor& y, const Tensor& mask, double p, uint64_t seed,
                          uint64_t offset) {
-  if (BackendImpl* ref = lowp_fallback("dropout", x)) return ref->dropout(x, y, mask, p, seed, offset);
   // f32, f64, or bf16 bytes with f32 maths: the reference's formula, element for element.
   const auto run = [&](auto tag) {
     using S = decltype(tag);

@@ -391,8 +391,6 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
                             const Tensor& running_var, const Tensor& residual, const Tensor& y,
                             const Tensor& save_mean, const Tensor& save_invstd, const BatchNormParams& p) {
   // bf16 runs on oneDNN's primitive (bf16 data, f32 statistics and parameters).
-  if (BackendImpl* ref = lowp_fallback("batch_norm", x))
-    return ref->batch_norm(x, gamma, beta, running_mean, running_var, residual, y, save_mean, save_invstd, p);
   const int64_t C = x.size(1);
   const int64_t count = C > 0 ? x.numel() / C : 0;
   DUET_CHECK(p.training || (running_mean.defined() && running_var.defined()),
@@ -516,10 +514,8 @@ bool CpuBackend::fuses_batch_norm_activation_backward(const Tensor& x) const {
 
 void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                      const Tensor& save_mean, const Tensor& save_invstd, const Tensor& dx,
-                                     const Tensor& dgamma, const Tensor& dbeta, double eps,
+                                     const Tensor& dgamma, const Tensor& dbeta, double /*eps: the saved inverse std holds it*/,
                                      std::optional<Activation> act) {
-  if (BackendImpl* ref = lowp_fallback("batch_norm_backward", x))
-    return ref->batch_norm_backward(dy, x, gamma, beta, save_mean, save_invstd, dx, dgamma, dbeta, eps, act);
   const int64_t C = x.size(1);
   const BnLoops loops = bn_loops(x, {&dy, &dx});
   DUET_CHECK(!act || loops == BnLoops::rows,
@@ -612,7 +608,6 @@ void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Te
 
 void CpuBackend::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
                             const Tensor& mean, const Tensor& rstd, double eps) {
-  require_f32("layer_norm", x);
   const int64_t D = x.dim() == 0 ? 1 : x.size(-1);
   const int64_t rows = D > 0 ? x.numel() / D : 0;
   if (rows == 0 || D == 0) return;
@@ -740,7 +735,6 @@ DUET_SIMD_CLONES void layer_norm_backward_rows(const LayerNormBackwardArgs& a, i
 
 void CpuBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                                      const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) {
-  require_f32("layer_norm_backward", x);
   const int64_t D = x.dim() == 0 ? 1 : x.size(-1);
   const int64_t rows = D > 0 ? x.numel() / D : 0;
   if (D == 0) return;

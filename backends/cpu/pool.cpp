@@ -256,7 +256,6 @@ void check_workspace(const dnnl::memory::desc& ws, const dnnl::memory::desc& ind
 }
 
 void CpuBackend::max_pool2d(const Tensor& x, const Tensor& y, const Tensor& indices, const Pool2dParams& p) {
-  if (BackendImpl* ref = lowp_fallback("max_pool2d", x)) return ref->max_pool2d(x, y, indices, p);
   if (y.numel() == 0) return;
   if (!indices.defined()) return pool_forward("max_pool2d", dnnl::algorithm::pooling_max, x, y, p);
   guarded("max_pool2d", {&x, &y}, [&] {
@@ -278,7 +277,6 @@ void CpuBackend::max_pool2d(const Tensor& x, const Tensor& y, const Tensor& indi
 
 void CpuBackend::max_pool2d_backward(const Tensor& x, const Tensor& y, const Tensor& indices, const Tensor& dy,
                                      const Tensor& dx, const Pool2dParams& p) {
-  if (BackendImpl* ref = lowp_fallback("max_pool2d_backward", dy)) return ref->max_pool2d_backward(x, y, indices, dy, dx, p);
   // oneDNN 2.6 scattered bf16 gradients to wrong positions for a 17x17 window on channels-last
   // maps without a kept argmax (found by the op table's bf16 cases); such windows are no model's.
   if (dy.dtype() == DType::bf16 && !indices.defined())
@@ -318,7 +316,6 @@ void CpuBackend::max_pool2d_backward(const Tensor& x, const Tensor& y, const Ten
 }
 
 void CpuBackend::avg_pool2d(const Tensor& x, const Tensor& y, const Pool2dParams& p) {
-  if (BackendImpl* ref = lowp_fallback("avg_pool2d", x)) return ref->avg_pool2d(x, y, p);
   if (y.numel() == 0) return;
   if (p.count_include_pad && pool_geometry(p, x, y).overhang) {
     if (x.dtype() != DType::f32) return reference_fallback("ceil-mode windows past the padding in bf16").avg_pool2d(x, y, p);
@@ -328,7 +325,6 @@ void CpuBackend::avg_pool2d(const Tensor& x, const Tensor& y, const Pool2dParams
 }
 
 void CpuBackend::avg_pool2d_backward(const Tensor& dy, const Tensor& dx, const Pool2dParams& p) {
-  if (BackendImpl* ref = lowp_fallback("avg_pool2d_backward", dy)) return ref->avg_pool2d_backward(dy, dx, p);
   if (dx.numel() == 0) return;
   if (p.count_include_pad && pool_geometry(p, dx, dy).overhang) {
     if (dy.dtype() != DType::f32)
@@ -355,13 +351,11 @@ void CpuBackend::avg_pool2d_backward(const Tensor& dy, const Tensor& dx, const P
 // f16 adaptive pooling runs on the reference loops; f32, f64 and bf16 on the loops above.
 void CpuBackend::adaptive_avg_pool2d(const Tensor& x, const Tensor& y) {
   if (x.dtype() == DType::bf16) return adaptive_forward<BFloat16>(x, y);
-  if (BackendImpl* ref = lowp_fallback("adaptive_avg_pool2d", x)) return ref->adaptive_avg_pool2d(x, y);
   dispatch_float(x.dtype(), "adaptive_avg_pool2d", [&](auto tag) { adaptive_forward<decltype(tag)>(x, y); });
 }
 
 void CpuBackend::adaptive_avg_pool2d_backward(const Tensor& dy, const Tensor& dx) {
   if (dy.dtype() == DType::bf16) return adaptive_backward<BFloat16>(dy, dx);
-  if (BackendImpl* ref = lowp_fallback("adaptive_avg_pool2d_backward", dy)) return ref->adaptive_avg_pool2d_backward(dy, dx);
   dispatch_float(dy.dtype(), "adaptive_avg_pool2d_backward", [&](auto tag) { adaptive_backward<decltype(tag)>(dy, dx); });
 }
 

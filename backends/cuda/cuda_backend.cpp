@@ -7,6 +7,7 @@
 #include <exception>
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/event_timer.h"
+#include "engine/half.h"
 #include "engine/profiler.h"
 #include "engine/profiler/device_timer.h"
 
@@ -42,6 +43,22 @@ size_t cuda_release_cached(int device) {
 }
 
 void CudaBackend::synchronize() { cuda::synchronize_all("synchronize"); }
+
+// The one place that says which dtypes the GPU kernels take (the dispatch refuses the rest before
+// any work, and the op table skips cases that would reach them). The own kernels are instantiated
+// for f32 and f64 (kernels_common.cuh's DUET_DISPATCH_FLOAT); cuDNN's convolutions and cuBLAS's
+// products also run f16 and bf16 with f32 accumulation, which is what autocast uses; the copy kernel
+// converts between all seven dtypes.
+DTypeSupport CudaBackend::support(OpId op, DType dt) const {
+  if (op == OpId::copy || op == OpId::fill || op == OpId::concat) return {};
+  if (dt == DType::f32 || dt == DType::f64) return {};
+  const bool mixed_precision_op = op == OpId::conv2d || op == OpId::conv2d_backward_data ||
+                                  op == OpId::conv2d_backward_weight || op == OpId::matmul || op == OpId::linear;
+  if (is_half(dt) && mixed_precision_op) return {};
+  return {Coverage::refused, is_half(dt) ? "16-bit types run only in conv2d, matmul and linear on the GPU (what autocast "
+                                           "sends there); the other ops take f32 or f64"
+                                         : "expected f32 or f64"};
+}
 
 // ---- what backends/registry.cpp registers --------------------------------------------------------------
 BackendImpl& cuda_backend() {
@@ -102,16 +119,6 @@ Workspace::Workspace(DeviceContext& ctx, size_t bytes) : alloc_(ctx.allocator())
 
 Workspace::~Workspace() {
   if (p_) alloc_.deallocate(p_, bytes_, MemTag::workspace);
-}
-
-void check_float(const char* op, const char* arg, const Tensor& t) {
-  DUET_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64,
-             "{} on backend 'cuda': argument '{}' has dtype {}, expected f32 or f64", op, arg, dtype_name(t.dtype()));
-}
-
-void check_float_or_half(const char* op, const char* arg, const Tensor& t) {
-  DUET_CHECK(is_floating(t.dtype()), "{} on backend 'cuda': argument '{}' has dtype {}, expected f32, f64, f16 or bf16", op,
-             arg, dtype_name(t.dtype()));
 }
 
 void check_on(const char* op, const char* arg, const Tensor& t, int device) {

@@ -15,7 +15,9 @@ namespace duet {
 class CudaBackend final : public BackendImpl {
 public:
   Backend kind() const override { return Backend::cuda; }
-  bool implements(OpId) const override { return true; }
+  // f32 and f64 everywhere; the 16-bit types in the ops autocast sends here (conv2d, matmul,
+  // linear) and in the copies that cast to and from them; any dtype in copies and fills.
+  DTypeSupport support(OpId op, DType dt) const override;
   void synchronize() override;
 
 #define DUET_OP(name, params, ...) void name params override;
@@ -97,10 +99,8 @@ private:
 // Shared by the reduction ops and conv2d's bias gradient.
 void reduce_strided(OpGuard& g, ReduceOp op, const Tensor& x, const Shape& kept, const Shape& reduced, const Tensor& out);
 
-// Argument checks the front-ends do not make because they depend on this backend's limits.
-void check_float(const char* op, const char* arg, const Tensor& t);
-// conv2d, matmul and linear also take f16 and bf16 (autocast).
-void check_float_or_half(const char* op, const char* arg, const Tensor& t);
+// Argument checks the front-ends do not make because they depend on this backend's limits (the
+// dtypes it takes are declared once, in CudaBackend::support, and checked by the dispatch).
 void check_on(const char* op, const char* arg, const Tensor& t, int device);
 
 // Offset calculator for `shape` walked through each operand's strides; throws when more than

@@ -10,7 +10,8 @@
 namespace duet::cuda {
 
 // f32, f64, f16 (CUDNN_DATA_HALF) or bf16 (CUDNN_DATA_BFLOAT16), else duet::Error. Only the
-// convolutions receive the 16-bit types: every other op's dtype check rejects them first.
+// convolutions receive the 16-bit types: the dispatch refuses them for every other op
+// (CudaBackend::support).
 cudnnDataType_t cudnn_dtype(const char* op, DType t);
 // The compute type of a convolution over dtype t: double for f64, else float. f16/bf16 data with
 // float compute is cuDNN's PSEUDO_HALF / PSEUDO_BFLOAT16 configuration: 16-bit inputs and outputs,

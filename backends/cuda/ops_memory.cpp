@@ -153,14 +153,12 @@ void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
 
 void CudaBackend::uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) {
   OpGuard g("uniform", out);
-  check_float(g.op, "out", out);
   DUET_CHECK(out.is_contiguous(), "uniform on backend 'cuda': out must be contiguous");
   DUET_CUDA_CHECK(kern::uniform(out.dtype(), out.raw_data(), out.numel(), lo, hi, seed, offset, g.stream()), g.op);
 }
 
 void CudaBackend::normal(const Tensor& out, double mean, double stddev, uint64_t seed, uint64_t offset) {
   OpGuard g("normal", out);
-  check_float(g.op, "out", out);
   DUET_CHECK(out.is_contiguous(), "normal on backend 'cuda': out must be contiguous");
   DUET_CUDA_CHECK(kern::normal(out.dtype(), out.raw_data(), out.numel(), mean, stddev, seed, offset, g.stream()), g.op);
 }
@@ -190,7 +188,6 @@ void CudaBackend::concat(const std::vector<Tensor>& inputs, int64_t dim, const T
 
 void CudaBackend::dropout(const Tensor& x, const Tensor& y, const Tensor& mask, double p, uint64_t seed, uint64_t offset) {
   OpGuard g("dropout", x);
-  check_float(g.op, "input", x);
   DUET_CHECK(x.strides() == y.strides() && x.strides() == mask.strides() && x.is_dense(),
              "dropout on backend 'cuda': x, y and mask must be dense with equal strides");
   DUET_CUDA_CHECK(kern::dropout(x.dtype(), x.raw_data(), y.raw_data(), mask.raw_data(), x.numel(), p, seed, offset, g.stream()),

@@ -39,7 +39,6 @@ void CudaBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor&
                              const Tensor& running_var, const Tensor& residual, const Tensor& y, const Tensor& save_mean,
                              const Tensor& save_invstd, const BatchNormParams& p) {
   OpGuard g("batch_norm", x);
-  check_float(g.op, "input", x);
   const bool nhwc = channels_last(x) || channels_last(y);
   check_layout(g.op, "input", x, nhwc);
   check_layout(g.op, "output", y, nhwc);
@@ -93,7 +92,6 @@ void CudaBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const T
   OpGuard g("batch_norm.backward", dy);
   // cuDNN's backward has no activation; the front-end masks dy first (fuses_batch_norm_activation_backward).
   DUET_CHECK(!act, "{}: a fused {} is not taken on the cuda backend; mask dy first", g.op, activation_name(*act));
-  check_float(g.op, "grad_output", dy);
   check_on(g.op, "input", x, g.device());
   const bool nhwc = channels_last(x) || channels_last(dy) || (dx.defined() && channels_last(dx));
   check_layout(g.op, "input", x, nhwc);
@@ -130,7 +128,6 @@ void CudaBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const T
 void CudaBackend::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y, const Tensor& mean,
                              const Tensor& rstd, double eps) {
   OpGuard g("layer_norm", x);
-  check_float(g.op, "input", x);
   DUET_CHECK(x.is_contiguous() && y.is_contiguous() && mean.is_contiguous() && rstd.is_contiguous(),
              "layer_norm on backend 'cuda': input, output and statistics must be contiguous");
   const int64_t D = x.size(-1), rows = D > 0 ? x.numel() / D : 0;
@@ -143,7 +140,6 @@ void CudaBackend::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor&
 void CudaBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                                       const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) {
   OpGuard g("layer_norm.backward", dy);
-  check_float(g.op, "grad_output", dy);
   DUET_CHECK(dy.is_contiguous() && x.is_contiguous() && (!dx.defined() || dx.is_contiguous()),
              "layer_norm.backward on backend 'cuda': grad_output, input and grad_input must be contiguous");
   DUET_CHECK((!dgamma.defined() || dgamma.is_contiguous()) && (!dbeta.defined() || dbeta.is_contiguous()),

@@ -11,7 +11,6 @@ using namespace cuda;
 void CudaBackend::sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const SgdParams& p,
                            bool first_step) {
   OpGuard g("sgd_step", param);
-  check_float(g.op, "param", param);
   check_on(g.op, "grad", grad, g.device());
   const bool momentum = p.momentum != 0.0;
   if (momentum) check_on(g.op, "momentum_buffer", momentum_buf, g.device());
@@ -23,7 +22,6 @@ void CudaBackend::sgd_step(const Tensor& param, const Tensor& grad, const Tensor
 void CudaBackend::adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                             const AdamParams& p) {
   OpGuard g(p.decoupled ? "adamw_step" : "adam_step", param);
-  check_float(g.op, "param", param);
   check_on(g.op, "grad", grad, g.device());
   check_on(g.op, "exp_avg", exp_avg, g.device());
   check_on(g.op, "exp_avg_sq", exp_avg_sq, g.device());

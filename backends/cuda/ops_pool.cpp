@@ -44,7 +44,6 @@ void cudnn_pool_forward(OpGuard& g, cudnnPoolingMode_t mode, const Tensor& x, co
 // window's first maximum again from x and y.
 void CudaBackend::max_pool2d(const Tensor& x, const Tensor& y, const Tensor& /*indices*/, const Pool2dParams& p) {
   OpGuard g("max_pool2d", x);
-  check_float(g.op, "input", x);
   check_4d(g.op, "input", x);
   check_4d(g.op, "output", y);
   if (y.numel() == 0) return;
@@ -55,7 +54,6 @@ void CudaBackend::max_pool2d(const Tensor& x, const Tensor& y, const Tensor& /*i
 void CudaBackend::max_pool2d_backward(const Tensor& x, const Tensor& y, const Tensor& /*indices*/, const Tensor& dy,
                                       const Tensor& dx, const Pool2dParams& p) {
   OpGuard g("max_pool2d.backward", dy);
-  check_float(g.op, "grad_output", dy);
   for (const auto& [arg, t] : {std::pair<const char*, const Tensor*>{"input", &x}, {"output", &y}, {"grad_output", &dy},
                                {"grad_input", &dx}})
     check_4d(g.op, arg, *t);
@@ -66,7 +64,6 @@ void CudaBackend::max_pool2d_backward(const Tensor& x, const Tensor& y, const Te
 
 void CudaBackend::avg_pool2d(const Tensor& x, const Tensor& y, const Pool2dParams& p) {
   OpGuard g("avg_pool2d", x);
-  check_float(g.op, "input", x);
   check_4d(g.op, "input", x);
   check_4d(g.op, "output", y);
   if (y.numel() == 0) return;
@@ -79,7 +76,6 @@ void CudaBackend::avg_pool2d(const Tensor& x, const Tensor& y, const Pool2dParam
 
 void CudaBackend::avg_pool2d_backward(const Tensor& dy, const Tensor& dx, const Pool2dParams& p) {
   OpGuard g("avg_pool2d.backward", dy);
-  check_float(g.op, "grad_output", dy);
   check_4d(g.op, "grad_output", dy);
   check_4d(g.op, "grad_input", dx);
   DUET_CUDA_CHECK(kern::avg_pool2d_backward(dy.dtype(), dy.raw_data(), dims4(dy), dx.raw_data(), dims4(dx), p, g.stream()), g.op);
@@ -87,7 +83,6 @@ void CudaBackend::avg_pool2d_backward(const Tensor& dy, const Tensor& dx, const 
 
 void CudaBackend::adaptive_avg_pool2d(const Tensor& x, const Tensor& y) {
   OpGuard g("adaptive_avg_pool2d", x);
-  check_float(g.op, "input", x);
   check_4d(g.op, "input", x);
   check_4d(g.op, "output", y);
   DUET_CUDA_CHECK(kern::adaptive_avg_pool2d(x.dtype(), x.raw_data(), dims4(x), y.raw_data(), dims4(y), g.stream()), g.op);
@@ -95,7 +90,6 @@ void CudaBackend::adaptive_avg_pool2d(const Tensor& x, const Tensor& y) {
 
 void CudaBackend::adaptive_avg_pool2d_backward(const Tensor& dy, const Tensor& dx) {
   OpGuard g("adaptive_avg_pool2d.backward", dy);
-  check_float(g.op, "grad_output", dy);
   check_4d(g.op, "grad_output", dy);
   check_4d(g.op, "grad_input", dx);
   DUET_CUDA_CHECK(kern::adaptive_avg_pool2d_backward(dy.dtype(), dy.raw_data(), dims4(dy), dx.raw_data(), dims4(dx), g.stream()),

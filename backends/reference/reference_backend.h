@@ -9,7 +9,6 @@ namespace duet {
 class ReferenceBackend final : public BackendImpl {
 public:
   Backend kind() const override { return Backend::reference; }
-  bool implements(OpId) const override { return true; }
   bool keeps_max_pool_indices() const override { return true; }  // the backward reads them
   // Its loops take any float dtype; the policy is the cpu backend's (bf16 yes, f16 no), whose
   // oracle it is, so the two run the same mixed-precision network.

@@ -34,7 +34,7 @@ Tensor attention(const Tensor& qkv_in, int64_t heads, double dropout_p, bool tra
              shape_str(qkv_in.shape()));
   DUET_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, "attention: dropout must be in [0, 1), got {}", dropout_p);
   BackendImpl& be = backend_of(qkv_in);
-  if ((dropout_p > 0 && training) || !be.fuses_attention(qkv_in.dtype()))
+  if ((dropout_p > 0 && training) || !routing(be).fuses_attention(qkv_in.dtype()))
     return composed_attention(qkv_in, heads, dropout_p, training);
 
   const int64_t N = qkv_in.size(0), S = qkv_in.size(1), D = qkv_in.size(2) / 3;

@@ -4,25 +4,45 @@
 namespace duet {
 namespace {
 thread_local uint64_t t_dispatched_kernels = 0;
+thread_local OpTrace* t_trace = nullptr;
 }  // namespace
 
 uint64_t dispatched_kernels() { return t_dispatched_kernels; }
+
+OpTrace::OpTrace(const BackendImpl& as) : as_(as), outer_(t_trace) { t_trace = this; }
+OpTrace::~OpTrace() { t_trace = outer_; }
+OpTrace* OpTrace::current() { return t_trace; }
+
+struct OpTraceAccess {
+  static void record(OpTrace& t, OpId op, DType dt) { t.entries_.push_back({op, dt}); }
+};
 
 namespace detail {
 
 void count_dispatched_kernel() { ++t_dispatched_kernels; }
 
-BackendImpl& backend_for(BackendImpl& be, OpId op) {
-  if (be.implements(op)) return be;
-  // Only a host backend can hand its tensors to the reference loops; a device backend without the
-  // kernel keeps the op, whose default body names it as not implemented.
-  if (be.kind() != Backend::cpu) return be;
-  return backend(Backend::reference);
+DType dispatch_dtype(std::initializer_list<const Tensor*> shown) {
+  for (const Tensor* t : shown)
+    if (t && t->defined()) return t->dtype();
+  return DType::f32;
 }
 
-void note_fallback(const BackendImpl& wanted, OpId op) {
-  profiler::note_impl(fmt::format("reference loops: the {} backend has no {} kernel", wanted.name(), op_name(op)));
+BackendImpl& backend_for(BackendImpl& be, OpId op, DType dt, std::string* why) {
+  if (t_trace) OpTraceAccess::record(*t_trace, op, dt);
+  DTypeSupport s = be.support(op, dt);
+  if (s.coverage == Coverage::native) return be;
+  // Only a host backend can hand its tensors to the reference loops; under an OpTrace, which only
+  // records what a refusal would be, a refused op runs there too.
+  if ((s.coverage == Coverage::reference_loops || t_trace) && be.kind() == Backend::cpu) {
+    if (why) *why = std::move(s.why);
+    return backend(Backend::reference);
+  }
+  throw Error(fmt::format("{} on backend '{}' does not take dtype {}: {}", op_name(op), be.name(), dtype_name(dt), s.why));
 }
+
+void note_fallback(const std::string& why) { profiler::note_impl("reference loops: " + why); }
+
+const BackendImpl& routing(const BackendImpl& be) { return t_trace ? t_trace->as() : be; }
 
 }  // namespace detail
 }  // namespace duet

@@ -11,15 +11,51 @@
 // constructor are the ones the profile shows (the caller's view of the inputs: a broadcast
 // operand as it was given, not as expanded for the kernel).
 //
-// A host backend without a kernel for an op (BackendImpl::implements) falls back to the
-// reference backend here, visibly: the profile names the backend that ran and its implementation
-// column says why. Fallbacks for one dtype are the backend's own choice and are noted the same
-// way (the cpu backend's f16 convolutions, in backends/cpu/cpu_backend.cpp).
+// Which backend runs the op is decided here from what the backend declares for the op's dtype
+// (BackendImpl::support): itself; for a host backend that declines, the reference loops, visibly
+// (the profile names the backend that ran and its implementation column says why); for a device
+// backend that declines, a duet::Error naming the op, the dtype and the reason, before anything is
+// allocated or run.
 #pragma once
 #include <initializer_list>
+#include <string>
+#include <vector>
 #include "engine/backend.h"
 #include "engine/op_cost.h"
 #include "engine/profiler.h"
+
+namespace duet {
+
+// The kernels a piece of code dispatches on this thread, as backend `as` would route them: while
+// an OpTrace lives, every dispatch records its op and dtype, the front-ends' routing questions
+// (keeps_low_precision_activations, fuses_attention, ...) are answered by `as` instead of the
+// backend that computes, and an op the host backend refuses runs on the reference loops instead of
+// raising its error. Run on the reference backend for a device backend `as` (whose routing asks for
+// no fusion the loops lack), it tells which ops a computation would send to that backend without
+// its device: the op table skips the cases a backend refuses with this (opcheck/op_check.cpp).
+class OpTrace {
+public:
+  struct Entry {
+    OpId op;
+    DType dtype;
+  };
+  explicit OpTrace(const BackendImpl& as);
+  ~OpTrace();
+  OpTrace(const OpTrace&) = delete;
+  OpTrace& operator=(const OpTrace&) = delete;
+  const std::vector<Entry>& entries() const { return entries_; }
+  const BackendImpl& as() const { return as_; }
+  // The trace open on this thread, if any.
+  static OpTrace* current();
+
+private:
+  friend struct OpTraceAccess;
+  const BackendImpl& as_;
+  std::vector<Entry> entries_;
+  OpTrace* outer_;
+};
+
+}  // namespace duet
 
 namespace duet::detail {
 
@@ -43,11 +79,17 @@ struct OpTable;
 #undef DUET_OP
 #pragma GCC diagnostic pop
 
-// The backend that runs `op` for tensors of `be`: be itself, or the reference backend when a host
-// backend has no kernel for it (noted in the profile by Dispatch).
-BackendImpl& backend_for(BackendImpl& be, OpId op);
-// Records in the op's profile why the reference backend ran it instead of `wanted`.
-void note_fallback(const BackendImpl& wanted, OpId op);
+// The backend that runs `op` in dtype `dt` for tensors of `be`: be itself, or the reference backend
+// where a host backend declines the dtype (`why` then holds its reason, which Dispatch notes in the
+// profile). A device backend that declines throws duet::Error.
+BackendImpl& backend_for(BackendImpl& be, OpId op, DType dt, std::string* why = nullptr);
+// The dtype a backend's support is asked for: that of the first defined tensor shown.
+DType dispatch_dtype(std::initializer_list<const Tensor*> shown);
+// Records in the op's profile why the reference backend ran it.
+void note_fallback(const std::string& why);
+// The backend that answers a front-end's routing questions for tensors of `be`: `be`, or the
+// backend an OpTrace stands for.
+const BackendImpl& routing(const BackendImpl& be);
 // Adds one to this thread's dispatched_kernels().
 void count_dispatched_kernel();
 
@@ -58,11 +100,13 @@ public:
   // `label`: overrides ops.def's, where one kernel serves several front-end ops (matmul: "bmm",
   // "linear.backward_data", ...).
   Dispatch(BackendImpl& wanted, std::initializer_list<const Tensor*> shown, const char* label = nullptr)
-      : wanted_(wanted), be_(backend_for(wanted, op)), label_(label), scope_(op_name(op), be_.kind(), shown) {}
+      : be_(backend_for(wanted, op, dispatch_dtype(shown), &fallback_)),
+        label_(label),
+        scope_(op_name(op), be_.kind(), shown) {}
   // For ops that create their output (a filled or random new tensor): the profile describes the
   // output about to be allocated, since there is no input.
   Dispatch(BackendImpl& wanted, const Shape& out_shape, DType dtype, Device device)
-      : wanted_(wanted), be_(backend_for(wanted, op)), scope_(op_name(op), be_.kind(), out_shape, dtype, device) {}
+      : be_(backend_for(wanted, op, dtype, &fallback_)), scope_(op_name(op), be_.kind(), out_shape, dtype, device) {}
   Dispatch(const Dispatch&) = delete;
   Dispatch& operator=(const Dispatch&) = delete;
 
@@ -71,13 +115,13 @@ public:
   void operator()(const Args&... args) {
     scope_.set_name(label_ ? label_ : OpTable<op>::label_of(args...));
     scope_.set_cost([&] { return OpTable<op>::cost_of(args...); });
-    if (&be_ != &wanted_) note_fallback(wanted_, op);
+    if (!fallback_.empty()) note_fallback(fallback_);
     count_dispatched_kernel();
     (be_.*OpTable<op>::kernel)(args...);
   }
 
 private:
-  BackendImpl& wanted_;
+  std::string fallback_;  // why the reference loops run the op instead of the backend asked for
   BackendImpl& be_;
   const char* label_ = nullptr;
   profiler::OpScope scope_;

@@ -81,7 +81,7 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, c
     // (a pass over y, dy and the masked gradient less); else the op keeps its output for the mask
     // (the next layer keeps y anyway).
     const bool act_in_backward =
-        p.act && !r.defined() && training && backend_of(x).fuses_batch_norm_activation_backward(x);
+        p.act && !r.defined() && training && routing(backend_of(x)).fuses_batch_norm_activation_backward(x);
     const Tensor bd = act_in_backward ? beta.detach() : Tensor();
     const Tensor yd = p.act && !act_in_backward ? y.detach() : Tensor();
     record("batch_norm", {&x_in, &gamma, &beta, &residual}, {&y}, [=](const std::vector<Tensor>& gs) {

@@ -31,7 +31,7 @@ Tensor max_pool2d(const Tensor& x_in, const Pool2dParams& p) {
   BackendImpl& be = backend_of(x);
   // Training on a backend that keeps the argmax: the forward writes it (u8 window offsets, so for
   // windows of at most 256 positions), and backward needs nothing else.
-  const bool indices = grad && be.keeps_max_pool_indices() && p.kernel_h * p.kernel_w <= 256;
+  const bool indices = grad && routing(be).keeps_max_pool_indices() && p.kernel_h * p.kernel_w <= 256;
   Tensor y, idx;
   {
     Dispatch<OpId::max_pool2d> kernel(be, {&x});
