@@ -1,8 +1,11 @@
 #include "opcheck/op_check.h"
 #include "engine/half.h"
+#include "engine/ops/dispatch.h"
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
+#include <mutex>
 #include <tuple>
 #include <fmt/format.h>
 
@@ -69,12 +72,15 @@ std::vector<Tensor> output_weights(const std::vector<Tensor>& outs) {
   return R;
 }
 
-// sum_i <out_i, R_i>; undefined when no output is differentiable.
+// sum_i <out_i, R_i>; undefined when no output is differentiable. A 16-bit output and its R_i enter
+// the sum in f32: every backend has f32 maths (the GPU's own kernels have no 16-bit ones), and the
+// gradient that reaches the output, R_i cast back, is R_i exactly.
 Tensor weighted_loss(const std::vector<Tensor>& outs, const std::vector<Tensor>& R) {
   Tensor loss;
   for (size_t i = 0; i < outs.size(); ++i) {
     if (!R[i].defined()) continue;
-    const Tensor term = sum(mul(outs[i], R[i]));
+    const bool half = is_half(outs[i].dtype());
+    const Tensor term = half ? sum(mul(outs[i].to(DType::f32), R[i].to(DType::f32))) : sum(mul(outs[i], R[i]));
     loss = loss.defined() ? add(loss, term) : term;
   }
   return loss;
@@ -113,6 +119,57 @@ std::string first_mismatch(const Tensor& got, const Tensor& want, double atol, d
 
 }  // namespace
 
+std::vector<OpTrace::Entry> trace_case(const Case& c, const BackendImpl& as) {
+  const std::vector<Tensor> leaves = leaves_of(c, c.dtype, Device::cpu(), 0);
+  // A host backend is traced on itself; a device backend on the reference loops, routed as it.
+  const bool host = as.kind() == Backend::cpu || as.kind() == Backend::reference;
+  BackendGuard on(DeviceType::cpu, host ? as.kind() : Backend::reference);
+  std::vector<OpTrace::Entry> entries;
+  std::vector<Tensor> outs;
+  {
+    OpTrace trace(as);
+    outs = c.f(views_of(c, leaves));
+    entries = trace.entries();
+  }
+  const std::vector<Tensor> R = output_weights(outs);
+  OpTrace trace(as);
+  const Tensor loss = weighted_loss(outs, R);
+  if (loss.defined()) loss.backward();
+  entries.insert(entries.end(), trace.entries().begin(), trace.entries().end());
+  return entries;
+}
+
+std::string refused_op(const Case& c, Backend b) {
+  if (b == Backend::reference || !backend_available(b)) return "";
+  static std::mutex mu;
+  static std::map<std::pair<std::string, Backend>, std::string> known;  // a case's ops do not change
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (const auto it = known.find({c.name, b}); it != known.end()) return it->second;
+  }
+  const BackendImpl& as = backend(b);
+  // A trace runs the case on the loops: only worth it where the backend refuses some op in the
+  // case's dtype (the cpu backend: f64 on oneDNN; the GPU: the 16-bit types beyond its matrix ops).
+  bool refuses_some_op = false;
+  for (int op = 0; op < kNumOps; ++op)
+    refuses_some_op = refuses_some_op || as.support(static_cast<OpId>(op), c.dtype).coverage == Coverage::refused;
+  if (!refuses_some_op) return "";
+  std::string why;
+  try {
+    for (const OpTrace::Entry& e : trace_case(c, as)) {
+      const DTypeSupport s = as.support(e.op, e.dtype);
+      if (s.coverage != Coverage::refused) continue;
+      why = fmt::format("{} in {}: {}", op_name(e.op), dtype_name(e.dtype), s.why);
+      break;
+    }
+  } catch (const std::exception&) {
+    // A case broken on the reference loops is reported by the run itself, not hidden as a skip.
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  known.emplace(std::make_pair(c.name, b), why);
+  return why;
+}
+
 std::string Target::name() const {
   if (device.type == DeviceType::cpu) return backend_name(backend);
   return device.str();
@@ -132,6 +189,10 @@ const char* mode_name(Mode m) {
   return "?";
 }
 
+namespace {
+constexpr const char* kRefuses = "the backend refuses ";
+}  // namespace
+
 std::string skip_reason(const Case& c, const Target& t, Mode m) {
   if (c.perf_only && m != Mode::perf) return "timed only (a benchmark's shape)";
   if (!c.only.empty() && std::find(c.only.begin(), c.only.end(), t.backend) == c.only.end())
@@ -142,7 +203,11 @@ std::string skip_reason(const Case& c, const Target& t, Mode m) {
     if (!grad) return "no input takes a gradient";
     if (!c.gradient_check) return "rounds to a narrower dtype on purpose";
     if (c.dtype != DType::f32) return "a dtype case";
+    return "";  // the gradient mode runs on the reference loops in f64
   }
+  // The timed-only cases are benchmark shapes in f32, too large to trace on the loops.
+  if (c.perf_only) return "";
+  if (const std::string op = refused_op(c, t.backend); !op.empty()) return kRefuses + op;
   return "";
 }
 
@@ -375,10 +440,12 @@ int run_table(std::ostream& os, const std::vector<Case>& cases, const Target& t,
     os << fmt::format("{:<46} {:<40} {:>10} {:>10}  {}\n", "case", "inputs", mode == Mode::gradient ? "error" : "fwd err",
                       mode == Mode::gradient ? "" : "bwd err", "result");
   int run = 0, failed = 0, skipped = 0;
+  std::map<std::string, int> refusals;  // "<op> in <dtype>: <why>" -> cases skipped for it
   for (const Case& c : cases) {
     if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
-    if (!skip_reason(c, t, mode).empty()) {
+    if (const std::string why = skip_reason(c, t, mode); !why.empty()) {
       ++skipped;
+      if (why.rfind(kRefuses, 0) == 0) ++refusals[why.substr(std::string(kRefuses).size())];
       continue;
     }
     ++run;
@@ -407,6 +474,7 @@ int run_table(std::ostream& os, const std::vector<Case>& cases, const Target& t,
     os << fmt::format("{} of {} cases passed on {} in {} mode ({} not of this mode or backend){}\n", run - failed, run,
                       t.name(), mode_name(mode), skipped,
                       mode == Mode::conformance ? "; errors are max |got - ref| / (atol + rtol |ref|), <= 1 passes" : "");
+  for (const auto& [why, n] : refusals) os << fmt::format("  {} skipped: {} refuses {}\n", n, t.name(), why);
   return failed;
 }
 

@@ -16,6 +16,7 @@
 #include <utility>
 #include <string>
 #include <vector>
+#include "engine/ops/dispatch.h"
 #include "opcheck/op_table.h"
 
 namespace duet::opcheck {
@@ -32,8 +33,21 @@ Target device_target(Device d);  // a device's default backend (cuda:N -> cuda)
 enum class Mode { conformance, gradient, perf };
 const char* mode_name(Mode m);
 
-// Whether the case belongs to the mode and the target's backend; "" if it does, else why not.
+// Whether the case belongs to the mode and the target's backend; "" if it does, else why not. A
+// case that would send an op to the backend in a dtype the backend refuses (BackendImpl::support)
+// is skipped with the op, the dtype and the backend's reason, rather than run into its error.
 std::string skip_reason(const Case& c, const Target& t, Mode m);
+// The first op the case sends to backend `b` in a dtype `b` refuses, as "<op> in <dtype>: <why>";
+// "" when there is none (or `b` is not built in). Found by tracing the case on the reference loops
+// as `b` routes it, so it needs no device of `b`'s; remembered per case and backend, and traced only
+// where `b` refuses some op in the case's dtype (an f32 case whose body makes 16-bit tensors itself
+// is caught by the dispatch's refusal when it runs; tests/test_conformance.cpp traces every case).
+std::string refused_op(const Case& c, Backend b);
+// The ops (and their dtypes) the case sends to `as`'s backend, traced (engine/ops/dispatch.h's
+// OpTrace) on that backend where it is the host's, else on the reference loops as `as` would route
+// them: the case's body, its loss and backward; not the making of leaves and weights, which happens
+// on the host for every target.
+std::vector<OpTrace::Entry> trace_case(const Case& c, const BackendImpl& as);
 
 // The outputs and the gradients of the leaves (undefined where none flows), on the host. `seed`
 // shifts the values of the leaves (0: the table's own).
