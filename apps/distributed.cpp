@@ -6,6 +6,7 @@
 #include <map>
 #include <streambuf>
 #include <fmt/format.h>
+#include "engine/backend.h"
 #include "engine/error.h"
 #include "engine/machine_limits.h"
 
@@ -26,10 +27,23 @@ int threads_per_rank(const dist::Communicator& comm) {
   return rank_thread_share(online > 0 ? static_cast<int>(online) : bound, cpu_quota(), bound, comm.local_size());
 }
 
+int rank_gpu(int local_rank, int visible_gpus) {
+  DUET_CHECK(visible_gpus > 0,
+             "--device cuda: local rank {} sees no CUDA device (check the driver, CUDA_VISIBLE_DEVICES and the "
+             "launcher's GPU binding, e.g. Slurm's --gpus-per-task)",
+             local_rank);
+  // A launcher that gives each rank its own GPU (Slurm's --gpus-per-task=1, a per-rank
+  // CUDA_VISIBLE_DEVICES) shows every rank one device, its own, as cuda:0; one that shows them all
+  // leaves the choice to the local rank. The modulo serves both, and shares GPUs round robin when
+  // there are more local ranks than GPUs.
+  return local_rank % visible_gpus;
+}
+
 GlobalOptions options_for_rank(const dist::Communicator& comm, GlobalOptions g) {
   if (comm.size() == 1) return g;
   if (g.threads == 0 && std::getenv("OMP_NUM_THREADS") == nullptr) g.threads = threads_per_rank(comm);
-  if (g.device == "cuda") g.device = fmt::format("cuda:{}", comm.local_rank());
+  if (g.device == "cuda")
+    g.device = fmt::format("cuda:{}", rank_gpu(comm.local_rank(), device_count(DeviceType::cuda)));
   return g;
 }
 

@@ -15,12 +15,18 @@ namespace duet::app {
 // the control group's CPU quota where smaller (at least 1, at most the cores the launcher bound it
 // to), so the ranks do not oversubscribe them.
 int threads_per_rank(const dist::Communicator& comm);
+// The GPU index of local rank `local_rank` among the `visible_gpus` devices this process sees: the
+// local rank modulo the count, so that a launcher that masks devices per rank (each rank sees only
+// its own, as cuda:0) and one that shows every rank all of them both work. duet::Error when the rank
+// sees none.
+int rank_gpu(int local_rank, int visible_gpus);
 // Its arithmetic: `machine_cores` (or `quota` where smaller and positive) split between
 // `local_ranks`, at most `bound_cores`, at least 1.
 int rank_thread_share(int machine_cores, int quota, int bound_cores, int local_ranks);
 // `g` as one rank of several uses it: --threads set to threads_per_rank() unless --threads or
-// OMP_NUM_THREADS already chose, and --device cuda (no index) made cuda:<local rank>, one GPU per
-// rank on each machine, as torchrun's LOCAL_RANK convention has it. In one process, `g` as given.
+// OMP_NUM_THREADS already chose, and --device cuda (no index) made cuda:<rank_gpu(local rank)>, one
+// GPU per rank on each machine, as torchrun's LOCAL_RANK convention has it. In one process, `g` as
+// given.
 GlobalOptions options_for_rank(const dist::Communicator& comm, GlobalOptions g);
 
 // The settings that must be equal on every rank: the whole TrainConfig (as stored in

@@ -288,14 +288,31 @@ TEST(DataParallelOptions, RanksShareTheCoresOrTheQuota) {
   EXPECT_EQ(app::rank_thread_share(64, 2, 64, 4), 1);
 }
 
+// Issue 41: the GPU of a local rank is its index modulo the devices the rank sees, so that a
+// launcher that masks devices per rank (Slurm's --gpus-per-task=1: rank 1 sees one device, its
+// own, as cuda:0) works as well as one that shows every rank all of them. Before, rank 1 asked
+// for cuda:1 and failed under Slurm.
+TEST(DataParallelOptions, EachRankTakesItsLocalRankModuloTheVisibleGpus) {
+  EXPECT_EQ(app::rank_gpu(3, 4), 3) << "every GPU visible to every rank";
+  EXPECT_EQ(app::rank_gpu(1, 1), 0) << "a launcher that shows each rank its own GPU";
+  EXPECT_EQ(app::rank_gpu(0, 1), 0);
+  EXPECT_EQ(app::rank_gpu(5, 4), 1) << "more ranks than GPUs share them round robin";
+  EXPECT_ERROR_HAS(app::rank_gpu(1, 0), "local rank 1 sees no CUDA device");
+}
+
 // Under mpirun each rank on a machine takes the GPU of its local rank and its share of the cores,
 // unless the command line chose; one process keeps what it was given.
 TEST(DataParallelOptions, EachRankTakesTheGpuOfItsLocalRank) {
   ScriptedComm rank3(4, false, 3);
   app::GlobalOptions g;
   g.device = "cuda";
-  EXPECT_EQ(app::options_for_rank(rank3, g).device, "cuda:3");
+  if (const int gpus = device_count(DeviceType::cuda); gpus > 0)
+    EXPECT_EQ(app::options_for_rank(rank3, g).device, fmt::format("cuda:{}", 3 % gpus));
+  else
+    EXPECT_ERROR_HAS(app::options_for_rank(rank3, g), "sees no CUDA device");
+  g.device = "cpu";
   EXPECT_GE(app::options_for_rank(rank3, g).threads, 1);
+  g.device = "cuda";
   g.device = "cuda:0";
   g.threads = 5;
   EXPECT_EQ(app::options_for_rank(rank3, g).device, "cuda:0") << "an explicit index is kept";
