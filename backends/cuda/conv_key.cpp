@@ -56,6 +56,11 @@ void ConvAlgoCache::insert(const ConvKey& k, const ConvChoice& c) {
   map_[k] = c;
 }
 
+void ConvAlgoCache::erase(const ConvKey& k) {
+  std::lock_guard<std::mutex> lk(mu_);
+  map_.erase(k);
+}
+
 void ConvAlgoCache::clear() {
   std::lock_guard<std::mutex> lk(mu_);
   map_.clear();

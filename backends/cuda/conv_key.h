@@ -47,6 +47,7 @@ class ConvAlgoCache {
 public:
   std::optional<ConvChoice> find(const ConvKey& k);  // counts a hit or a miss
   void insert(const ConvKey& k, const ConvChoice& c);
+  void erase(const ConvKey& k);  // a cached choice that stopped working
   void clear();
   int64_t hits() const;
   int64_t misses() const;

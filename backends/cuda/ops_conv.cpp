@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 #include "backends/cuda/conv_key.h"
+#include "backends/cuda/conv_search.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cudnn_util.h"
@@ -155,23 +156,10 @@ std::vector<Candidate> benchmarked(OpGuard& g, const std::vector<Candidate>& pro
   return timed;
 }
 
-// Runs `pass` with the cached algorithm, or else tries the candidates in order (cuDNN's heuristics,
-// or in benchmark mode its timings) and caches the first that runs. `workspace_size(algo, &bytes)`
-// and `run(algo, workspace, bytes)` return cuDNN statuses; `propose()` returns the heuristics'
-// candidates, `find(workspace, bytes)` the timed ones.
-template <class Propose, class Find, class WorkspaceSize, class Run>
-void run_convolution(OpGuard& g, Problem& pb, Propose propose, Find find, WorkspaceSize workspace_size, Run run) {
-  auto note = [&](const ConvChoice& c) {
-    profiler::note_impl(fmt::format("cudnn {} math={} workspace={}{}", algo_name(pb.key.pass, c.algo), math_name(c.math_type),
-                                    format_bytes(double(c.workspace)), pb.key.benchmark ? " (benchmarked)" : ""));
-  };
-  if (const auto cached = conv_algo_cache().find(pb.key)) {
-    DUET_CUDNN_CHECK(cudnnSetConvolutionMathType(pb.conv, static_cast<cudnnMathType_t>(cached->math_type)), g.op);
-    Workspace ws(g.ctx, cached->workspace);
-    DUET_CUDNN_CHECK(run(cached->algo, ws.get(), ws.bytes()), g.op);
-    note(*cached);
-    return;
-  }
+// The search of run_convolution: the candidates in order, the first that runs cached.
+template <class Propose, class Find, class WorkspaceSize, class Run, class Note>
+void search_algorithm(OpGuard& g, Problem& pb, Propose propose, Find find, WorkspaceSize workspace_size, Run run,
+                      Note note) {
   std::vector<Candidate> candidates = propose();
   if (pb.key.benchmark) candidates = benchmarked(g, candidates, workspace_size, find);
   std::string tried;
@@ -210,13 +198,35 @@ void run_convolution(OpGuard& g, Problem& pb, Propose propose, Find find, Worksp
         if (pass == 1) warn_tf32_fallback(g.op, pb.key.str());
         return;
       }
-      if (st != CUDNN_STATUS_NOT_SUPPORTED && st != CUDNN_STATUS_BAD_PARAM)
-        throw_cudnn_error(st, "cudnnConvolution*", g.op, __FILE__, __LINE__);
+      if (!algorithm_cannot_run(st)) throw_cudnn_error(st, "cudnnConvolution*", g.op, __FILE__, __LINE__);
       tried += fmt::format(" {} ({});", algo_name(pb.key.pass, c.algo), cudnnGetErrorString(st));
     }
   }
   throw Error(fmt::format("{} on backend 'cuda': cuDNN has no algorithm that runs {}; tried:{}", g.op, pb.key.str(),
                           tried.empty() ? " none proposed" : tried));
+}
+
+// Runs `pass` with the cached algorithm, or else tries the candidates in order (cuDNN's heuristics,
+// or in benchmark mode its timings) and caches the first that runs; a cached algorithm cuDNN now
+// refuses is dropped and searched again (conv_search.h). `workspace_size(algo, &bytes)` and
+// `run(algo, workspace, bytes)` return cuDNN statuses; `propose()` returns the heuristics'
+// candidates, `find(workspace, bytes)` the timed ones.
+template <class Propose, class Find, class WorkspaceSize, class Run>
+void run_convolution(OpGuard& g, Problem& pb, Propose propose, Find find, WorkspaceSize workspace_size, Run run) {
+  auto note = [&](const ConvChoice& c) {
+    profiler::note_impl(fmt::format("cudnn {} math={} workspace={}{}", algo_name(pb.key.pass, c.algo), math_name(c.math_type),
+                                    format_bytes(double(c.workspace)), pb.key.benchmark ? " (benchmarked)" : ""));
+  };
+  const auto run_cached = [&](const ConvChoice& c) {
+    DUET_CUDNN_CHECK(cudnnSetConvolutionMathType(pb.conv, static_cast<cudnnMathType_t>(c.math_type)), g.op);
+    Workspace ws(g.ctx, c.workspace);
+    const cudnnStatus_t st = run(c.algo, ws.get(), ws.bytes());
+    if (st == CUDNN_STATUS_SUCCESS) note(c);
+    return st;
+  };
+  const auto fail = [&](cudnnStatus_t st) { throw_cudnn_error(st, "cudnnConvolution*", g.op, __FILE__, __LINE__); };
+  const auto search = [&] { search_algorithm(g, pb, propose, find, workspace_size, run, note); };
+  run_cached_or_search(conv_algo_cache(), pb.key, run_cached, search, fail);
 }
 
 MemoryFormat mem_format(bool nhwc) { return nhwc ? MemoryFormat::channels_last : MemoryFormat::contiguous; }
@@ -233,7 +243,6 @@ Tensor weight_in(const Tensor& w, bool nhwc) { return w.is_contiguous(mem_format
 
 void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv2dParams& p) {
   OpGuard g("conv2d", x);
-  check_float_or_half(g.op, "input", x);
   check_on(g.op, "weight", w, g.device());
   const bool nhwc = channels_last(x) || channels_last(y);
   check_format(g.op, "input", x, nhwc);
@@ -283,7 +292,6 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, c
 
 void CudaBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p) {
   OpGuard g("conv2d.backward_data", dy);
-  check_float_or_half(g.op, "grad_output", dy);
   check_on(g.op, "weight", w, g.device());
   const bool nhwc = channels_last(dx) || channels_last(dy);
   check_format(g.op, "grad_output", dy, nhwc);
@@ -329,7 +337,6 @@ void CudaBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const 
 void CudaBackend::conv2d_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& dbias,
                                          const Conv2dParams& p) {
   OpGuard g("conv2d.backward_weight", dy);
-  check_float_or_half(g.op, "grad_output", dy);
   check_on(g.op, "input", x, g.device());
   const bool nhwc = channels_last(x) || channels_last(dy);
   check_format(g.op, "input", x, nhwc);
