@@ -204,8 +204,10 @@ cudnnHandle_t DeviceContext::cudnn(const char* op) {
   return cudnn_;
 }
 
+void DeviceContext::wait(const char* op) { DUET_CUDA_CHECK(cudaStreamSynchronize(stream_), op); }
+
 void DeviceContext::synchronize(const char* op) {
-  DUET_CUDA_CHECK(cudaStreamSynchronize(stream_), op);
+  wait(op);
   if (label_errors_host_)
     if (std::optional<std::string> message = take_label_error(*label_errors_host_, op)) throw Error(*message);
 }

@@ -37,6 +37,9 @@ public:
   // Waits for the stream; then reports an invalid label a loss kernel has recorded since the last
   // wait (take_label_error) as a duet::Error.
   void synchronize(const char* op);
+  // Waits for the stream and reports CUDA errors, leaving the label record to the next
+  // synchronize(): for waits that must not raise a loss's error themselves (the profiler's timer).
+  void wait(const char* op);
   // The device's view of its LabelError record (host-mapped pinned memory, created on first use).
   kern::LabelError* label_errors(const char* op);
   // Pinned staging blocks for host-to-device copies on this device's stream (pinned_staging.h).
