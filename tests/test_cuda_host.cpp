@@ -18,12 +18,14 @@
 #include <utility>
 #include "backends/cuda/arch_support.h"
 #include "backends/cuda/conv_key.h"
+#include "backends/cuda/conv_search.h"
 #include "backends/cuda/cublas_library.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device.h"
 #include "backends/cuda/event_timeline.h"
 #include "backends/cuda/event_timer.h"
+#include "backends/cuda/event_timer_core.h"
 #include "backends/cuda/indexing.h"
 #include "backends/cuda/kernel_math.h"
 #include "backends/cuda/pinned_staging.h"
@@ -587,6 +589,116 @@ TEST(CudaHostConvKey, EqualityHashAndCache) {
   EXPECT_EQ(cache.hits(), 1);
   EXPECT_EQ(cache.misses(), 1);
   EXPECT_EQ(cache.size(), 1u);
+}
+
+// Issue 41: cuDNN 9's statuses are hierarchical (category * 1000 + detail), and an algorithm that
+// cannot run a problem answers with a detail of NOT_SUPPORTED or BAD_PARAM; comparing with exactly
+// CUDNN_STATUS_NOT_SUPPORTED / BAD_PARAM turned such an answer into a failed convolution instead of
+// a try of the next algorithm.
+TEST(CudaHostConvSearch, AnAlgorithmThatCannotRunIsACategoryNotACode) {
+  for (const cudnnStatus_t st :
+       {CUDNN_STATUS_NOT_SUPPORTED, CUDNN_STATUS_NOT_SUPPORTED_SHAPE, CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH,
+        CUDNN_STATUS_NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING, CUDNN_STATUS_NOT_SUPPORTED_SHARED_MEMORY_INSUFFICIENT,
+        CUDNN_STATUS_BAD_PARAM, CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER})
+    EXPECT_TRUE(algorithm_cannot_run(st)) << static_cast<int>(st);
+  for (const cudnnStatus_t st : {CUDNN_STATUS_SUCCESS, CUDNN_STATUS_NOT_INITIALIZED, CUDNN_STATUS_INTERNAL_ERROR,
+                                 CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED, CUDNN_STATUS_EXECUTION_FAILED,
+                                 CUDNN_STATUS_EXECUTION_FAILED_CUBLAS})
+    EXPECT_FALSE(algorithm_cannot_run(st)) << static_cast<int>(st);
+}
+
+// A cached algorithm that cuDNN refuses later (the same shapes with a misaligned pointer) is dropped
+// and the problem searched again; a hard failure is raised and the entry kept.
+TEST(CudaHostConvSearch, ACachedAlgorithmCuDnnRefusesIsDroppedAndSearchedAgain) {
+  ConvAlgoCache cache;
+  ConvKey k;
+  k.n = 2;
+  k.c = 3;
+  cache.insert(k, {1, 0, 0});
+  int searches = 0;
+  std::vector<int> ran;
+  auto search = [&] {
+    ++searches;
+    cache.insert(k, {2, 0, 0});
+  };
+  auto no_failure = [](cudnnStatus_t st) { ADD_FAILURE() << "raised status " << static_cast<int>(st); };
+  run_cached_or_search(
+      cache, k, [&](const ConvChoice& c) { ran.push_back(c.algo); return CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER; },
+      search, no_failure);
+  EXPECT_EQ(searches, 1);
+  ASSERT_TRUE(cache.find(k).has_value());
+  EXPECT_EQ(cache.find(k)->algo, 2) << "the search's algorithm replaces the refused one";
+  // The new choice runs from the cache without a search.
+  run_cached_or_search(cache, k, [&](const ConvChoice& c) { ran.push_back(c.algo); return CUDNN_STATUS_SUCCESS; },
+                       search, no_failure);
+  EXPECT_EQ(searches, 1);
+  EXPECT_EQ(ran, (std::vector<int>{1, 2}));
+  // A failure no other algorithm mends is raised; the entry stays.
+  int raised = 0;
+  run_cached_or_search(cache, k, [](const ConvChoice&) { return CUDNN_STATUS_EXECUTION_FAILED; }, search,
+                       [&](cudnnStatus_t) { ++raised; });
+  EXPECT_EQ(raised, 1);
+  EXPECT_EQ(searches, 1);
+  EXPECT_TRUE(cache.find(k).has_value());
+  // A problem seen for the first time is searched.
+  ConvKey other = k;
+  other.n = 4;
+  run_cached_or_search(cache, other, [](const ConvChoice&) { return CUDNN_STATUS_SUCCESS; }, search, no_failure);
+  EXPECT_EQ(searches, 2);
+}
+
+namespace {
+// The device side of the event timer, faked: a clock, a stream that is busy or idle, and a loss's
+// invalid-label record, which DeviceContext::synchronize reports (and clears) while
+// DeviceContext::wait leaves it for the next synchronisation.
+struct FakeEvents {
+  int64_t clock = 0;
+  bool busy = false;
+  bool label_error = false;
+  int waits = 0;
+  std::vector<int> recorded;
+  int device_count() { return 1; }
+  int current_device() { return 0; }
+  int64_t now_ns() { return clock; }
+  bool stream_busy(int) { return busy; }
+  void wait_for_stream(int) {
+    ++waits;
+    busy = false;
+  }
+  void synchronize(int i) {  // what the timer must not call: it takes the label error
+    wait_for_stream(i);
+    if (label_error) {
+      label_error = false;
+      throw Error("cross_entropy: target[0] = 7 is not a valid class label");
+    }
+  }
+  void record(int, int slot) { recorded.push_back(slot); }
+  void wait_event(int, int) {}
+  double elapsed_ms(int, int, int) { return 1.0; }
+};
+}  // namespace
+
+// Issue 41: a marker that finds its epoch older than 10 s opens a new one, which waits for the
+// stream. mark() is noexcept: had that wait been DeviceContext::synchronize, an invalid label a
+// loss recorded would have been raised there, swallowed, and lost to the .item() that reports it.
+TEST(CudaHostEventTimer, ANewEpochWaitsWithoutTakingALossLabelError) {
+  EventTimerCore<FakeEvents> timer;
+  FakeEvents& dev = timer.events();
+  EXPECT_GE(timer.mark(Device::cuda(0)), 0);  // opens the first epoch
+  dev.busy = true;
+  dev.label_error = true;                     // a cross_entropy found a bad label meanwhile
+  dev.clock += kMaxEpochNs + 1;               // and the epoch has grown stale
+  const int waits = dev.waits;
+  EXPECT_GE(timer.mark(Device::cuda(0)), 0) << "the marker is recorded";
+  EXPECT_EQ(dev.waits, waits + 1) << "the new epoch's reference waits for the stream";
+  EXPECT_TRUE(dev.label_error) << "the label error is left for the next synchronisation to report";
+  EXPECT_THROW(dev.synchronize(0), Error);
+  // A fresh epoch inside 10 s records its markers without a wait.
+  dev.busy = true;
+  dev.clock += 1000;
+  EXPECT_GE(timer.mark(Device::cuda(0)), 0);
+  EXPECT_EQ(dev.waits, waits + 2) << "synchronize above waited once";
+  EXPECT_EQ(timer.pending(), 3u);
 }
 
 // ---- the profiler's CUDA event timing: pool and clock bookkeeping -----------------------------------
