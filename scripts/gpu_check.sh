@@ -8,26 +8,34 @@
 #   duet-gpu-bundle/scripts/gpu_check.sh --bundle duet-gpu-bundle # no build: a bundle made elsewhere
 #                                                                 # by scripts/gpu_bundle.sh
 #
-# Phases, each bounded to 10 minutes, each writing its log into the output folder (default
-# gpu-check/, git-ignored):
+# Phases, in the order of what they prove, each bounded to 10 minutes, each writing its log into
+# the output folder (default gpu-check/, git-ignored):
 #   1. build    configure and build with the CUDA backend for the GPU present (its compute capability
-#               from nvidia-smi; the default architecture list where there is no GPU)
-#   2. tests    the whole test suite with DUET_REQUIRE_CUDA=1, so that a CUDA test that skips fails
-#   3. selftest duet selftest --device cuda: the op table on the GPU against the reference loops, then
-#               the same table timed on the GPU (--mode perf: ms, GFLOP/s and GB/s per case), then
-#               the convolution cases with DUET_CUDNN_BENCHMARK=1 (algorithms timed by cudnnFind)
-#   4. models   one phase per benchmark model: one profiled epoch on synthetic data in f32, --amp bf16
+#               from nvidia-smi; the default architecture list where there is no GPU). A machine that
+#               lacks duet's required libraries (fmt, nlohmann-json, CLI11, libjpeg, libpng: a
+#               cluster node, a PyTorch image) is told at once to use a bundle (--bundle); oneDNN,
+#               GoogleTest and Google Benchmark are left out of the build where absent.
+#   2. selftest duet selftest --device cuda: the op table on the GPU against the reference loops (the
+#               cases the GPU refuses a dtype of are skipped and counted), then the same table timed
+#               on the GPU (--mode perf: ms, GFLOP/s and GB/s per case), then the convolution cases
+#               with DUET_CUDNN_BENCHMARK=1 (algorithms timed by cudnnFind)
+#   3. tests    the whole test suite with DUET_REQUIRE_CUDA=1, so that a CUDA test that skips fails
+#               (tests that skip by design on one GPU, such as the two-GPU copy, are counted apart)
+#   4. step     resnet18_cifar: two training steps on the GPU and on the cpu backend from the same
+#               seed, whose test losses must agree to 1%
+#   5. models   one phase per benchmark model: one profiled epoch on synthetic data in f32, --amp bf16
 #               and --amp fp16 on the GPU, the same run on the cpu backend (f32 and bf16), and
 #               `duet compare` of the two reports (NVML telemetry is in each CUDA report); then
 #               resnet18_cifar, resnet50_cifar and mobilenet_v2 steps with NHWC activations and
 #               weights against NCHW (duet profile --memory-format nhwc|nchw)
-#   5. nccl     with two GPUs and mpirun: resnet18_cifar on 2 ranks (NCCL) and on one process
-#   6. pytorch  where python3 imports torch with CUDA: bench/train_throughput.py --device cuda, duet
+#   6. nccl     with two GPUs and mpirun: resnet18_cifar on 2 ranks (NCCL) and on one process
+#   7. pytorch  where python3 imports torch with CUDA: bench/train_throughput.py --device cuda, duet
 #               against PyTorch on this GPU
 # and summary.md, one page: the GPU, each phase's result and time, the tables' last lines.
-# --only takes a comma list of build, tests, selftest, models, layouts, nccl, pytorch. --deadline N:
-# a phase that would start N seconds or more after the script did is skipped, and says so (a batch
-# job's or a lent machine's time limit).
+# --only takes a comma list of build, selftest, tests, step, models, layouts, nccl, pytorch.
+# --deadline N: a phase that would start N seconds or more after the script did is skipped, and says
+# so (a batch job's or a lent machine's time limit). scripts/gpu_device_run.sh is the command a lent
+# GPU machine runs: it unpacks a bundle and runs this with a deadline.
 #
 # With --bundle there is no build: the binaries come from the bundle's bin/, the libraries it lacks
 # from its lib/, and cuDNN, cuBLAS and the CUDA runtime from where this machine has them (the
@@ -35,14 +43,35 @@
 # bundle's suites runs in a process of its own, as ctest runs them.
 #
 # Without an NVIDIA GPU it builds and runs the host-side CUDA tests, then stops with exit code 3 and
-# says why (0: every phase passed; 1: a phase failed; 2: bad usage or no CUDA Toolkit).
+# says why (0: every phase passed; 1: a phase failed; 2: bad usage, no CUDA Toolkit, or a machine
+# that cannot build duet).
+#
+# `gpu_check.sh --gtest-outcome LOG EXIT_CODE` prints how one GoogleTest test run in its own process
+# ended (passed, skipped or failed), as the bundle's test phase counts it (tests/gtest_outcome_check.sh).
 { # parsed whole before it runs, so that editing the file during a run cannot change the run
 set -uo pipefail
 
-usage() { sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; }
+# gtest_outcome <log> <exit code>: passed, skipped or failed, for a process that ran one test. Exit 0
+# counts only with GoogleTest's line for exactly one test, passed ("[  PASSED  ] 1 test.") or skipped
+# ("[  SKIPPED ] 1 test, listed below:"): a filter that matched nothing exits 0 too.
+gtest_outcome() {
+  if [ "$2" -ne 0 ]; then echo failed
+  elif grep -qE '^\[  PASSED  \] 1 test\.' "$1"; then echo passed
+  elif grep -qE '^\[  SKIPPED \] 1 test[,.]' "$1"; then echo skipped
+  else echo failed
+  fi
+}
+if [ "${1:-}" = --gtest-outcome ]; then
+  [ $# -eq 3 ] && [ -r "$2" ] && [[ "$3" =~ ^[0-9]+$ ]] || { echo "usage: gpu_check.sh --gtest-outcome LOG EXIT_CODE" >&2; exit 2; }
+  gtest_outcome "$2" "$3"
+  exit 0
+fi
+
+usage() { sed -n '2,50p' "$0" | sed 's/^# \{0,1\}//'; }
+self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out="$repo/gpu-check"; build=""; bundle=""; train_size=1024; only=""; deadline=""
-all_phases=",build,tests,selftest,models,layouts,nccl,pytorch,"
+all_phases=",build,selftest,tests,step,models,layouts,nccl,pytorch,"
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out="$2"; shift ;;
@@ -80,7 +109,9 @@ phase() {
     return 0
   fi
   echo "== $name (log: $log)"
+  running="$name"; running_log="$log"; running_t0=$SECONDS
   "$@" > "$log" 2>&1 || rc=$?
+  running=""
   local verdict="passed"
   if [ $rc -eq 124 ]; then verdict="TIMED OUT (10 min)"; elif [ $rc -ne 0 ]; then verdict="FAILED (exit $rc)"; fi
   [ $rc -eq 0 ] || failed=1
@@ -88,6 +119,21 @@ phase() {
   echo "   $verdict in $((SECONDS - t0)) s"
   return $rc
 }
+
+# Stopped from outside (a lent machine's time running out: gpu_device_run.sh's timeout): the phase
+# under way is recorded as cut short and the summary written, so the run's result is not lost.
+running=""; running_log=""; running_t0=0
+on_stop() {
+  trap - TERM INT
+  if [ -n "$running" ]; then
+    phase_rows+=("| $running | STOPPED from outside after $((SECONDS - running_t0)) s | | \`$(basename "$running_log")\` |")
+  fi
+  phase_rows+=("| (the rest) | not run: the check was stopped at $SECONDS s | | |")
+  failed=1
+  write_summary
+  exit 124
+}
+trap on_stop TERM INT
 
 write_summary() {
   {
@@ -104,7 +150,7 @@ write_summary() {
     echo "| phase | result | time | log |"
     echo "| --- | --- | ---: | --- |"
     printf '%s\n' "${phase_rows[@]}"
-    for f in "$out"/selftest.txt "$out"/pytorch.txt; do
+    for f in "$out"/bundle.log "$out"/selftest.txt "$out"/pytorch.txt; do
       [ -s "$f" ] || continue
       echo; echo "\`$(basename "$f")\`, last lines:"; echo; echo '```'; tail -4 "$f"; echo '```'
     done
@@ -128,7 +174,11 @@ use_bundle() {
   findable() { grep -qx "$1" <<< "$cache" || (IFS=:; for d in ${LD_LIBRARY_PATH:-}; do [ -e "$d/$1" ] && exit 0; done; exit 1); }
   wheels=$(python3 -c 'import nvidia, os; [print(os.path.join(p, d, "lib")) for p in nvidia.__path__ for d in sorted(os.listdir(p))]' \
            2>/dev/null || true)
-  for name in libcudnn.so.9 libcublas.so.13 libcublasLt.so.13 libcudart.so.13; do
+  # libnvrtc: cuDNN 9 compiles some of its engines at run time and loads NVRTC for it (dlopen, so ldd
+  # cannot see it missing); from pip wheels it sits in another wheel's folder than cuDNN.
+  # libnccl: a bundle packed from a build with MPI and NCCL (--build-dir) needs it; pip's
+  # nvidia-nccl-cu13 has it.
+  for name in libcudnn.so.9 libcublas.so.13 libcublasLt.so.13 libcudart.so.13 libnvrtc.so.13 libnccl.so.2; do
     findable "$name" && continue
     for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib $wheels; do
       if [ -e "$d/$name" ]; then [[ "$dirs:" == *":$d:"* ]] || dirs="$dirs:$d"; break; fi
@@ -170,18 +220,21 @@ run_suites() (
   rm -rf "$dir"; mkdir -p "$dir"
   for s in "$@"; do "$bundle/bin/$s" --gtest_list_tests | awk -v b="$s" '/^[^ ]/ {c = $1} /^  / {print b, c $1}'; done \
     > "$dir/list.txt" || exit 1
-  # exit 0 counts only with gtest's line for exactly one test (a filter that matched nothing exits 0 too)
-  timeout 600 xargs -P "$(nproc)" -L 1 sh -c 'f=$(printf %s "$3.$4" | tr / _)
-    timeout 300 "$1/bin/$3" --gtest_filter="$4" > "$2/$f.log" 2>&1; rc=$?
-    [ $rc -eq 0 ] && ! grep -qE "^\[  (PASSED  |SKIPPED )\] 1 test\." "$2/$f.log" && rc=99
-    echo "$rc $3 $4"' sh "$bundle" "$dir" \
+  # each line of results.txt: outcome (gtest_outcome), exit code, suite, test
+  timeout 600 xargs -P "$(nproc)" -L 1 sh -c 'f=$(printf %s "$4.$5" | tr / _)
+    timeout 300 "$2/bin/$4" --gtest_filter="$5" > "$3/$f.log" 2>&1; rc=$?
+    echo "$("$1" --gtest-outcome "$3/$f.log" $rc) $rc $4 $5"' sh "$self" "$bundle" "$dir" \
     < "$dir/list.txt" > "$dir/results.txt" || rc=$?
-  local total ran failed skipped
-  total=$(wc -l < "$dir/list.txt"); ran=$(wc -l < "$dir/results.txt"); failed=$(grep -vc '^0 ' "$dir/results.txt")
-  skipped=$(grep -l '^\[  SKIPPED \]' "$dir"/*.log 2>/dev/null | wc -l)
-  echo "$total tests of $# suites, each in its own process: $((ran - failed)) passed" \
-       "($skipped of them skipped), $failed failed, $((total - ran)) not run"
-  grep -v '^0 ' "$dir/results.txt" | while read -r code s name; do
+  local total ran passed skipped failed
+  total=$(wc -l < "$dir/list.txt"); ran=$(wc -l < "$dir/results.txt")
+  passed=$(grep -c '^passed ' "$dir/results.txt"); skipped=$(grep -c '^skipped ' "$dir/results.txt")
+  failed=$(grep -c '^failed ' "$dir/results.txt")
+  echo "$total tests of $# suites, each in its own process: $passed passed, $skipped skipped, $failed failed," \
+       "$((total - ran)) not run"
+  grep '^skipped ' "$dir/results.txt" | while read -r _ _ s name; do
+    echo "skipped: $s $name: $(grep -m1 -A1 ': Skipped$' "$dir/$(printf %s "$s.$name" | tr / _).log" | tail -1)"
+  done
+  grep '^failed ' "$dir/results.txt" | while read -r _ code s name; do
     echo; echo "FAILED (exit $code): $s $name"; tail -20 "$dir/$(printf %s "$s.$name" | tr / _).log"
   done
   [ $rc -eq 124 ] && exit 124
@@ -202,7 +255,14 @@ fi
 
 if [ -n "$bundle" ]; then
   bundle=$(cd "$bundle" 2>/dev/null && pwd) || { echo "gpu_check: --bundle: no folder ${bundle}" >&2; exit 2; }
-  use_bundle || exit 2
+  # its messages kept in the output folder, so that a bundle that cannot run here says why in the summary
+  use_bundle > "$out/bundle.log" 2>&1 || {
+    cat "$out/bundle.log" >&2
+    phase_rows+=("| load the bundle | FAILED: its binaries cannot run here (bundle.log below) | | \`bundle.log\` |")
+    write_summary
+    exit 2
+  }
+  cat "$out/bundle.log"
   duet="$bundle/bin/duet"
 else
   nvcc_path=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; } || true)
@@ -213,8 +273,25 @@ else
   fi
   # 1. build
   if [ -z "$build" ]; then
+    # What this machine can build, said before anything runs: the libraries duet cannot do without,
+    # and those the GPU check can (oneDNN: without it the step and models phases' cpu halves run on
+    # the reference loops, within their time limits; GoogleTest: the tests phase; Google Benchmark,
+    # never needed here).
+    has_header() { echo "#include <$1>" | c++ -x c++ -E - > /dev/null 2>&1; }
+    missing=""
+    for h in fmt/format.h nlohmann/json.hpp CLI/CLI.hpp jpeglib.h png.h; do has_header "$h" || missing="$missing $h"; done
+    if [ -n "$missing" ]; then
+      echo "gpu_check: this machine cannot build duet: it lacks the headers$missing (Debian: libfmt-dev" \
+           "nlohmann-json3-dev libcli11-dev libjpeg-dev libpng-dev, which ./scripts/setup.sh installs). On a GPU" \
+           "machine without them, run a bundle built elsewhere: ./scripts/gpu_bundle.sh there, then" \
+           "duet-gpu-bundle/scripts/gpu_check.sh --bundle duet-gpu-bundle here (scripts/gpu_device_run.sh does" \
+           "both halves for a lent GPU machine; docs/cuda_backend.md has the recipe)" >&2
+      exit 2
+    fi
     build="$repo/build-gpu"
-    cfg=(-DDUET_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc_path")
+    cfg=(-DDUET_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc_path" -DDUET_BUILD_BENCH=OFF)
+    has_header dnnl.hpp || { cfg+=(-DDUET_ONEDNN=OFF); echo "gpu_check: no oneDNN here: built without the cpu backend"; }
+    has_header gtest/gtest.h || { cfg+=(-DDUET_BUILD_TESTS=OFF); echo "gpu_check: no GoogleTest here: built without the tests"; }
     [ -n "$archs" ] && cfg+=(-DCMAKE_CUDA_ARCHITECTURES="$archs")
     build_it() { cmake -S "$repo" -B "$build" -G Ninja "${cfg[@]}" && timeout 600 cmake --build "$build" -j"$(nproc)"; }
     if wanted build; then phase build "$out/build.log" build_it || { write_summary; exit 1; }; fi
@@ -239,19 +316,7 @@ if [ -z "$gpu_line" ]; then
   [ $failed -eq 0 ] && exit 3 || exit 1
 fi
 
-# 2. tests: every suite (a bundle's: those it packed, the ones with GPU tests), a CUDA skip counts as a failure
-if wanted tests; then
-  if [ -n "$bundle" ]; then
-    # the suites gpu_bundle.sh packed, whichever they are
-    phase "tests (DUET_REQUIRE_CUDA=1)" "$out/tests.log" run_suites --require-cuda \
-      $(cd "$bundle/bin" && ls test_*)
-  else
-    phase "tests (DUET_REQUIRE_CUDA=1)" "$out/tests.log" env DUET_REQUIRE_CUDA=1 timeout 600 \
-      ctest --test-dir "$build" --output-on-failure -j"$(nproc)"
-  fi
-fi
-
-# 3. selftest
+# 2. selftest: the op table on the GPU first, since it names the op that is wrong
 if wanted selftest; then
   phase selftest "$out/selftest.txt" timeout 600 "$duet" selftest --device cuda
   phase "selftest --mode perf" "$out/selftest_perf.txt" timeout 600 "$duet" selftest --device cuda --mode perf
@@ -260,7 +325,44 @@ if wanted selftest; then
     "$duet" selftest --device cuda --filter conv
 fi
 
-# 4. models: one profiled epoch each, on the GPU (f32, bf16, fp16) and on the cpu backend (f32, bf16),
+# 3. tests: every suite (a bundle's: those it packed, the ones with GPU tests), a CUDA skip counts as a failure
+if wanted tests; then
+  if [ -n "$bundle" ]; then
+    # the suites gpu_bundle.sh packed, whichever they are
+    phase "tests (DUET_REQUIRE_CUDA=1)" "$out/tests.log" run_suites --require-cuda \
+      $(cd "$bundle/bin" && ls test_*)
+  elif [ -f "$build/CTestTestfile.cmake" ]; then
+    phase "tests (DUET_REQUIRE_CUDA=1)" "$out/tests.log" env DUET_REQUIRE_CUDA=1 timeout 600 \
+      ctest --test-dir "$build" --output-on-failure -j"$(nproc)"
+  else
+    phase_rows+=("| tests (DUET_REQUIRE_CUDA=1) | skipped: built without GoogleTest | | |")
+  fi
+fi
+
+# 4. step: the same two training steps on the GPU and on the cpu backend, from the same seed and
+# without augmentation; their test losses (printed to 4 decimals) must agree to 1%.
+step_run() {
+  local dev loss rc=0
+  local -a losses=()
+  for dev in cuda cpu; do
+    echo "-- $dev"
+    timeout 120 "$duet" --device "$dev" --seed 1 train --model resnet18_cifar --dataset synthetic --image-size 32 \
+      --classes 10 --train-size 128 --test-size 128 --batch 64 --epochs 1 --no-augment --log-every 1 \
+      > "$out/step_$dev.txt" 2>&1 || { echo "   FAILED: $out/step_$dev.txt"; tail -5 "$out/step_$dev.txt"; return 1; }
+    loss=$(sed -n 's/.*test loss \([0-9.]*\).*/\1/p' "$out/step_$dev.txt" | tail -1)
+    echo "   test loss $loss"
+    [ -n "$loss" ] || { echo "   no test loss in $out/step_$dev.txt"; return 1; }
+    losses+=("$loss")
+  done
+  awk -v g="${losses[0]}" -v c="${losses[1]}" 'BEGIN {
+    d = (g > c ? g - c : c - g) / (c > 0 ? c : 1)
+    printf "GPU %s against cpu %s: relative difference %.2g (at most 0.01)\n", g, c, d
+    exit !(d <= 0.01) }' || rc=1
+  return $rc
+}
+wanted step && phase "two training steps: GPU against the cpu backend" "$out/step.log" step_run
+
+# 5. models: one profiled epoch each, on the GPU (f32, bf16, fp16) and on the cpu backend (f32, bf16),
 # one phase per model; each training run is limited to 2 minutes (the five fit the 10)
 run_model() {  # run_model <model> <image size> <classes>
   local m="$1" size="$2" classes="$3" amp dev rc=0
@@ -290,7 +392,7 @@ if wanted models; then
   done
 fi
 
-# 4b. channels-last on the GPU: activations and weights NHWC (--memory-format nhwc converts the
+# 5b. channels-last on the GPU: activations and weights NHWC (--memory-format nhwc converts the
 # model, so cuDNN gets NHWC filters with no copy) against the NCHW default, the figures that
 # should decide --memory-format auto on a GPU
 nhwc_run() {
@@ -308,7 +410,7 @@ nhwc_run() {
 wanted layouts &&
   phase "NHWC against NCHW on the GPU (resnet18_cifar, resnet50_cifar, mobilenet_v2)" "$out/layouts.log" nhwc_run
 
-# 5. data-parallel on two GPUs through NCCL, where there are two and mpirun: 2 ranks with batch 32
+# 6. data-parallel on two GPUs through NCCL, where there are two and mpirun: 2 ranks with batch 32
 # against one process with batch 64 (the parameters should agree to f32 rounding; see the log)
 gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
 if ! wanted nccl; then
@@ -328,7 +430,7 @@ else
   phase_rows+=("| data-parallel on 2 GPUs (NCCL) | skipped: $gpus GPU(s)$(command -v mpirun >/dev/null || echo ', no mpirun') | | |")
 fi
 
-# 6. PyTorch on the same GPU, where it is importable with CUDA
+# 7. PyTorch on the same GPU, where it is importable with CUDA
 if ! wanted pytorch; then
   :
 elif python3 -c "import torch, torchvision, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
