@@ -86,10 +86,5 @@ Allocator& device_allocator(Device d);
 // the cuda backend is not built in, or there is no driver or GPU).
 int device_count(DeviceType t);
 
-// How many kernels Dispatch (engine/ops/dispatch.h) has started on this thread. A kernel that reads
-// one more than it recorded at an earlier kernel knows that nothing ran in between: the cpu
-// convolution's weight gradient takes dy as the data gradient dispatched right before it
-// reordered it (backends/cpu/conv.cpp).
-uint64_t dispatched_kernels();
 
 }  // namespace duet

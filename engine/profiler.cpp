@@ -283,6 +283,10 @@ void note_impl(const std::string& impl) {
   if (enabled()) t_impl = impl;
 }
 
+void note_reason(const std::string& why) {
+  if (enabled() && !why.empty()) t_impl += (t_impl.empty() ? "[" : " [") + why + "]";
+}
+
 void OpScope::begin(const char* name, Backend backend, std::initializer_list<const Tensor*> inputs) {
   bool first = true;
   for (const Tensor* t : inputs) {

@@ -148,6 +148,9 @@ private:
 
 // A backend names the implementation it picked for the op in flight ("brg:avx512_core").
 void note_impl(const std::string& impl);
+// ... and why it picked it (its planner's reason), shown after the implementation in brackets:
+// "jit_wino_4x3:avx512_core [winograd: 3x3 stride 1, 64->64 channels >= 32, output 32x32 >= 4x4]".
+void note_reason(const std::string& why);
 
 // One op's window: opened before the op's outputs are allocated, closed when the kernel returns.
 // The op's time, the bytes its thread allocated (outputs, workspace, temporaries) and the memory

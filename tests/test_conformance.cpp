@@ -16,7 +16,7 @@
 #include "opcheck/op_check.h"
 #include "tests/test_support.h"
 #ifdef DUET_HAVE_DNNL
-#include "backends/cpu/conv_algorithm.h"
+#include "backends/cpu/planner.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/depthwise.h"
 #include "backends/cpu/small_gemm.h"
@@ -904,12 +904,12 @@ TEST(CpuBackend, AutomaticPolicyRunsResNetLayersOnWinograd) {
   };
   const std::string automatic = impls();
   size_t wino = 0;
-  for (size_t at = automatic.find("wino"); at != std::string::npos; at = automatic.find("wino", at + 1)) ++wino;
+  for (size_t at = automatic.find("jit_wino"); at != std::string::npos; at = automatic.find("jit_wino", at + 1)) ++wino;
   EXPECT_EQ(wino, 3u) << automatic;  // forward, backward data, backward weights
   cpu::set_winograd_policy(cpu::KernelPolicy::never);
   const std::string direct = impls();
   cpu::set_winograd_policy(cpu::KernelPolicy::automatic);
-  EXPECT_EQ(direct.find("wino"), std::string::npos) << direct;
+  EXPECT_EQ(direct.find("jit_wino"), std::string::npos) << direct;
 }
 
 // bf16 layers of 256 channels onto 8x8 maps run on f32 Winograd where bf16 has no AMX
@@ -928,7 +928,7 @@ TEST(CpuBackend, AutomaticPolicyRunsWideBf16LayersOnF32Winograd) {
     profiler::enable(false);
     int wino = 0;
     for (const OpEvent& e : profiler::collect())
-      if (std::string(e.name).rfind("conv2d", 0) == 0) wino += e.impl.find("wino") != std::string::npos;
+      if (std::string(e.name).rfind("conv2d", 0) == 0) wino += e.impl.find("jit_wino") != std::string::npos;
     profiler::clear();
     return std::make_tuple(wino, x.grad(), w.grad());
   };
@@ -957,9 +957,9 @@ std::string profiled_impl(const std::string& op, const std::function<void()>& ru
   return impl;
 }
 
-// A Winograd layer's weight gradient takes dy as its data gradient reordered it, when autograd
-// dispatches the two passes one after the other (backends/cpu/conv.cpp), and computes the same
-// bits as when it reorders dy itself.
+// A Winograd layer's weight gradient takes dy as its data gradient reordered it, inside the one
+// conv2d_backward call that computes both (backends/cpu/conv.cpp), and computes the same bits as
+// when it reorders dy itself (a call for the weight gradient alone).
 TEST(CpuBackend, WeightGradientTakesTheDataGradientsReorderedDy) {
   BackendGuard guard(DeviceType::cpu, Backend::cpu);
   const Tensor x =
@@ -968,42 +968,46 @@ TEST(CpuBackend, WeightGradientTakesTheDataGradientsReorderedDy) {
   const Tensor dy = random_tensor({4, 32, 8, 8}, 3, DType::f32).contiguous(MemoryFormat::channels_last);
   const std::string wgrad_impl =
       profiled_impl("conv2d.backward_weight", [&] { conv2d(x, w, Tensor(), Conv2dParams{1, 1, 1, 1}).backward(dy); });
-  EXPECT_NE(wgrad_impl.find("wino"), std::string::npos) << wgrad_impl;
+  EXPECT_NE(wgrad_impl.find("jit_wino"), std::string::npos) << wgrad_impl;
   EXPECT_NE(wgrad_impl.find("(dy as reordered for backward_data)"), std::string::npos) << wgrad_impl;
-  // The backend called directly, outside Dispatch: the weight gradient reorders dy itself.
+  // The weight gradient alone (the output mask without dx): it reorders dy itself.
   const Tensor dw = Tensor::empty(w.shape(), TensorOptions(DType::f32));
-  backend(Backend::cpu).conv2d_backward_weight(x.detach(), dy, dw, Tensor(), Conv2dParams{1, 1, 1, 1});
+  const std::string alone_impl = profiled_impl("conv2d.backward_weight", [&] {
+    detail::Dispatch<OpId::conv2d_backward> kernel(backend(Backend::cpu), {&dy, &x});
+    kernel(dy, x.detach(), Tensor(), Tensor(), dw, Tensor(), Conv2dParams{1, 1, 1, 1});
+  });
+  EXPECT_NE(alone_impl.find("jit_wino"), std::string::npos) << alone_impl;
+  EXPECT_EQ(alone_impl.find("(dy as reordered"), std::string::npos) << alone_impl;
   ASSERT_TRUE(w.grad().defined());
   EXPECT_TRUE(same_bits(w.grad(), dw));
 }
 
-// Any kernel dispatched between the two passes ends the sharing: here one that overwrites dy, after
-// which the weight gradient must see the new dy (zeros), not the data gradient's copy of the old.
-TEST(CpuBackend, WeightGradientReordersDyAgainAfterAnotherKernel) {
+// The profile of one conv2d_backward: the op's own window (the shared reorder of dy) and the two
+// passes inside it, each with its implementation, the planner's reason and its FLOPs.
+TEST(CpuBackend, ConvBackwardShowsEachPassWithItsReason) {
   BackendGuard guard(DeviceType::cpu, Backend::cpu);
-  const Conv2dParams p{1, 1, 1, 1};
-  BackendImpl& cpu = backend(Backend::cpu);
-  const Tensor x = random_tensor({4, 32, 8, 8}, 1, DType::f32).contiguous(MemoryFormat::channels_last);
-  const Tensor w = random_tensor({32, 32, 3, 3}, 2, DType::f32);
-  const Tensor dy = random_tensor({4, 32, 8, 8}, 3, DType::f32).contiguous(MemoryFormat::channels_last);
-  const Tensor dx = Tensor::empty(x.shape(), TensorOptions(DType::f32), MemoryFormat::channels_last);
-  const Tensor dw = Tensor::empty(w.shape(), TensorOptions(DType::f32));
-  const std::string wgrad_impl = profiled_impl("conv2d.backward_weight", [&] {
-    {
-      detail::Dispatch<OpId::conv2d_backward_data> kernel(cpu, {&dy, &w});
-      kernel(dy, w, dx, p);
-    }
-    {
-      detail::Dispatch<OpId::fill> kernel(cpu, {&dy});
-      kernel(dy, 0.0);
-    }
-    detail::Dispatch<OpId::conv2d_backward_weight> kernel(cpu, {&x, &dy});
-    kernel(x, dy, dw, Tensor(), p);
-  });
-  EXPECT_NE(wgrad_impl.find("wino"), std::string::npos) << wgrad_impl;
-  EXPECT_EQ(wgrad_impl.find("(dy as reordered"), std::string::npos) << wgrad_impl;
-  const Tensor dwc = dw.contiguous();
-  for (int64_t i = 0; i < dwc.numel(); ++i) ASSERT_EQ(dwc.data<float>()[i], 0.0f) << "element " << i;
+  const Tensor x =
+      random_tensor({4, 32, 8, 8}, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);
+  const Tensor w = random_tensor({32, 32, 3, 3}, 2, DType::f32).set_requires_grad(true);
+  profiler::clear();
+  profiler::enable(true);
+  conv2d(x, w, Tensor(), Conv2dParams{1, 1, 1, 1}).backward(Tensor::ones({4, 32, 8, 8}));
+  profiler::enable(false);
+  std::map<std::string, OpEvent> by_name;
+  for (const OpEvent& e : profiler::collect()) by_name[e.name] = e;
+  profiler::clear();
+  ASSERT_TRUE(by_name.count("conv2d.backward") && by_name.count("conv2d.backward_data") &&
+              by_name.count("conv2d.backward_weight"));
+  const OpEvent &op = by_name["conv2d.backward"], &data = by_name["conv2d.backward_data"],
+                &weight = by_name["conv2d.backward_weight"];
+  EXPECT_LE(op.start_ns, data.start_ns);
+  EXPECT_GE(op.end_ns, weight.end_ns) << "the passes run inside the op's window";
+  EXPECT_EQ(op.flops, 0.0);
+  EXPECT_DOUBLE_EQ(data.flops, 2.0 * 4 * 32 * 8 * 8 * 32 * 9);
+  EXPECT_GT(weight.flops, 0.0);
+  for (const OpEvent* e : {&data, &weight})
+    EXPECT_NE(e->impl.find("[winograd: 3x3 stride 1, 32->32 channels >= 32, output 8x8 >= 4x4]"), std::string::npos)
+        << e->name << ": " << e->impl;
 }
 
 TEST(CpuBackend, ThreadCountIsSettable) {

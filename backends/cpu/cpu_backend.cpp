@@ -3,7 +3,7 @@
 // training step that repeats the previous step's shapes creates no primitive at all.
 #include <cstdlib>
 #include "backends/cpu/common.h"
-#include "backends/cpu/conv_algorithm.h"
+#include "backends/cpu/planner.h"
 #include "backends/cpu/depthwise.h"
 #include "backends/cpu/small_gemm.h"
 #include "backends/cpu/threads.h"
@@ -37,8 +37,7 @@ void cpu_describe_machine(nlohmann::json& m) {
 // the oneDNN ops refuse it, naming the reference backend as the one for f64.
 DTypeSupport CpuBackend::support(OpId op, DType dt) const {
   static const bool avx512 = cpu::onednn_isa_at_least(dnnl::cpu_isa::avx512_core);
-  const bool onednn_op = op == OpId::conv2d || op == OpId::conv2d_backward_data || op == OpId::conv2d_backward_weight ||
-                         op == OpId::matmul || op == OpId::linear || op == OpId::softmax ||
+  const bool onednn_op = op == OpId::conv2d || op == OpId::conv2d_backward || op == OpId::matmul || op == OpId::linear || op == OpId::softmax ||
                          op == OpId::softmax_backward || op == OpId::batch_norm || op == OpId::batch_norm_backward ||
                          op == OpId::layer_norm || op == OpId::layer_norm_backward || op == OpId::max_pool2d ||
                          op == OpId::max_pool2d_backward || op == OpId::avg_pool2d || op == OpId::avg_pool2d_backward ||

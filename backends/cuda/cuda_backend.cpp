@@ -52,8 +52,8 @@ void CudaBackend::synchronize() { cuda::synchronize_all("synchronize"); }
 DTypeSupport CudaBackend::support(OpId op, DType dt) const {
   if (op == OpId::copy || op == OpId::fill || op == OpId::concat) return {};
   if (dt == DType::f32 || dt == DType::f64) return {};
-  const bool mixed_precision_op = op == OpId::conv2d || op == OpId::conv2d_backward_data ||
-                                  op == OpId::conv2d_backward_weight || op == OpId::matmul || op == OpId::linear;
+  const bool mixed_precision_op =
+      op == OpId::conv2d || op == OpId::conv2d_backward || op == OpId::matmul || op == OpId::linear;
   if (is_half(dt) && mixed_precision_op) return {};
   return {Coverage::refused, is_half(dt) ? "16-bit types run only in conv2d, matmul and linear on the GPU (what autocast "
                                            "sends there); the other ops take f32 or f64"

@@ -18,6 +18,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cudnn_util.h"
+#include "engine/conv_backward.h"
 #include "engine/profiler.h"
 
 namespace duet::cuda {
@@ -290,7 +291,9 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, c
   if (p.relu && y.numel() > 0) activation(Activation::relu, 0.0, y, y);
 }
 
-void CudaBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p) {
+namespace {
+
+void backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p) {
   OpGuard g("conv2d.backward_data", dy);
   check_on(g.op, "weight", w, g.device());
   const bool nhwc = channels_last(dx) || channels_last(dy);
@@ -334,8 +337,7 @@ void CudaBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const 
       });
 }
 
-void CudaBackend::conv2d_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& dbias,
-                                         const Conv2dParams& p) {
+void backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& dbias, const Conv2dParams& p) {
   OpGuard g("conv2d.backward_weight", dy);
   check_on(g.op, "input", x, g.device());
   const bool nhwc = channels_last(x) || channels_last(dy);
@@ -381,13 +383,28 @@ void CudaBackend::conv2d_backward_weight(const Tensor& x, const Tensor& dy, cons
                                                   target.raw_data());
           });
     }
-    if (!target.same(dw)) copy(target, dw);
+    if (!target.same(dw)) cuda_backend().copy(target, dw);
   }
   if (dbias.defined() && dbias.numel() > 0) {
     // dbias[o] = sum over n, h, w of dy[n, o, h, w]: the strided reduction keeps dim 1.
     DUET_CHECK(dbias.is_contiguous(), "{} on backend 'cuda': the bias gradient must be contiguous", g.op);
     // On channels-last dy that is a column sum, which the reduction plans as coalesced 32-channel tiles.
     reduce_strided(g, ReduceOp::sum, dy, Shape{1, dy.size(1), 1, 1}, Shape{dy.size(0), 1, dy.size(2), dy.size(3)}, dbias);
+  }
+}
+
+}  // namespace
+
+// Both gradients (ops.def's output mask), each in its profiled window (engine/conv_backward.h).
+void CudaBackend::conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& dx,
+                                  const Tensor& dw, const Tensor& db, const Conv2dParams& p) {
+  if (dx.defined()) {
+    const profiler::OpScope window = data_gradient_window(Backend::cuda, dy, w, dx);
+    backward_data(dy, w, dx, p);
+  }
+  if (dw.defined()) {
+    const profiler::OpScope window = weight_gradient_window(Backend::cuda, x, dy, dw, db);
+    backward_weight(x, dy, dw, db, p);
   }
 }
 

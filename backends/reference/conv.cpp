@@ -5,6 +5,7 @@
 // overwrite rather than accumulate.
 #include "backends/reference/loops.h"
 #include "backends/reference/reference_backend.h"
+#include "engine/conv_backward.h"
 
 namespace duet {
 using namespace ref;
@@ -134,16 +135,19 @@ void ReferenceBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bi
   if (p.relu) activation(Activation::relu, 0.0, y, y);  // the reference does not fuse: a second pass
 }
 
-void ReferenceBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx,
-                                            const Conv2dParams& p) {
-  dispatch_float_or_half(dy.dtype(), "conv2d_backward_data",
-                 [&](auto tag) { conv2d_backward_data_kernel<decltype(tag)>(dy, w, dx, p); });
-}
-
-void ReferenceBackend::conv2d_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw,
-                                              const Tensor& dbias, const Conv2dParams& p) {
-  dispatch_float_or_half(x.dtype(), "conv2d_backward_weight",
-                 [&](auto tag) { conv2d_backward_weight_kernel<decltype(tag)>(x, dy, dw, dbias, p); });
+// Both gradients (ops.def's output mask), each in its profiled window (engine/conv_backward.h).
+void ReferenceBackend::conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& dx,
+                                       const Tensor& dw, const Tensor& db, const Conv2dParams& p) {
+  if (dx.defined()) {
+    const profiler::OpScope window = data_gradient_window(Backend::reference, dy, w, dx);
+    dispatch_float_or_half(dy.dtype(), "conv2d_backward",
+                           [&](auto tag) { conv2d_backward_data_kernel<decltype(tag)>(dy, w, dx, p); });
+  }
+  if (dw.defined()) {
+    const profiler::OpScope window = weight_gradient_window(Backend::reference, x, dy, dw, db);
+    dispatch_float_or_half(x.dtype(), "conv2d_backward",
+                           [&](auto tag) { conv2d_backward_weight_kernel<decltype(tag)>(x, dy, dw, db, p); });
+  }
 }
 
 }  // namespace duet

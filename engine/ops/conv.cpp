@@ -1,7 +1,8 @@
-// Front-end of conv2d. The output keeps the input's memory format (NCHW or channels-last), as
-// PyTorch does, so a network fed channels-last activations stays channels-last end to end. One
-// backward node computes only the gradients someone needs (PyTorch's output mask). Under autocast
-// (engine/autocast.h) it runs in f16/bf16.
+// Front-end of conv2d: the checks, the output shape and the autograd node; which kernel runs is
+// each backend's planner's business. The output keeps the input's memory format (NCHW or
+// channels-last), as PyTorch does, so a network fed channels-last activations stays channels-last
+// end to end. The backward is one conv2d_backward call for the gradients someone needs (ATen's
+// output mask). Under autocast (engine/autocast.h) it runs in f16/bf16.
 #include "engine/ops/frontend.h"
 
 namespace duet {
@@ -45,20 +46,6 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w, const Tensor& bias, const Con
              "{}x{}",
              KH, KW, p.dilation_h, p.dilation_w, p.pad_h, p.pad_w, H, W, shape_str(x_in.shape()), OH, OW);
 
-  // A KxK kernel over a 1x1 map with one output pixel sees the input through a single tap (DenseNet's
-  // 3x3 layers in its last block at 32 px, any padded 3x3 layer on a 1x1 map): it is the 1x1
-  // convolution with that tap. Slicing the weight keeps the maths and the gradient (the other taps
-  // get zeros through the slice's backward) and spares the kernels the products with the zero
-  // padding: oneDNN 2.6's 3x3 weight-gradient kernel ran these at ~5 GFLOP/s.
-  if (H == 1 && W == 1 && OH == 1 && OW == 1 && KH * KW > 1 && p.pad_h % p.dilation_h == 0 &&
-      p.pad_w % p.dilation_w == 0 && p.pad_h / p.dilation_h < KH && p.pad_w / p.dilation_w < KW) {
-    const int64_t th = p.pad_h / p.dilation_h, tw = p.pad_w / p.dilation_w;
-    Conv2dParams tap;
-    tap.groups = p.groups;
-    tap.relu = p.relu;
-    return conv2d(x_in, w.slice(2, th, th + 1).slice(3, tw, tw + 1), bias, tap);
-  }
-
   const MemoryFormat f = x_in.suggest_memory_format();
   const Tensor x = in_format(x_in.detach(), f);
   const Tensor wk = w.is_dense() ? w.detach() : w.detach().contiguous();
@@ -81,23 +68,18 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w, const Tensor& bias, const Con
     const Device dev = x.device();
     record("conv2d", {&x_in, &w, &bias}, {&y}, [=](const std::vector<Tensor>& gs) {
       const Tensor dy = in_format(p.relu ? activation_backward_op(Activation::relu, yd, gs[0]) : gs[0], f);
-      BackendImpl& b = backend_of(dy);
       Tensor dx, dw, db;
-      if (need_x) {
-        Dispatch<OpId::conv2d_backward_data> kernel(b, {&dy, &wd});
-        dx = Tensor::empty(xs, TensorOptions(dt).with_device(dev), f);
-        kernel(dy, wd, dx, p);
-      }
-      if (need_w) {
-        Dispatch<OpId::conv2d_backward_weight> kernel(b, {&xd, &dy});
+      if (need_x || need_w) {
+        // One call for both gradients, each allocated only when wanted (the output mask).
+        Dispatch<OpId::conv2d_backward> kernel(backend_of(dy), {&dy, &xd, &wd});
+        if (need_x) dx = Tensor::empty(xs, TensorOptions(dt).with_device(dev), f);
         // In the weight's layout: a channels-last weight (Module::to) gets a channels-last
         // gradient, which the leaf then takes without a copy.
-        dw = Tensor::empty(ws, TensorOptions(dt).with_device(dev), wf);
-        if (need_b) db = Tensor::empty({ys[1]}, TensorOptions(dt).with_device(dev));
-        kernel(xd, dy, dw, db, p);
-      } else if (need_b) {
-        db = sum(dy, {0, 2, 3});  // bias-only gradient (frozen weight)
+        if (need_w) dw = Tensor::empty(ws, TensorOptions(dt).with_device(dev), wf);
+        if (need_w && need_b) db = Tensor::empty({ys[1]}, TensorOptions(dt).with_device(dev));
+        kernel(dy, xd, wd, dx, dw, db, p);
       }
+      if (need_b && !need_w) db = sum(dy, {0, 2, 3});  // bias-only gradient (frozen weight)
       return std::vector<Tensor>{dx, dw, db};
     });
   }

@@ -3,11 +3,8 @@
 
 namespace duet {
 namespace {
-thread_local uint64_t t_dispatched_kernels = 0;
 thread_local OpTrace* t_trace = nullptr;
 }  // namespace
-
-uint64_t dispatched_kernels() { return t_dispatched_kernels; }
 
 OpTrace::OpTrace(const BackendImpl& as) : as_(as), outer_(t_trace) { t_trace = this; }
 OpTrace::~OpTrace() { t_trace = outer_; }
@@ -18,8 +15,6 @@ struct OpTraceAccess {
 };
 
 namespace detail {
-
-void count_dispatched_kernel() { ++t_dispatched_kernels; }
 
 DType dispatch_dtype(std::initializer_list<const Tensor*> shown) {
   for (const Tensor* t : shown)

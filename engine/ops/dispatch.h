@@ -90,8 +90,6 @@ void note_fallback(const std::string& why);
 // The backend that answers a front-end's routing questions for tensors of `be`: `be`, or the
 // backend an OpTrace stands for.
 const BackendImpl& routing(const BackendImpl& be);
-// Adds one to this thread's dispatched_kernels().
-void count_dispatched_kernel();
 
 template <OpId op>
 class Dispatch {
@@ -116,7 +114,6 @@ public:
     scope_.set_name(label_ ? label_ : OpTable<op>::label_of(args...));
     scope_.set_cost([&] { return OpTable<op>::cost_of(args...); });
     if (!fallback_.empty()) note_fallback(fallback_);
-    count_dispatched_kernel();
     (be_.*OpTable<op>::kernel)(args...);
   }
 

@@ -1,0 +1,50 @@
+// How each convolution algorithm of the planner (planner.h) runs one pass: conv.cpp builds and
+// runs oneDNN's primitives (direct, blocked, Winograd), conv_gemm.cpp the matrix products
+// (pointwise, im2col, one tap), depthwise.h duet's own loops. These run what they are given;
+// the choice is the planner's.
+#pragma once
+#include <optional>
+#include <string>
+#include <oneapi/dnnl/dnnl.hpp>
+#include "backends/cpu/planner.h"
+
+namespace duet::cpu {
+
+// One pass with algorithm `a` (any of ConvAlgo). A backward pass may be handed dy already in the
+// layout its oneDNN primitive wants (`dy_ready`, from shared_dy()).
+void run_conv_forward(ConvAlgo a, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
+                      const Conv2dParams& p);
+void run_conv_backward_data(ConvAlgo a, const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p,
+                            const std::optional<dnnl::memory>& dy_ready = std::nullopt);
+void run_conv_backward_weight(ConvAlgo a, const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& dbias,
+                              const Conv2dParams& p, const std::optional<dnnl::memory>& dy_ready = std::nullopt);
+
+// dy reordered once for both backward passes of one conv2d_backward, when both run oneDNN
+// primitives that want it in the same layout other than its own (Winograd's blocked layout for
+// channels-last tensors: resnet18_cifar's 13 such layers, about 110 MB per step in f32); nullopt
+// otherwise. The memory lives in a per-thread scratch slot that neither pass uses for anything else.
+std::optional<dnnl::memory> shared_dy(ConvAlgo data, ConvAlgo weight, const Tensor& dy, const Tensor& x,
+                                      const Tensor& w, const Tensor& dx, const Tensor& dw, const Tensor& dbias,
+                                      const Conv2dParams& p);
+
+// The implementation oneDNN picks for a pass run with `a` (direct, direct_blocked or winograd) on
+// these tensors, its primitive built and cached, or "" when oneDNN has none: what the planner asks
+// before it plans Winograd or duet's depthwise loops.
+std::string onednn_conv_impl(ConvAlgo a, ConvPass pass, const Tensor& x, const Tensor& w, const Tensor& y,
+                             const Conv2dParams& p, bool bias);
+
+// ---- conv_gemm.cpp: the passes as matrix products ---------------------------------------------------
+// Pointwise convolutions on the [N*H*W, C] pixel rows of channels-last maps and the [O, C] weights.
+void pointwise_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, bool relu);
+void pointwise_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx);
+void pointwise_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw);
+// dW = dy^T im2col(x), for kernels larger than 1x1.
+void im2col_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const Conv2dParams& p);
+// A KxK kernel over a 1x1 map (planner.h's single_tap): the passes with tap (th, tw) alone; the
+// weight gradient is zero at every other tap.
+void tap_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv2dParams& p);
+void tap_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p);
+void tap_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& dbias,
+                         const Conv2dParams& p);
+
+}  // namespace duet::cpu

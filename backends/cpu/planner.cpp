@@ -1,0 +1,313 @@
+// The cpu backend's planner (planner.h): every rule that picks a convolution's kernel, each with the
+// measurement behind it, the autotuner that replaces them on request, and the reason each plan
+// gives the profile. The numbers below were measured with oneDNN 2.6 at batch 64 and 2 threads
+// (docs/cpu_backend.md has the tables and bench/onednn_conv_algos.cpp reproduces them).
+#include "backends/cpu/planner.h"
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <limits>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+#include <fmt/format.h>
+#include "backends/cpu/common.h"
+#include "backends/cpu/conv_kernels.h"
+#include "backends/cpu/depthwise.h"
+
+namespace duet::cpu {
+
+namespace {
+std::atomic<KernelPolicy> g_winograd{policy_from_env("DUET_WINOGRAD")};
+std::atomic<KernelPolicy> g_pointwise_gemm{policy_from_env("DUET_POINTWISE_GEMM")};
+std::atomic<KernelPolicy> g_im2col_wgrad{policy_from_env("DUET_IM2COL_WGRAD")};
+std::atomic<bool> g_autotune{[] {
+  const char* v = std::getenv("DUET_CONV_AUTOTUNE");
+  return v != nullptr && std::string(v) == "1";
+}()};
+std::atomic<int64_t> g_tuning_runs{0};
+}  // namespace
+
+void set_winograd_policy(KernelPolicy p) { g_winograd.store(p); }
+KernelPolicy winograd_policy() { return g_winograd.load(); }
+void set_pointwise_gemm_policy(KernelPolicy p) { g_pointwise_gemm.store(p); }
+KernelPolicy pointwise_gemm_policy() { return g_pointwise_gemm.load(); }
+void set_im2col_weight_gradient_policy(KernelPolicy p) { g_im2col_wgrad.store(p); }
+KernelPolicy im2col_weight_gradient_policy() { return g_im2col_wgrad.load(); }
+void set_conv_autotune(bool on) { g_autotune.store(on); }
+bool conv_autotune() { return g_autotune.load(); }
+int64_t conv_autotune_runs() { return g_tuning_runs.load(); }
+
+const char* algo_name(ConvAlgo a) {
+  switch (a) {
+    case ConvAlgo::direct: return "direct";
+    case ConvAlgo::direct_blocked: return "direct, blocked layout";
+    case ConvAlgo::winograd: return "winograd";
+    case ConvAlgo::matmul: return "matrix product";
+    case ConvAlgo::im2col_matmul: return "im2col + matrix product";
+    case ConvAlgo::tap_matmul: return "one tap as a matrix product";
+    case ConvAlgo::own_depthwise: return "duet depthwise";
+  }
+  return "?";
+}
+
+const CpuCaps& cpu_caps() {
+  static const CpuCaps caps = [] {
+    CpuCaps c;
+    c.avx512 = onednn_isa_at_least(dnnl::cpu_isa::avx512_core);
+    c.avx512_bf16 = onednn_isa_at_least(dnnl::cpu_isa::avx512_core_bf16);
+    c.amx_bf16 = onednn_isa_at_least(dnnl::cpu_isa::avx512_core_amx);
+    return c;
+  }();
+  return caps;
+}
+bool bf16_on_amx() { return cpu_caps().amx_bf16; }
+
+// ---- what each algorithm can run --------------------------------------------------------------
+
+bool winograd_applicable(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
+  return (x.dtype() == DType::f32 || x.dtype() == DType::bf16) && p.groups == 1 && w.size(2) == 3 &&
+         w.size(3) == 3 && p.stride_h == 1 && p.stride_w == 1 && p.dilation_h == 1 && p.dilation_w == 1;
+}
+
+bool pointwise_gemm_applicable(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p) {
+  const bool shape = p.groups == 1 && w.size(2) == 1 && w.size(3) == 1 && p.stride_h == 1 && p.stride_w == 1 &&
+                     p.pad_h == 0 && p.pad_w == 0;
+  // Pixel rows of C channels each, and the weights as a row-major [O, C] matrix (a dense 1x1
+  // kernel is that in both weight layouts).
+  return shape && x.is_contiguous(MemoryFormat::channels_last) && y.is_contiguous(MemoryFormat::channels_last) &&
+         w.stride(1) == 1 && w.stride(0) == w.size(1);
+}
+
+bool im2col_weight_gradient_applicable(const Tensor& x, const Tensor& dw, const Tensor& dy, const Conv2dParams& p) {
+  return p.groups == 1 && (dw.size(2) > 1 || dw.size(3) > 1) && (x.dtype() == DType::f32 || x.dtype() == DType::bf16) &&
+         x.is_contiguous(MemoryFormat::channels_last) && dy.is_contiguous(MemoryFormat::channels_last);
+}
+
+bool single_tap(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p, int64_t& th, int64_t& tw) {
+  const int64_t KH = w.size(2), KW = w.size(3);
+  if (!(x.size(2) == 1 && x.size(3) == 1 && y.size(2) == 1 && y.size(3) == 1 && KH * KW > 1 && p.groups == 1))
+    return false;
+  if (p.pad_h % p.dilation_h != 0 || p.pad_w % p.dilation_w != 0) return false;
+  th = p.pad_h / p.dilation_h;
+  tw = p.pad_w / p.dilation_w;
+  return th < KH && tw < KW;
+}
+
+namespace {
+
+std::string channels(const Tensor& w) { return fmt::format("{}->{} channels", w.size(1), w.size(0)); }
+std::string map_of(const Tensor& t) { return fmt::format("{}x{}", t.size(2), t.size(3)); }
+int64_t pixel_rows(const Tensor& t) { return t.size(0) * t.size(2) * t.size(3); }
+
+// ---- the rules ------------------------------------------------------------------------------------
+// Each returns the reason when its algorithm is wanted, else "".
+
+// Winograd F(4x4, 3x3) computes a 3x3 stride-1 convolution with 2.25x fewer multiplications, on
+// oneDNN's blocked layout: ResNet's 3x3 layers ran 1.5-2.6x faster (forward plus backward) than
+// the best direct kernel (Zen 4); its rounding error is about twice direct's. Its transforms work
+// on 16-channel blocks: with fewer than 32 channels on either side they cost more than they save
+// (a 3-channel stem 4.6 ms against 0.9 direct; 16->16 at 32x32 1.9 against 0.9; 32->32 at 16x16
+// 0.58 against 0.72). Below 4x4 outputs the transform tiles are mostly padding (DenseNet's 128->32
+// at 2x2: 0.16 ms against 0.06). oneDNN 2.6 has it in f32 only; bf16 tensors go through it (the
+// reorders convert) where bf16 runs on avx512_bf16 and both sides have 256 channels or more onto
+// maps of 8x8 and up (256->256 at 8x8: 3.6 / 3.7 / 4.9 ms forward / data / weight gradient against
+// 4.5 / 4.9 / 6.0 in bf16, Zen 5); with AMX, bf16 has several times f32's peak: never there.
+std::string winograd_rule(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p) {
+  const KernelPolicy pol = winograd_policy();
+  if (pol == KernelPolicy::never || !winograd_applicable(x, w, p)) return "";
+  if (pol == KernelPolicy::always) return "winograd: DUET_WINOGRAD=always";
+  if (w.size(0) < 32 || w.size(1) < 32) return "";
+  if (x.dtype() == DType::bf16) {
+    if (bf16_on_amx() || w.size(0) < 256 || w.size(1) < 256 || y.size(2) < 8 || y.size(3) < 8) return "";
+    return fmt::format("winograd in f32 for bf16: 3x3 stride 1, {} >= 256, output {} >= 8x8, bf16 without AMX",
+                       channels(w), map_of(y));
+  }
+  if (y.size(2) < 4 || y.size(3) < 4) return "";
+  return fmt::format("winograd: 3x3 stride 1, {} >= 32, output {} >= 4x4", channels(w), map_of(y));
+}
+// ... where oneDNN has a Winograd kernel for the channel counts and this ISA (it says so by
+// building the primitive).
+std::string winograd_plan(const ConvProblem& pb) {
+  std::string why = winograd_rule(pb.x, pb.w, pb.y, pb.p);
+  if (!why.empty() && onednn_conv_impl(ConvAlgo::winograd, pb.pass, pb.x, pb.w, pb.y, pb.p, pb.bias).empty()) return "";
+  return why;
+}
+
+// A pointwise convolution of channels-last maps is one matrix product on the [N*H*W, C] pixel rows.
+// On small maps oneDNN 2.6's 1x1 kernels split the work poorly between threads: DenseNet-121's
+// bottlenecks at 32 px (2x2 and 1x1 maps, up to 1,000 channels) ran their weight gradients 3-6x and
+// the other passes 1.2-2.8x faster as matmul (Zen 4). From a few thousand rows up the convolution
+// kernels are as fast or faster, except for long backward sums: ResNet-50's 64->256 weight gradient
+// at 32x32 (65,536 rows) ran 1.5x faster as matmul summed in one chunk per thread, its 256->64 data
+// gradient 28 -> 23 ms per step, and no backward pass of 32,768 rows or more was slower there. bf16
+// weight gradients: jit_bf16_1x1 ran ResNet-50's 8x8 and 16x16 layers (4,096 and 16,384 rows) at
+// 645-711 GFLOP/s against 711-861 on matmul (Zen 5, avx512_bf16; not measured on AMX). A weight
+// gradient that also sums the bias gradient keeps the convolution kernel, which fuses it.
+std::string pointwise_rule(ConvPass pass, const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p,
+                           bool bias_gradient) {
+  const KernelPolicy pol = pointwise_gemm_policy();
+  if (pol == KernelPolicy::never || !pointwise_gemm_applicable(x, w, y, p)) return "";
+  if (pass == ConvPass::backward_weight && bias_gradient) return "";
+  if (pol == KernelPolicy::always) return "matrix product: DUET_POINTWISE_GEMM=always";
+  const int64_t rows = pixel_rows(x);
+  if (rows <= 1024) return fmt::format("matrix product: pointwise, {} rows <= 1024", rows);
+  if (pass != ConvPass::forward && rows >= 32768)
+    return fmt::format("matrix product: pointwise backward, {} rows >= 32768", rows);
+  if (pass == ConvPass::backward_weight && x.dtype() == DType::bf16 && !bf16_on_amx() && rows >= 4096)
+    return fmt::format("matrix product: bf16 pointwise weight gradient, {} rows >= 4096, bf16 without AMX", rows);
+  return "";
+}
+
+// The weight gradient of a kernel larger than 1x1 as dy^T im2col(x). On small maps oneDNN 2.6's
+// bf16 weight-gradient kernel (jit_bf16) runs far below the bf16 GEMM ceiling: ResNet's 512->512 3x3
+// layer at 4x4 took 2.7x its forward's time (Zen 5). f32 has Winograd there, except on the strided
+// layers that open ResNet's stages, where direct took 8.3 ms against 5.7 for 256->512 onto 4x4 and
+// 7.0 against 6.0 for 128->256 onto 8x8 (onto 16x16, 7.3 against 7.7: direct stays). The
+// convolution kernel fuses a bias gradient, so it keeps those.
+std::string im2col_rule(const Tensor& x, const Tensor& dw, const Tensor& dy, const Conv2dParams& p,
+                        bool bias_gradient) {
+  const KernelPolicy pol = im2col_weight_gradient_policy();
+  if (pol == KernelPolicy::never || bias_gradient || !im2col_weight_gradient_applicable(x, dw, dy, p)) return "";
+  if (pol == KernelPolicy::always) return "im2col: DUET_IM2COL_WGRAD=always";
+  const int64_t pixels = dy.size(2) * dy.size(3);
+  if (x.dtype() == DType::bf16)
+    return pixels <= 16 ? fmt::format("im2col: bf16 weight gradient onto {} <= 16 pixels", map_of(dy)) : "";
+  if (pixels <= 64 && winograd_rule(x, dw, dy, p).empty())
+    return fmt::format("im2col: weight gradient onto {} <= 64 pixels, no winograd", map_of(dy));
+  return "";
+}
+
+// The forward of a dense KxK convolution (K > 1) whose output map has at most 16 pixels runs on
+// the blocked layout: oneDNN 2.6 picks brgconv for NHWC there and reaches about half of what its
+// jit kernel does on nChw16c (512->512 at 4x4: 234 against 447 GFLOP/s; 256->512 stride 2 from 8x8
+// 381 against 497; DenseNet's 128->32 at 2x2 342 against 446); from 8x8 outputs up NHWC is as fast
+// or faster (256->256 at 8x8: 514 against 450). The backward passes stay NHWC.
+std::string blocked_forward_rule(const Tensor& w, const Tensor& y, const Conv2dParams& p) {
+  if (p.groups == 1 && (w.size(2) > 1 || w.size(3) > 1) && y.size(2) * y.size(3) <= 16)
+    return fmt::format("blocked layout: {}x{} kernel onto {} <= 16 pixels", w.size(2), w.size(3), map_of(y));
+  return "";
+}
+
+// A KxK kernel over a 1x1 map with one output pixel sees the input through a single tap (DenseNet's
+// 3x3 layers in its last block at 32 px, any padded 3x3 layer on a 1x1 map): it is the 1x1
+// convolution with that tap, a matrix product over the N rows. oneDNN 2.6's 3x3 weight-gradient
+// kernel ran these at ~5 GFLOP/s, products with the zero padding included.
+std::string tap_rule(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p) {
+  int64_t th = 0, tw = 0;
+  if (!single_tap(x, w, y, p, th, tw)) return "";
+  return fmt::format("one tap: a {}x{} kernel over a 1x1 map sees the input through tap ({}, {})", w.size(2),
+                     w.size(3), th, tw);
+}
+
+// Depthwise shapes oneDNN has no depthwise kernel for (jit_dw, brdgmm_dw) run on duet's loops:
+// MobileNet's last stages at 32 px (1x1 and 2x2 maps, 3x3 kernel) fell back to im2col + GEMM or
+// reference loops, 13.5 ms forward and 29.5 ms backward for [64, 960, 1, 1] against 0.1 and 0.2.
+// Where oneDNN has its depthwise kernels they stay: 2-3x faster than the loops.
+std::string depthwise_rule(ConvPass pass, const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p,
+                           bool bias) {
+  if (!depthwise_applicable(x, w, y, p)) return "";
+  const KernelPolicy pol = depthwise_policy();
+  if (pol == KernelPolicy::never) return "";
+  if (pol == KernelPolicy::always) return "duet depthwise: policy always";
+  const std::string onednn = onednn_conv_impl(ConvAlgo::direct, pass, x, w, y, p, bias);
+  if (onednn.find("_dw") != std::string::npos) return "";
+  return fmt::format("duet depthwise: oneDNN has no depthwise kernel here (it offers {})", onednn);
+}
+
+// The rules in order; direct on the tensors' own layout when none applies.
+ConvPlan rule_plan(const ConvProblem& pb) {
+  const Tensor &x = pb.x, &w = pb.w, &y = pb.y;
+  if (std::string r = tap_rule(x, w, y, pb.p); !r.empty()) return {ConvAlgo::tap_matmul, r};
+  if (std::string r = depthwise_rule(pb.pass, x, w, y, pb.p, pb.bias); !r.empty()) return {ConvAlgo::own_depthwise, r};
+  if (std::string r = pointwise_rule(pb.pass, x, w, y, pb.p, pb.bias); !r.empty()) return {ConvAlgo::matmul, r};
+  if (pb.pass == ConvPass::backward_weight)
+    if (std::string r = im2col_rule(x, w, y, pb.p, pb.bias); !r.empty()) return {ConvAlgo::im2col_matmul, r};
+  if (std::string r = winograd_plan(pb); !r.empty()) return {ConvAlgo::winograd, r};
+  if (pb.pass == ConvPass::forward)
+    if (std::string r = blocked_forward_rule(w, y, pb.p); !r.empty()) return {ConvAlgo::direct_blocked, r};
+  return {ConvAlgo::direct, "direct: no other rule applies"};
+}
+
+// Every algorithm that can run the pass (a policy set to never rules its algorithm out).
+std::vector<ConvAlgo> candidates(const ConvProblem& pb) {
+  const Tensor &x = pb.x, &w = pb.w, &y = pb.y;
+  std::vector<ConvAlgo> c{ConvAlgo::direct};
+  if (pb.pass == ConvPass::forward && pb.p.groups == 1 && (w.size(2) > 1 || w.size(3) > 1))
+    c.push_back(ConvAlgo::direct_blocked);
+  if (winograd_policy() != KernelPolicy::never && winograd_applicable(x, w, pb.p)) c.push_back(ConvAlgo::winograd);
+  if (pointwise_gemm_policy() != KernelPolicy::never && pointwise_gemm_applicable(x, w, y, pb.p) &&
+      !(pb.pass == ConvPass::backward_weight && pb.bias))
+    c.push_back(ConvAlgo::matmul);
+  if (pb.pass == ConvPass::backward_weight && im2col_weight_gradient_policy() != KernelPolicy::never &&
+      im2col_weight_gradient_applicable(x, w, y, pb.p) && !pb.bias)
+    c.push_back(ConvAlgo::im2col_matmul);
+  return c;
+}
+
+std::string tune_key(const ConvProblem& pb) {
+  Key k("tune");
+  k.add(pb.x).add(pb.w).add(pb.y);
+  const Conv2dParams& p = pb.p;
+  k.add(p.stride_h).add(p.stride_w).add(p.pad_h).add(p.pad_w).add(p.dilation_h).add(p.dilation_w).add(p.groups);
+  k.add(static_cast<int64_t>(pb.pass)).add(int64_t(pb.bias)).add(int64_t(p.relu));
+  return k.s;
+}
+
+std::mutex g_tuned_mutex;
+std::unordered_map<std::string, ConvPlan> g_tuned;  // guarded by g_tuned_mutex
+
+// The fastest candidate on this machine for this shape, timed once on the call's own tensors and
+// remembered; a candidate that fails to build is skipped.
+ConvPlan autotuned(const ConvProblem& pb, const ConvPlan& rule, const std::function<void(ConvAlgo)>& run) {
+  const std::vector<ConvAlgo> cands = candidates(pb);
+  if (cands.size() < 2) return rule;
+  const std::string key = tune_key(pb);
+  {
+    std::lock_guard<std::mutex> lock(g_tuned_mutex);
+    if (auto it = g_tuned.find(key); it != g_tuned.end()) return it->second;
+  }
+  ConvAlgo best = rule.algo;
+  double best_ns = std::numeric_limits<double>::infinity();
+  std::string timings;
+  for (ConvAlgo c : cands) {
+    std::array<double, 3> ns{};
+    try {
+      run(c);  // builds the primitive and warms the caches
+      for (double& t : ns) {
+        const auto t0 = std::chrono::steady_clock::now();
+        run(c);
+        t = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+      }
+    } catch (const dnnl::error&) {
+      continue;
+    } catch (const Error&) {
+      continue;
+    }
+    g_tuning_runs.fetch_add(4);
+    std::sort(ns.begin(), ns.end());
+    timings += fmt::format("{}{} {:.2f} ms", timings.empty() ? "" : ", ", algo_name(c), ns[1] * 1e-6);
+    if (ns[1] < best_ns) {
+      best_ns = ns[1];
+      best = c;
+    }
+  }
+  const ConvPlan plan{best, fmt::format("autotuned: {}", timings)};
+  std::lock_guard<std::mutex> lock(g_tuned_mutex);
+  g_tuned.emplace(key, plan);
+  return plan;
+}
+
+}  // namespace
+
+ConvPlan plan_conv(const ConvProblem& pb, const std::function<void(ConvAlgo)>& run) {
+  const ConvPlan rule = rule_plan(pb);
+  // A single tap and duet's depthwise loops answer what no candidate of oneDNN's can; they are
+  // not tuned against it.
+  if (!conv_autotune() || rule.algo == ConvAlgo::tap_matmul || rule.algo == ConvAlgo::own_depthwise) return rule;
+  return autotuned(pb, rule, run);
+}
+
+}  // namespace duet::cpu

@@ -1,0 +1,92 @@
+// The cpu backend's planner: the one place that decides which kernel runs each pass of a
+// convolution, and why. plan_conv() takes the pass, the tensors (shapes, layouts, dtype), the
+// attributes and what this CPU reports (CpuCaps), and returns the algorithm with the reason the
+// profile's implementation column shows ("winograd: 3x3 stride 1, 64->64 channels, output 32x32").
+// The rules are measurements (docs/cpu_backend.md gives each one's); with autotuning on, the
+// candidates are timed on the call's own tensors instead and the plan says what each took. The
+// kernels (conv.cpp, conv_gemm.cpp, depthwise.cpp) run plans and decide nothing; the front-end
+// (engine/ops/conv.cpp) does the maths only.
+//
+// Each rule has a policy (kernel_policy.h): automatic (the rule), always (wherever the algorithm
+// applies: tests force a path with it) or never; DUET_WINOGRAD, DUET_POINTWISE_GEMM,
+// DUET_IM2COL_WGRAD set them at start-up, as DUET_CONV_AUTOTUNE=1 turns autotuning on.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include "backends/cpu/kernel_policy.h"
+#include "engine/op_params.h"
+#include "engine/tensor.h"
+
+namespace duet::cpu {
+
+enum class ConvPass : uint8_t { forward, backward_data, backward_weight };
+
+// The ways one pass of a convolution can run.
+enum class ConvAlgo : uint8_t {
+  direct,          // oneDNN's direct kernels on the tensors' own layout (channels-last in place)
+  direct_blocked,  // the same on oneDNN's blocked layout (nChw16c), reorders around it
+  winograd,        // oneDNN's Winograd F(4x4, 3x3), f32 on its blocked layout (bf16 converted)
+  matmul,          // a pointwise convolution as matrix products on the [N*H*W, C] pixel rows
+  im2col_matmul,   // a weight gradient as dy^T times x's im2col matrix
+  tap_matmul,      // a KxK kernel over a 1x1 map: the one tap that sees the input, as matrix products
+  own_depthwise,   // duet's depthwise loops (depthwise.h)
+};
+const char* algo_name(ConvAlgo a);
+
+// What this CPU reports, as oneDNN sees it (its effective ISA, which ONEDNN_MAX_CPU_ISA can lower),
+// read once.
+struct CpuCaps {
+  bool avx512 = false;       // avx512_core: oneDNN's bf16 kernels need at least this
+  bool avx512_bf16 = false;  // native bf16 dot products (vdpbf16ps)
+  bool amx_bf16 = false;     // bf16 on AMX tiles (avx512_core_amx)
+};
+const CpuCaps& cpu_caps();
+
+// One pass of one convolution: x the input (or dx), w the weight (or dw), y the output (or dy).
+struct ConvProblem {
+  ConvPass pass;
+  const Tensor& x;
+  const Tensor& w;
+  const Tensor& y;
+  const Conv2dParams& p;
+  bool bias = false;  // forward: a bias is added; weight gradient: the bias gradient is summed too
+};
+
+struct ConvPlan {
+  ConvAlgo algo = ConvAlgo::direct;
+  std::string reason;  // shown in the profile after the kernel's own name, in brackets
+};
+
+// The plan of one pass: the rules' choice, or with autotuning on, the fastest candidate, timed
+// once per shape by `run(algo)` (which executes the pass with that algorithm) and remembered.
+ConvPlan plan_conv(const ConvProblem& pb, const std::function<void(ConvAlgo)>& run);
+
+// The policies of the rules (docs/cpu_backend.md says what each rule does and why).
+void set_winograd_policy(KernelPolicy p);
+KernelPolicy winograd_policy();
+void set_pointwise_gemm_policy(KernelPolicy p);
+KernelPolicy pointwise_gemm_policy();
+void set_im2col_weight_gradient_policy(KernelPolicy p);
+KernelPolicy im2col_weight_gradient_policy();
+// Autotuning, off by default: the first time a pass meets a shape (with its layouts, dtype and
+// thread count), every algorithm that can run it is timed, one warm-up and the median of three
+// runs each, and the fastest is used for that shape from then on, like
+// torch.backends.cudnn.benchmark. Two runs of a program may then pick differently where two
+// algorithms are close, so their results may differ by rounding.
+void set_conv_autotune(bool on);
+bool conv_autotune();
+// How many timed executions autotuning has run since start (warm-ups included): the second step
+// of a training loop must add none.
+int64_t conv_autotune_runs();
+
+// The facts the rules read, exposed for the tests that force or check a path.
+bool winograd_applicable(const Tensor& x, const Tensor& w, const Conv2dParams& p);
+bool pointwise_gemm_applicable(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p);
+bool im2col_weight_gradient_applicable(const Tensor& x, const Tensor& dw, const Tensor& dy, const Conv2dParams& p);
+// A KxK kernel over a 1x1 map with one output pixel sees the input through one tap: its offset
+// (th, tw) into the kernel, or false.
+bool single_tap(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p, int64_t& th, int64_t& tw);
+bool bf16_on_amx();
+
+}  // namespace duet::cpu
