@@ -6,8 +6,8 @@
 #include <string>
 #include "apps/run_env.h"
 #include "apps/train_config.h"
-#include "dist/communicator.h"
-#include "dist/sync.h"
+#include "distributed/communicator.h"
+#include "distributed/sync.h"
 
 namespace duet::app {
 

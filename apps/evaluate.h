@@ -7,7 +7,7 @@
 #include <vector>
 #include "datasets/dataset.h"
 #include "datasets/transforms.h"
-#include "dist/communicator.h"
+#include "distributed/communicator.h"
 #include "engine/nn/module.h"
 
 namespace duet::app {

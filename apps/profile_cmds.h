@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 #include <nlohmann/json.hpp>
-#include "dist/communicator.h"
+#include "distributed/communicator.h"
 #include "engine/profiler/capture.h"
 #include "engine/profiler/session.h"
 #include "profiler/sweep.h"

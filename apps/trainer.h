@@ -18,8 +18,8 @@
 #include "apps/train_callbacks.h"
 #include "apps/train_config.h"
 #include "apps/train_data.h"
-#include "dist/communicator.h"
-#include "dist/grad_reducer.h"
+#include "distributed/communicator.h"
+#include "distributed/grad_reducer.h"
 #include "engine/nn/module.h"
 #include "engine/optim/grad_scaler.h"
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <utility>
 #include <vector>
-#include "dist/communicator.h"
+#include "distributed/communicator.h"
 #include "engine/tensor.h"
 
 namespace duet::dist {

@@ -15,7 +15,7 @@
 #include <iostream>
 #include <mutex>
 #include <fmt/format.h>
-#include "dist/communicator.h"
+#include "distributed/communicator.h"
 #include "engine/error.h"
 
 namespace duet::dist {

@@ -2,7 +2,7 @@
 // with the statistics of all ranks' batches together, as one process with the global batch
 // does, through the engine's BatchNorm2d::sum_over_replicas hook.
 #pragma once
-#include "dist/communicator.h"
+#include "distributed/communicator.h"
 #include "engine/nn/module.h"
 #include "engine/tensor.h"
 

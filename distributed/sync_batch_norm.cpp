@@ -1,6 +1,6 @@
 // SyncBatchNorm's all-reduce (see sync_batch_norm.h). The statistics are small ([C + 1] and [C]
 // values per layer), so they go through host memory.
-#include "dist/sync_batch_norm.h"
+#include "distributed/sync_batch_norm.h"
 #include <cstring>
 #include "engine/autograd.h"
 #include "engine/error.h"

@@ -1,7 +1,10 @@
-// The collectives data-parallel training needs, behind a small interface: the engine and the
-// trainer talk to a Communicator, never to MPI. Implementations: one process (every collective is
-// the identity), MPI (dist/mpi_communicator.cpp, built when MPI is found), and MPI with NCCL for
-// GPU memory (dist/nccl_communicator.cpp, built when the CUDA backend and MPI are).
+// The collectives data-parallel training needs, behind a small interface: the trainer, the
+// gradient reducer and sync batch norm talk to a Communicator, never to MPI. The engine sits below
+// this part and knows none of it (the build forbids the include): a batch norm reaches the other
+// ranks only through the hook that distributed/sync_batch_norm.h sets. Implementations: one process
+// (every collective is the identity), MPI (distributed/mpi_communicator.cpp, built when MPI is
+// found), and MPI with NCCL for GPU memory (distributed/nccl_communicator.cpp, built when the CUDA
+// backend and MPI are).
 //
 // All ranks must call the collectives in the same order with the same sizes (MPI's rule). An
 // implementation serialises its own calls, so two threads of one rank may use it (the gradient
@@ -44,7 +47,7 @@ public:
   // process just exits. For an error one rank hit alone: the others would wait forever.
   [[noreturn]] virtual void abort(const std::string& message, int exit_code) = 0;
   // GPU buffers. Whether this communicator can sum memory of `device`: CPU memory always; a CUDA
-  // device when duet was built with NCCL (dist/nccl_communicator.cpp).
+  // device when duet was built with NCCL (distributed/nccl_communicator.cpp).
   virtual bool sums_on(Device device) const { return device.type == DeviceType::cpu; }
   // Queues the in-place sum over ranks of `count` elements of `dtype` at `data`, memory of the
   // CUDA device `device`, behind the work already queued on that device's compute stream, and

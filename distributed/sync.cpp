@@ -1,5 +1,5 @@
 // Broadcast of weights and the configuration check (see sync.h).
-#include "dist/sync.h"
+#include "distributed/sync.h"
 #include <cstring>
 #include <fmt/format.h>
 #include "engine/error.h"

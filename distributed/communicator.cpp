@@ -1,5 +1,5 @@
 // The single-process communicator and the choice of the process's communicator.
-#include "dist/communicator.h"
+#include "distributed/communicator.h"
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>

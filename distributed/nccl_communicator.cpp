@@ -21,7 +21,7 @@
 #include <fmt/format.h>
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device.h"
-#include "dist/communicator.h"
+#include "distributed/communicator.h"
 #include "engine/error.h"
 
 namespace duet::dist {

@@ -2,7 +2,7 @@
 // gradients are copied into views of it when they are final (during backward, on the training
 // thread; copy_ handles any layout and device), summed across ranks in place by the communication
 // thread, divided by the world size and copied back in finish().
-#include "dist/grad_reducer.h"
+#include "distributed/grad_reducer.h"
 #include <fmt/format.h>
 #include "engine/allocator.h"
 #include "engine/error.h"

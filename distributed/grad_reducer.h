@@ -28,7 +28,7 @@
 #include <thread>
 #include <unordered_map>
 #include <vector>
-#include "dist/communicator.h"
+#include "distributed/communicator.h"
 #include "engine/autograd.h"
 #include "engine/tensor.h"
 
