@@ -5,7 +5,7 @@
 #include "datasets/loader.h"
 #include "engine/autograd.h"
 #include "engine/functional.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 
 namespace duet::app {
 

@@ -26,7 +26,7 @@
 #include "engine/backend.h"
 #include "engine/functional.h"
 #include "engine/optim/optimizer.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 #include "models/registry.h"
 
 namespace duet::app {

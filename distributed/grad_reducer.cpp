@@ -8,7 +8,7 @@
 #include "engine/error.h"
 #include "engine/functional.h"
 #include "engine/ops/frontend.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 
 namespace duet::dist {
 

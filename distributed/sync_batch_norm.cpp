@@ -5,7 +5,7 @@
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/nn/layers.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 
 namespace duet::dist {
 

@@ -12,7 +12,7 @@
 #include "engine/functional.h"
 #include "engine/op_cost.h"
 #include "engine/ops/frontend.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 
 namespace duet {
 

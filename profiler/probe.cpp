@@ -9,7 +9,7 @@
 #include "engine/backend.h"
 #include "engine/functional.h"
 #include "engine/hash.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 #include "profiler/files.h"
 #include "engine/profiler/machine.h"
 #include "profiler/text_table.h"

@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <fmt/format.h>
 #include "engine/error.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 #include "profiler/records.h"
 #include "profiler/steps.h"
 #include "profiler/text_table.h"

@@ -7,7 +7,7 @@
 #include <exception>
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/event_timer.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 #include "engine/profiler/device_timer.h"
 
 namespace duet {

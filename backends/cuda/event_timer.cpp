@@ -7,7 +7,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device.h"
 #include "backends/cuda/event_timeline.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 
 namespace duet::cuda {
 

@@ -19,7 +19,7 @@
 #include <initializer_list>
 #include "engine/backend.h"
 #include "engine/op_cost.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 
 namespace duet::detail {
 

@@ -14,7 +14,7 @@
 #include "engine/half.h"
 #include "engine/op_cost.h"
 #include "engine/ops/dispatch.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 
 namespace duet::detail {
 

@@ -2,7 +2,7 @@
 #include <chrono>
 #include <map>
 #include "engine/error.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 #include "engine/profiler/proc.h"
 
 namespace duet::profiler {

@@ -1,4 +1,6 @@
-#include "engine/profiler.h"
+// Profiler events (see events.h): the per-thread event buffers, step and phase marks, the op
+// window (OpScope) that every dispatched op opens, and collect(), which merges what they recorded.
+#include "engine/profiler/events.h"
 #include <algorithm>
 #include <charconv>
 #include <memory>
