@@ -19,8 +19,8 @@
 #include "datasets/image_folder.h"
 #include "engine/autograd.h"
 #include "engine/hash.h"
-#include "profiler/files.h"
-#include "profiler/text_table.h"
+#include "reports/files.h"
+#include "reports/text_table.h"
 
 namespace duet::app {
 

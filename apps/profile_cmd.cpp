@@ -17,7 +17,7 @@
 #include "engine/optim/grad_scaler.h"
 #include "engine/optim/optimizer.h"
 #include "engine/profiler/capture.h"
-#include "profiler/report.h"
+#include "reports/report.h"
 #include "engine/profiler/session.h"
 #include "models/registry.h"
 

@@ -10,7 +10,7 @@
 #include "apps/command.h"
 #include "apps/model_setup.h"
 #include "engine/profiler/capture.h"
-#include "profiler/sweep.h"
+#include "reports/sweep.h"
 
 namespace duet::app {
 

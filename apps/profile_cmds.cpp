@@ -8,15 +8,15 @@
 #include <fmt/ranges.h>
 #include "engine/error.h"
 #include "engine/profiler/capture.h"
-#include "profiler/compare.h"
-#include "profiler/files.h"
+#include "reports/compare.h"
+#include "reports/files.h"
 #include "engine/profiler/machine.h"
-#include "profiler/probe.h"
-#include "profiler/ranks.h"
-#include "profiler/report.h"
+#include "reports/probe.h"
+#include "reports/ranks.h"
+#include "reports/report.h"
 #include "engine/profiler/session.h"
 #include "engine/profiler/telemetry.h"
-#include "profiler/trace.h"
+#include "reports/trace.h"
 #ifdef DUET_HAVE_CUDA
 #include "backends/cuda/nvml_telemetry.h"
 #endif

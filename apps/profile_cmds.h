@@ -9,7 +9,7 @@
 #include "distributed/communicator.h"
 #include "engine/profiler/capture.h"
 #include "engine/profiler/session.h"
-#include "profiler/sweep.h"
+#include "reports/sweep.h"
 
 namespace CLI {
 class App;

@@ -6,7 +6,7 @@
 #include <sstream>
 #include "apps/cli.h"
 #include <nlohmann/json.hpp>
-#include "profiler/sweep.h"
+#include "reports/sweep.h"
 #include "tests/cli_support.h"
 #include "tests/test_support.h"
 

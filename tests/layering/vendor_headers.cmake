@@ -1,7 +1,7 @@
 # cmake -DSOURCE_DIR=<repo> -P vendor_headers.cmake: fails naming every file outside backends/cpu and
 # backends/cuda that includes a oneDNN, CUDA, cuDNN, cuBLAS or NCCL header.
 set(bad "")
-foreach(folder engine profiler models datasets opcheck backends/reference)
+foreach(folder engine reports models datasets opcheck backends/reference)
   file(GLOB_RECURSE files ${SOURCE_DIR}/${folder}/*.h ${SOURCE_DIR}/${folder}/*.cpp)
   foreach(f ${files})
     file(STRINGS ${f} hits REGEX "^[ \t]*#[ \t]*include[ \t]*[<\"](dnnl|oneapi/|cuda|cudnn|cublas|nccl|nvml)")

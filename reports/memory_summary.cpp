@@ -1,9 +1,10 @@
-#include "profiler/memory_summary.h"
+// The memory summary of a report (see memory_summary.h): per device, current and peak bytes by tag.
+#include "reports/memory_summary.h"
 #include <algorithm>
 #include <fmt/format.h>
-#include "profiler/steps.h"
-#include "profiler/records.h"
-#include "profiler/text_table.h"
+#include "reports/steps.h"
+#include "reports/records.h"
+#include "reports/text_table.h"
 
 namespace duet::profiler {
 

@@ -1,4 +1,5 @@
-#include "profiler/files.h"
+// The profiler's file helpers (see files.h): atomic writes, reads that name the file, UTC time stamps.
+#include "reports/files.h"
 #include <unistd.h>
 #include <cerrno>
 #include <cstdio>

@@ -1,4 +1,5 @@
-#include "profiler/probe.h"
+// `duet probe`'s measurements (see probe.h): GEMM and copy ceilings, and the probe file.
+#include "reports/probe.h"
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -10,9 +11,9 @@
 #include "engine/functional.h"
 #include "engine/hash.h"
 #include "engine/profiler/events.h"
-#include "profiler/files.h"
+#include "reports/files.h"
 #include "engine/profiler/machine.h"
-#include "profiler/text_table.h"
+#include "reports/text_table.h"
 #include "engine/tensor.h"
 
 namespace duet::profiler {

@@ -1,8 +1,9 @@
-#include "profiler/steps.h"
+// The step breakdown by phase and its JSON and text forms (see steps.h).
+#include "reports/steps.h"
 #include <algorithm>
 #include <fmt/format.h>
-#include "profiler/records.h"
-#include "profiler/text_table.h"
+#include "reports/records.h"
+#include "reports/text_table.h"
 
 namespace duet::profiler {
 

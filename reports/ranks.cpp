@@ -1,11 +1,12 @@
-#include "profiler/ranks.h"
+// The rank summary of a data-parallel run's reports (see ranks.h).
+#include "reports/ranks.h"
 #include <algorithm>
 #include <fmt/format.h>
 #include "engine/error.h"
 #include "engine/profiler/events.h"
-#include "profiler/records.h"
-#include "profiler/steps.h"
-#include "profiler/text_table.h"
+#include "reports/records.h"
+#include "reports/steps.h"
+#include "reports/text_table.h"
 
 namespace duet::profiler {
 

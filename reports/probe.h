@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 #include <nlohmann/json.hpp>
-#include "profiler/roofline.h"
+#include "reports/roofline.h"
 
 namespace duet::profiler {
 

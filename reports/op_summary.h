@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 #include <nlohmann/json.hpp>
-#include "profiler/records.h"
-#include "profiler/roofline.h"
+#include "reports/records.h"
+#include "reports/roofline.h"
 
 namespace duet::profiler {
 

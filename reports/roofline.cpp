@@ -1,4 +1,5 @@
-#include "profiler/roofline.h"
+// Roofline arithmetic and the report's roofline section (see roofline.h).
+#include "reports/roofline.h"
 #include <algorithm>
 
 namespace duet::profiler {

@@ -1,10 +1,12 @@
-#include "profiler/op_table.h"
+// The operator and per-layer tables of a report (see op_summary.h): grouping, sorting, text and CSV.
+// (Not the op test table: that is opcheck/op_table.cpp.)
+#include "reports/op_summary.h"
 #include <algorithm>
 #include <map>
 #include <tuple>
 #include <fmt/format.h>
 #include "engine/error.h"
-#include "profiler/text_table.h"
+#include "reports/text_table.h"
 
 namespace duet::profiler {
 

@@ -1,9 +1,10 @@
-#include "profiler/sweep.h"
+// Batch-size sweep points, their table and their JSON document (see sweep.h).
+#include "reports/sweep.h"
 #include <charconv>
 #include <fmt/format.h>
 #include "engine/error.h"
-#include "profiler/records.h"
-#include "profiler/text_table.h"
+#include "reports/records.h"
+#include "reports/text_table.h"
 
 namespace duet::profiler {
 

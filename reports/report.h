@@ -7,9 +7,9 @@
 #include <vector>
 #include <nlohmann/json.hpp>
 #include "engine/profiler/capture.h"
-#include "profiler/op_table.h"
-#include "profiler/records.h"
-#include "profiler/roofline.h"
+#include "reports/op_summary.h"
+#include "reports/records.h"
+#include "reports/roofline.h"
 
 namespace duet::profiler {
 

@@ -1,10 +1,11 @@
-#include "profiler/trace.h"
+// The Chrome trace writer (see trace.h).
+#include "reports/trace.h"
 #include <algorithm>
 #include <climits>
 #include <map>
 #include <set>
 #include <fmt/format.h>
-#include "profiler/files.h"
+#include "reports/files.h"
 
 namespace duet::profiler {
 

@@ -1,16 +1,17 @@
-#include "profiler/report.h"
+// The profile report (see report.h): built from a capture, validated when read, printed as text.
+#include "reports/report.h"
 #include <algorithm>
 #include <ctime>
 #include <functional>
 #include <map>
 #include <fmt/format.h>
 #include "engine/error.h"
-#include "profiler/files.h"
+#include "reports/files.h"
 #include "engine/profiler/machine.h"
-#include "profiler/memory_summary.h"
-#include "profiler/probe.h"
-#include "profiler/steps.h"
-#include "profiler/text_table.h"
+#include "reports/memory_summary.h"
+#include "reports/probe.h"
+#include "reports/steps.h"
+#include "reports/text_table.h"
 
 namespace duet::profiler {
 

@@ -1,4 +1,5 @@
-#include "profiler/records.h"
+// Op records (see records.h): events summed per distinct op, and their JSON form.
+#include "reports/records.h"
 #include <map>
 #include <tuple>
 #include "engine/error.h"

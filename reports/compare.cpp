@@ -1,14 +1,15 @@
-#include "profiler/compare.h"
+// `duet compare` (see compare.h): reports lined up per phase, op and layer, with ratios to the first.
+#include "reports/compare.h"
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
 #include <fmt/format.h>
 #include "engine/error.h"
-#include "profiler/records.h"
-#include "profiler/report.h"
-#include "profiler/steps.h"
-#include "profiler/text_table.h"
+#include "reports/records.h"
+#include "reports/report.h"
+#include "reports/steps.h"
+#include "reports/text_table.h"
 
 namespace duet::profiler {
 

@@ -1,4 +1,5 @@
-#include "profiler/text_table.h"
+// Fixed-width text tables and unit formatting (see text_table.h).
+#include "reports/text_table.h"
 #include <algorithm>
 #include <cmath>
 #include <fmt/format.h>
