@@ -7,7 +7,7 @@
 #include "engine/allocator.h"
 #include "engine/error.h"
 #include "engine/functional.h"
-#include "engine/ops/frontend.h"
+#include "engine/tensor.h"
 #include "engine/profiler/events.h"
 
 namespace duet::dist {
@@ -25,7 +25,7 @@ void set(const Tensor& buffer, size_t i, double v) {
 // a channels-last weight's gradient (Module::to) goes in and out as one block, not transposed.
 // Every rank runs the same layout (the memory format is one of the settings compared at start).
 Tensor view_in(const Tensor& buffer, int64_t offset, const Tensor& param) {
-  return detail::view_in_stride_order(buffer.slice(0, offset, offset + param.numel()), param.shape(), param.strides());
+  return view_in_stride_order(buffer.slice(0, offset, offset + param.numel()), param.shape(), param.strides());
 }
 // The sums become averages (in double, as one process's mean would be formed).
 template <class T>

@@ -61,6 +61,18 @@ Shape channels_last_strides(const Shape& s) {
   return {H * W * C, 1, W * C, C};
 }
 
+Tensor view_in_stride_order(const Tensor& flat, const Shape& shape, const Shape& strides) {
+  std::vector<int64_t> order(shape.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
+  Shape permuted(order.size());
+  for (size_t i = 0; i < order.size(); ++i) permuted[i] = shape[order[i]];
+  Tensor base = flat.view(permuted);
+  std::vector<int64_t> inverse(order.size());
+  for (size_t i = 0; i < order.size(); ++i) inverse[order[i]] = static_cast<int64_t>(i);
+  return base.permute(inverse);
+}
+
 int64_t wrap_dim(int64_t d, int64_t ndim, const char* op) {
   const int64_t lo = -std::max<int64_t>(ndim, 1), hi = std::max<int64_t>(ndim, 1) - 1;
   DUET_CHECK(d >= lo && d <= hi, "{}: dim {} is out of range for a tensor with {} dims (expected {} to {})", op, d,
