@@ -350,7 +350,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t epoch, size_t k, size_t batches
                    interrupt_signal() != 0 ? 1.0 : 0.0, budget_s > 0 && run_seconds >= budget_s ? 1.0 : 0.0};
     {
       profiler::PhaseGuard phase(Phase::comm);
-      profiler::OpScope op("comm.step_metrics", Backend::reference, {}, [] { return OpCost{}; });
+      profiler::CommScope op("comm.step_metrics", comm_.transport(Device::cpu()), {}, [] { return OpCost{}; });
       comm_.all_reduce_sum(v, 5);
     }
     o.loss = v[0] / v[1];

@@ -31,6 +31,12 @@ public:
   // or better was granted); the gradient reducer overlaps communication only then.
   virtual bool thread_safe() const = 0;
   virtual std::string describe() const = 0;  // "MPI (Open MPI v4.1.4), 2 ranks" for the run header
+  // Who carries this communicator's collectives on memory of `where`, as the profile's backend
+  // column names a communication window (profiler::CommScope): "mpi", "nccl".
+  virtual const char* transport(Device where) const {
+    (void)where;
+    return "comm";  // a communicator that names no transport (one process, a test's)
+  }
 
   // In place: every rank ends with the element-wise sum over ranks.
   virtual void all_reduce_sum(float* data, size_t count) = 0;

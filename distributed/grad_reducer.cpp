@@ -160,7 +160,7 @@ void GradReducer::all_reduce(Bucket& b) {
   const double bytes = static_cast<double>(b.buffer.nbytes());
   const double n = comm_.size();
   profiler::PhaseGuard phase(Phase::comm);
-  profiler::OpScope op("comm.all_reduce", Backend::reference, {}, [bytes, n] { return OpCost{0.0, 2.0 * (n - 1) / n * bytes}; });
+  profiler::CommScope op("comm.all_reduce", comm_.transport(device_), {}, [bytes, n] { return OpCost{0.0, 2.0 * (n - 1) / n * bytes}; });
   const auto count = static_cast<size_t>(b.buffer.numel());
   if (on_gpu()) comm_.start_device_all_reduce_sum(b.buffer.raw_data(), count, b.dtype, device_);  // queued, not waited for
   else if (b.dtype == DType::f32) comm_.all_reduce_sum(b.buffer.data<float>(), count);
@@ -197,7 +197,7 @@ void GradReducer::finish() {
   // What backward did not hide: the wait for the buckets still in flight, the last ones' all-reduce
   // and the copy of the averages into .grad.
   profiler::PhaseGuard phase(Phase::comm);
-  profiler::OpScope op("comm.wait", Backend::reference, {}, [] { return OpCost{}; });
+  profiler::CommScope op("comm.wait", comm_.transport(device_), {}, [] { return OpCost{}; });
   // Parameters no gradient reached in this pass (unused, or behind an unused branch): final now.
   for (size_t s = 0; s < slots_.size(); ++s)
     if (!slots_[s].ready) mark_ready(s);

@@ -55,6 +55,7 @@ public:
   int local_rank() const override { return local_rank_; }
   int local_size() const override { return local_size_; }
   bool thread_safe() const override { return thread_safe_; }
+  const char* transport(Device) const override { return "mpi"; }
   std::string describe() const override {
     return fmt::format("MPI ({}), {} ranks, {} on this machine", library_, size_, local_size_);
   }

@@ -56,6 +56,7 @@ public:
   int local_rank() const override { return host_->local_rank(); }
   int local_size() const override { return host_->local_size(); }
   bool thread_safe() const override { return host_->thread_safe(); }
+  const char* transport(Device d) const override { return d.type == DeviceType::cuda ? "nccl" : host_->transport(d); }
   std::string describe() const override {
     return fmt::format("{}; NCCL {}.{}.{} for GPU buffers", host_->describe(), NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
   }

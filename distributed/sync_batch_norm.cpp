@@ -14,7 +14,7 @@ Tensor summed(Communicator& comm, const Tensor& t) {
   DUET_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64,
              "all_reduce_sum: dtype {} of shape {}; expected f32 or f64", dtype_name(t.dtype()), shape_str(t.shape()));
   profiler::PhaseGuard phase(Phase::comm);
-  profiler::OpScope op("comm.sync_bn", Backend::reference, {&t}, [&t] { return OpCost{0.0, 2.0 * static_cast<double>(t.nbytes())}; });
+  profiler::CommScope op("comm.sync_bn", comm.transport(Device::cpu()), {&t}, [&t] { return OpCost{0.0, 2.0 * static_cast<double>(t.nbytes())}; });
   Tensor h = t.to(Device::cpu()).contiguous().clone();  // a buffer of our own to reduce in place
   if (h.dtype() == DType::f32) comm.all_reduce_sum(h.data<float>(), static_cast<size_t>(h.numel()));
   else comm.all_reduce_sum(h.data<double>(), static_cast<size_t>(h.numel()));

@@ -7,20 +7,20 @@
 namespace duet::profiler {
 
 std::vector<OpRecord> aggregate(const std::vector<OpEvent>& ops, const std::vector<int64_t>& self) {
-  using Key = std::tuple<std::string, Phase, Backend, DType, std::string, std::string, std::string, std::string>;
+  using Key = std::tuple<std::string, Phase, std::string, DType, std::string, std::string, std::string, std::string>;
   std::map<Key, size_t> index;
   std::vector<OpRecord> out;
   for (size_t i = 0; i < ops.size(); ++i) {
     const OpEvent& e = ops[i];
     const std::string dev = e.device.str();
-    Key k{e.name, e.phase, e.backend, e.dtype, dev, e.shapes, e.scope, e.impl};
+    Key k{e.name, e.phase, backend_label(e), e.dtype, dev, e.shapes, e.scope, e.impl};
     auto [it, inserted] = index.try_emplace(k, out.size());
     const int64_t total = e.end_ns - e.start_ns;
     if (inserted) {
       OpRecord r;
       r.name = e.name;
       r.phase = phase_name(e.phase);
-      r.backend = backend_name(e.backend);
+      r.backend = backend_label(e);  // a collective's transport ("mpi", "nccl") for communication
       r.dtype = dtype_name(e.dtype);
       r.device = dev;
       r.shapes = e.shapes;

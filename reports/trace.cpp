@@ -99,7 +99,7 @@ nlohmann::json chrome_trace(const Capture& c, const nlohmann::json& run_config, 
   for (size_t i = 0; i < c.ops.size(); ++i) {
     const OpEvent& e = c.ops[i];
     const double dur_ns = static_cast<double>(e.end_ns - e.start_ns);
-    nlohmann::json args = {{"phase", phase_name(e.phase)}, {"backend", backend_name(e.backend)}, {"dtype", dtype_name(e.dtype)},
+    nlohmann::json args = {{"phase", phase_name(e.phase)}, {"backend", backend_label(e)}, {"dtype", dtype_name(e.dtype)},
                            {"device", e.device.str()},      {"shapes", e.shapes},                 {"scope", e.scope},
                            {"flops", e.flops},              {"bytes", e.bytes},                   {"self_us", static_cast<double>(self[i]) * 1e-3},
                            {"bytes_allocated", e.bytes_allocated}, {"live_bytes", e.live_bytes}};

@@ -26,6 +26,8 @@ const char* phase_name(Phase p) {
 
 const char* timing_mode_name(TimingMode m) { return m == TimingMode::per_op ? "per-op" : "throughput"; }
 
+const char* backend_label(const OpEvent& e) { return e.transport ? e.transport : backend_name(e.backend); }
+
 namespace profiler {
 
 namespace detail {
@@ -353,6 +355,7 @@ void OpScope::end() {
   e.shapes = std::move(shapes_);
   e.scope = t_scope;
   e.impl = std::move(t_impl);
+  e.transport = transport_;
   e.flops = flops_;
   e.bytes = bytes_;
   e.bytes_allocated = thread_allocated_bytes() - alloc_before_;

@@ -33,6 +33,9 @@ struct OpEvent {
   std::string shapes;  // input shapes, "[64, 3, 32, 32] [16, 3, 3, 3]"
   std::string scope;   // module path ("layer1.0.conv1") at the time the op ran
   std::string impl;    // which implementation ran (oneDNN impl name, cuDNN algorithm), if known
+  // A communication window (a collective, or a wait for one; CommScope): who carried it, "mpi" or
+  // "nccl". Null for everything a backend computed.
+  const char* transport = nullptr;
   int64_t start_ns = 0, end_ns = 0;  // steady clock
   bool device_timed = false;         // start/end are the device's (CUDA events), else host clock reads
   double flops = 0, bytes = 0;
@@ -46,6 +49,10 @@ struct OpEvent {
   // -1 once resolved. Events returned by collect() are always resolved.
   int64_t device_begin = -1, device_end = -1;
 };
+
+// What the reports' backend column says ran `e`: its backend's name, or for a communication window
+// the transport that carried it ("mpi", "nccl"), so communication reads as communication.
+const char* backend_label(const OpEvent& e);
 
 // A training step between profiler::step_begin and step_end, on the thread that marked it.
 struct StepEvent {
@@ -153,9 +160,10 @@ void note_impl(const std::string& impl);
 // The op's time, the bytes its thread allocated (outputs, workspace, temporaries) and the memory
 // peak it reached all belong to this window. Off, the constructor is one relaxed atomic load and
 // set_cost() a test of a member; the cost functor runs only when profiling is on. Kernels get
-// theirs from engine/ops/dispatch.h; other windows (a collective, a wait) open one directly:
+// theirs from engine/ops/dispatch.h; other windows (the loader's wait) open one directly, and
+// communication opens a CommScope (below):
 //
-//   profiler::OpScope op("comm.all_reduce", Backend::reference, {}, [&] { return OpCost{0, bytes}; });
+//   profiler::OpScope op("data.wait", Backend::reference, {}, [] { return OpCost{}; });
 class OpScope {
 public:
   OpScope(const char* name, Backend backend, std::initializer_list<const Tensor*> inputs) {
@@ -182,6 +190,8 @@ public:
     flops_ = c.flops;
     bytes_ = c.bytes;
   }
+  // Marks the window as communication carried by `transport` (see CommScope).
+  void set_transport(const char* transport) { transport_ = transport; }
   ~OpScope() {
     if (active_) end();
   }
@@ -203,6 +213,25 @@ private:
   std::string shapes_;
   double flops_ = 0, bytes_ = 0;
   int64_t start_ns_ = 0, alloc_before_ = 0, peak_before_ = 0;
+  const char* transport_ = nullptr;
+};
+
+// The window of a collective, or of a wait for one, opened by the data-parallel code (distributed/,
+// the trainer). No backend computes it: it is timed on the host clock, and the reports show
+// `transport` ("mpi", "nccl": Communicator::transport, a string that outlives the profile) where an
+// op shows its backend.
+//
+//   profiler::CommScope op("comm.all_reduce", comm.transport(device), {}, [&] { return OpCost{0, bytes}; });
+class CommScope {
+public:
+  template <class CostFn>
+  CommScope(const char* name, const char* transport, std::initializer_list<const Tensor*> inputs, CostFn&& cost)
+      : op_(name, Backend::reference, inputs, std::forward<CostFn>(cost)) {
+    op_.set_transport(transport);
+  }
+
+private:
+  OpScope op_;
 };
 
 }  // namespace profiler
