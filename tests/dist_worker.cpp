@@ -12,8 +12,8 @@
 #include <iostream>
 #include <string>
 #include <fmt/format.h>
-#include "apps/evaluate.h"
-#include "apps/run_env.h"
+#include "train/evaluate.h"
+#include "train/run_env.h"
 #include "datasets/loader.h"
 #include "datasets/synthetic.h"
 #include "distributed/grad_reducer.h"

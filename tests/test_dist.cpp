@@ -5,7 +5,7 @@
 #include <atomic>
 #include <numeric>
 #include <set>
-#include "apps/distributed.h"
+#include "train/data_parallel.h"
 #include "datasets/loader.h"
 #include "datasets/synthetic.h"
 #include "distributed/grad_reducer.h"
