@@ -6,7 +6,7 @@
 #include <CLI/CLI.hpp>
 #include "cli/option_checks.h"
 #include "cli/run_options.h"
-#include "train/trainer.h"
+#include "train/train_run.h"
 
 namespace duet::app {
 

@@ -18,6 +18,7 @@
 #include "train/predict.h"
 #include "train/progress.h"
 #include "train/trainer.h"
+#include "train/train_run.h"
 #include "engine/atomic_file.h"
 #include "engine/nn/layers.h"
 #include "engine/optim/optimizer.h"

@@ -3,7 +3,8 @@
 // and an atomic checkpoint after every epoch; exact resume; a stop with a clear message when the
 // loss stops being finite; mixed precision (--amp: autocast, and dynamic loss scaling for fp16).
 // The profiler marks each step and phase. What watches the run (the progress display, the JSONL
-// log, a caller's hooks) is a list of callbacks (train/train_callbacks.h).
+// log, a caller's hooks) is a list of callbacks (train/train_callbacks.h); when to stop early is
+// StopRules' (train/stop_rules.h); what a resume checks is train/resume.h's.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -13,8 +14,10 @@
 #include <string>
 #include <vector>
 #include <nlohmann/json.hpp>
+#include "train/evaluate.h"
 #include "train/lr_schedule.h"
 #include "train/run_env.h"
+#include "train/stop_rules.h"
 #include "train/train_callbacks.h"
 #include "train/train_config.h"
 #include "train/train_data.h"
@@ -89,21 +92,35 @@ private:
     size_t first_batch = 0;  // a resumed epoch's first batch
     double loss_sum = 0, seconds_before = 0;
     int64_t correct = 0, seen = 0, skipped_before = 0;
-  };
-  // One step's results, over all ranks when data-parallel.
-  struct StepOutcome {
-    double loss = 0;  // the global batch's mean
-    int64_t correct = 0, n = 0;
-    // Data-parallel only: whether any rank saw a signal or its time budget spent (run_seconds of
-    // training at the step's start), agreed before the update so that all stop at the same step.
-    bool stop_signal = false, over_budget = false;
+    void add(const StepTotals& o) {
+      loss_sum += o.loss * static_cast<double>(o.n);
+      correct += o.correct;
+      seen += o.n;
+    }
+    EpochProgress progress(size_t batches_done, size_t batches, double seconds) const {
+      return {static_cast<int64_t>(batches_done), static_cast<int64_t>(batches),
+              loss_sum / static_cast<double>(seen), static_cast<double>(correct) / static_cast<double>(seen),
+              static_cast<double>(seen) / seconds};
+    }
   };
   // Data, forward, loss (a non-finite one stops the run), backward and the optimizer's update of
-  // batch k of `batches` (n images on this rank).
-  StepOutcome train_step(int64_t epoch, size_t k, size_t batches, int64_t n, double budget_s, double run_seconds);
+  // batch k of `batches` (n images on this rank), `run_seconds` into the run's training time.
+  StepTotals train_step(int64_t epoch, size_t k, size_t batches, int64_t n, double run_seconds);
   EpochSums begin_epoch(int64_t epoch);
+  // A signal between two steps: the checkpoint that finishes epoch `epoch` from next_batch on --resume.
+  void save_interrupted_epoch(int64_t epoch, size_t next_batch, const EpochSums& sums, double elapsed,
+                              double train_seconds);
+  // The epoch's end: its metrics, the evaluation, its checkpoint (not when cut short by the time
+  // budget: it would resume at the wrong step), the callbacks.
+  EpochMetrics end_epoch(int64_t epoch, const EpochSums& s, double secs, double train_seconds, bool cut_short,
+                         const EvalSetup& eval_setup);
   nlohmann::json partial_epoch_state(size_t next_batch, const EpochSums& s, double elapsed) const;
+  void start_callbacks();
   void each_callback(const std::function<void(TrainCallback&)>& f);
+  // The signal that stopped the run: this rank's, or SIGTERM for another rank's.
+  int stopped_by_signal() const;
+  // The line printed when the run stops early (mid_epoch: a signal between two steps of `epoch`).
+  std::string stop_note(Stop why, int64_t epoch, double train_seconds, bool mid_epoch) const;
 
   void resume_from(const std::string& path);
   void write_checkpoint(int64_t epochs_done, const EpochMetrics& m, const nlohmann::json& partial_epoch = nullptr);
@@ -111,9 +128,6 @@ private:
   // `epoch`'s batch `batch`: the loss check before each update cannot see the last one.
   void check_weights_finite(int64_t epoch, int64_t batch) const;
   [[noreturn]] void stop_on_bad_loss(double loss, int64_t epoch, int64_t batch) const;
-  // True on every rank when `local` is true on any (just `local` in one process): ranks must take
-  // the same decisions (stop on a signal, on the time budget) at the same step.
-  bool on_any_rank(bool local);
   std::string last_good_checkpoint() const;
 
   TrainConfig c_;
@@ -128,6 +142,7 @@ private:
   std::unique_ptr<optim::Optimizer> opt_;
   std::optional<DType> amp_;  // --amp: the dtype conv/linear/matmul autocast to
   optim::GradScaler scaler_;  // enabled for fp16 only (bf16 needs no loss scaling)
+  StopRules stops_;
   std::unique_ptr<datasets::DataLoader> loader_;
   std::unique_ptr<LrSchedule> schedule_;
   int64_t steps_per_epoch_ = 0;
@@ -139,8 +154,5 @@ private:
   std::vector<std::shared_ptr<TrainCallback>> callbacks_;  // added by the caller
   std::vector<std::shared_ptr<TrainCallback>> active_;     // fit()'s: the trainer's own, then the caller's
 };
-
-// `duet train` end to end: data, model (and --init-from), the trainer, and the profile report.
-TrainResult run_training(const TrainConfig& c, const GlobalOptions& g, std::ostream& out);
 
 }  // namespace duet::app
