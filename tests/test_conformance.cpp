@@ -767,7 +767,7 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 }
 
 // A batch norm + ReLU or ReLU6 without a residual runs its backward as one op on the cpu backend,
-// the mask recomputed from x (backends/cpu/norm.cpp): the same bits as the activation's backward
+// the mask recomputed from x (backends/cpu/batch_norm.cpp): the same bits as the activation's backward
 // followed by the batch norm's, f32 and bf16, channels-last maps and [N, C] batches. With a
 // residual, the mask still comes from y in relu.backward.
 TEST(CpuBackend, BatchNormActivationBackwardInOneOpGivesTheTwoOpsBits) {
