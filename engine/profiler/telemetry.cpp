@@ -1,3 +1,4 @@
+// The telemetry sampler thread and its registered sources (see telemetry.h).
 #include "engine/profiler/telemetry.h"
 #include <chrono>
 #include <map>
