@@ -13,7 +13,7 @@
 #include "engine/autograd.h"
 #include "engine/duet.h"
 #include "engine/op_cost.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 #include "opcheck/op_check.h"
 
 namespace duet {

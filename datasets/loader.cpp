@@ -2,7 +2,7 @@
 #include <cstring>
 #include <numeric>
 #include "engine/allocator.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 #include "engine/rng.h"
 
 namespace duet::datasets {

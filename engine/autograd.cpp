@@ -1,7 +1,7 @@
 #include "engine/autograd.h"
 #include <unordered_map>
 #include "engine/functional.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 
 namespace duet {
 

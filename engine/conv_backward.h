@@ -5,7 +5,7 @@
 // backend's shared reorder of dy) is conv2d.backward's own time. Every backend opens them around
 // its passes.
 #pragma once
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 #include "engine/tensor.h"
 
 namespace duet {

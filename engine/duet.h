@@ -9,5 +9,5 @@
 #include "engine/error.h"
 #include "engine/functional.h"
 #include "engine/op_params.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 #include "engine/tensor.h"

@@ -3,7 +3,7 @@
 // any implementation needs), so achieved GB/s against these is a lower bound on real traffic.
 #pragma once
 #include "engine/op_params.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 #include "engine/tensor.h"
 
 namespace duet::cost {

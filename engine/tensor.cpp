@@ -12,7 +12,7 @@
 #include "engine/functional.h"
 #include "engine/op_cost.h"
 #include "engine/ops/frontend.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 
 namespace duet {
 
@@ -59,6 +59,18 @@ Shape channels_last_strides(const Shape& s) {
   DUET_CHECK(s.size() == 4, "channels-last layout needs a 4-D shape [N, C, H, W], got {}", shape_str(s));
   const int64_t C = std::max<int64_t>(s[1], 1), H = std::max<int64_t>(s[2], 1), W = std::max<int64_t>(s[3], 1);
   return {H * W * C, 1, W * C, C};
+}
+
+Tensor view_in_stride_order(const Tensor& flat, const Shape& shape, const Shape& strides) {
+  std::vector<int64_t> order(shape.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
+  Shape permuted(order.size());
+  for (size_t i = 0; i < order.size(); ++i) permuted[i] = shape[order[i]];
+  Tensor base = flat.view(permuted);
+  std::vector<int64_t> inverse(order.size());
+  for (size_t i = 0; i < order.size(); ++i) inverse[order[i]] = static_cast<int64_t>(i);
+  return base.permute(inverse);
 }
 
 int64_t wrap_dim(int64_t d, int64_t ndim, const char* op) {

@@ -167,6 +167,10 @@ int64_t numel_of(const Shape& s);
 Shape contiguous_strides(const Shape& s);
 Shape channels_last_strides(const Shape& s);  // 4-D only
 int64_t wrap_dim(int64_t d, int64_t ndim, const char* op);  // checks range, names the op
+// `flat`, a contiguous 1-D block of exactly numel_of(shape) elements, viewed as a dense tensor of
+// `shape` whose dims lie in memory in the order of `strides` (largest stride outermost): a block
+// that holds a tensor laid out like one with those strides (a channels-last weight's gradient).
+Tensor view_in_stride_order(const Tensor& flat, const Shape& shape, const Shape& strides);
 
 template <class T>
 T* Tensor::data() const {

@@ -1,6 +1,6 @@
 // A checkpoint file as --resume reads it: the file, its metadata, then the optimizer state loaded
 // into an SGD and an AdamW over two small parameters (what resume does after its checks).
-#include "apps/checkpoint.h"
+#include "train/checkpoint.h"
 #include "engine/optim/optimizer.h"
 #include "fuzz/fuzz_support.h"
 

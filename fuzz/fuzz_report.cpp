@@ -1,8 +1,8 @@
 // A profile report as `duet report` and `duet compare` read it: parsed, validated, printed, and
 // compared with itself.
 #include <nlohmann/json.hpp>
-#include "profiler/compare.h"
-#include "profiler/report.h"
+#include "reports/compare.h"
+#include "reports/report.h"
 #include "fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

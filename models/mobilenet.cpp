@@ -1,7 +1,7 @@
 // MobileNet v1 and v2 (torchvision/models/mobilenetv2.py for v2 and for the shared init).
 #include "models/mobilenet.h"
 #include <optional>
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 #include "models/blocks.h"
 
 namespace duet::models {

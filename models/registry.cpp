@@ -3,7 +3,7 @@
 #include <cmath>
 #include <regex>
 #include "engine/autograd.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 #include "models/convnext.h"
 #include "models/densenet.h"
 #include "models/mlp.h"

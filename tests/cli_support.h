@@ -1,9 +1,9 @@
-// Runs the `duet` command line in-process, for the suites of apps/ (test_cli, test_reliability).
+// Runs the `duet` command line in-process, for the suites of cli/ (test_cli, test_reliability).
 #pragma once
 #include <sstream>
 #include <string>
 #include <vector>
-#include "apps/cli.h"
+#include "cli/cli.h"
 #include "engine/device.h"
 
 namespace duet::testing {

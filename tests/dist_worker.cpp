@@ -12,12 +12,12 @@
 #include <iostream>
 #include <string>
 #include <fmt/format.h>
-#include "apps/evaluate.h"
-#include "apps/run_env.h"
+#include "train/evaluate.h"
+#include "train/run_env.h"
 #include "datasets/loader.h"
 #include "datasets/synthetic.h"
-#include "dist/grad_reducer.h"
-#include "dist/sync.h"
+#include "distributed/grad_reducer.h"
+#include "distributed/sync.h"
 #include "engine/duet.h"
 #include "engine/optim/optimizer.h"
 #include "engine/serialize.h"

@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <limits>
 #include <sstream>
-#include "apps/checkpoint.h"
-#include "apps/model_setup.h"
-#include "apps/trainer.h"
+#include "train/checkpoint.h"
+#include "train/model_setup.h"
+#include "train/trainer.h"
 #include "engine/autocast.h"
 #include "engine/optim/grad_scaler.h"
 #include "engine/optim/optimizer.h"

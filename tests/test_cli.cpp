@@ -1,12 +1,12 @@
-// The `duet` command line run in-process (apps/cli.h): errors a user can act on, exit statuses,
+// The `duet` command line run in-process (cli/cli.h): errors a user can act on, exit statuses,
 // and the small commands (models, data, selftest, eval/predict on a freshly trained checkpoint).
 #include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include "apps/cli.h"
+#include "cli/cli.h"
 #include <nlohmann/json.hpp>
-#include "profiler/sweep.h"
+#include "reports/sweep.h"
 #include "tests/cli_support.h"
 #include "tests/test_support.h"
 

@@ -432,7 +432,7 @@ std::vector<Case> conv_cases_f32_and_bf16() {
   return cases;
 }
 
-// Winograd (backends/cpu/conv_algorithm.h) on every dense 3x3 stride-1 case, forced on, within
+// Winograd (backends/cpu/planner.h) on every dense 3x3 stride-1 case, forced on, within
 // the conformance tolerance, f32 and bf16 (computed in f32, with and without a bias and a fused
 // ReLU).
 TEST(CpuBackend, WinogradConvolutionMatchesReference) {
@@ -451,7 +451,7 @@ TEST(CpuBackend, WinogradConvolutionMatchesReference) {
   EXPECT_GE(n_bf16, 15);
 }
 
-// Pointwise convolutions as matrix products (backends/cpu/conv_algorithm.h), forced on for every
+// Pointwise convolutions as matrix products (backends/cpu/planner.h), forced on for every
 // conv case, f32 and bf16: the cases the shape or layout rules out must still run (on oneDNN's
 // convolution), the others on matmul.
 TEST(CpuBackend, PointwiseConvolutionsAsGemmMatchReference) {
@@ -466,7 +466,7 @@ TEST(CpuBackend, PointwiseConvolutionsAsGemmMatchReference) {
   EXPECT_GE(n, 20);
 }
 
-// Weight gradients of kernels larger than 1x1 on an im2col matrix (backends/cpu/conv_algorithm.h),
+// Weight gradients of kernels larger than 1x1 on an im2col matrix (backends/cpu/planner.h),
 // forced on for every conv case, f32 and bf16: the channels-last ones (strided, padded, dilated,
 // any kernel) take it, the others (NCHW, grouped, with a bias gradient) keep oneDNN's kernel.
 TEST(CpuBackend, Im2colWeightGradientsMatchReference) {
@@ -624,7 +624,7 @@ TEST(CpuBackend, AutomaticPolicyRunsSmallPointwiseConvolutionsAsMatmul) {
   EXPECT_EQ(count(off), 0u) << off;
 }
 
-// Autotuning (conv_algorithm.h): every convolution case, f32 and bf16, on whichever algorithm
+// Autotuning (planner.h): every convolution case, f32 and bf16, on whichever algorithm
 // wins on this machine, and the timing happens once per shape and pass.
 TEST(CpuBackend, AutotunedConvolutionsMatchReferenceAndTuneOnce) {
   cpu::set_conv_autotune(true);
@@ -819,7 +819,7 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 }
 
 // A batch norm + ReLU or ReLU6 without a residual runs its backward as one op on the cpu backend,
-// the mask recomputed from x (backends/cpu/norm.cpp): the same bits as the activation's backward
+// the mask recomputed from x (backends/cpu/batch_norm.cpp): the same bits as the activation's backward
 // followed by the batch norm's, f32 and bf16, channels-last maps and [N, C] batches. With a
 // residual, the mask still comes from y in relu.backward.
 TEST(CpuBackend, BatchNormActivationBackwardInOneOpGivesTheTwoOpsBits) {
@@ -913,7 +913,7 @@ TEST(CpuBackend, AutomaticPolicyRunsResNetLayersOnWinograd) {
 }
 
 // bf16 layers of 256 channels onto 8x8 maps run on f32 Winograd where bf16 has no AMX
-// (conv_algorithm.h), narrower ones and 4x4 maps on the bf16 kernels; the gradients equal the bf16
+// (planner.h), narrower ones and 4x4 maps on the bf16 kernels; the gradients equal the bf16
 // kernels' within bf16 rounding.
 TEST(CpuBackend, AutomaticPolicyRunsWideBf16LayersOnF32Winograd) {
   BackendGuard guard(DeviceType::cpu, Backend::cpu);

@@ -18,7 +18,7 @@
 #include <utility>
 #include "backends/cuda/arch_support.h"
 #include "backends/cuda/conv_key.h"
-#include "backends/cuda/conv_search.h"
+#include "backends/cuda/planner.h"
 #include "backends/cuda/cublas_library.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"

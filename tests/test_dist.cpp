@@ -5,11 +5,11 @@
 #include <atomic>
 #include <numeric>
 #include <set>
-#include "apps/distributed.h"
+#include "train/data_parallel.h"
 #include "datasets/loader.h"
 #include "datasets/synthetic.h"
-#include "dist/grad_reducer.h"
-#include "dist/sync.h"
+#include "distributed/grad_reducer.h"
+#include "distributed/sync.h"
 #include "engine/backend.h"
 #include "engine/nn/layers.h"
 #include "models/mlp.h"

@@ -20,7 +20,7 @@
 #include <sstream>
 #include <thread>
 #include <fmt/format.h>
-#include "apps/checkpoint.h"
+#include "train/checkpoint.h"
 #include "engine/serialize.h"
 #include "tests/test_support.h"
 

@@ -5,23 +5,24 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 #include <gtest/gtest.h>
 #include "engine/duet.h"
 #include "engine/ops/dispatch.h"
 #include "test_support.h"
 #include "engine/profiler/capture.h"
-#include "profiler/compare.h"
-#include "profiler/files.h"
-#include "profiler/memory_summary.h"
-#include "profiler/probe.h"
-#include "profiler/report.h"
+#include "reports/compare.h"
+#include "reports/files.h"
+#include "reports/memory_summary.h"
+#include "reports/probe.h"
+#include "reports/report.h"
 #include "engine/profiler/session.h"
-#include "profiler/steps.h"
-#include "profiler/sweep.h"
+#include "reports/steps.h"
+#include "reports/sweep.h"
 #include "engine/profiler/telemetry.h"
-#include "profiler/trace.h"
-#include "profiler/text_table.h"
+#include "reports/trace.h"
+#include "reports/text_table.h"
 
 namespace duet {
 namespace {
@@ -660,6 +661,40 @@ TEST(ProfilerTrace, EveryEventHasTheRequiredFields) {
   EXPECT_GT(c, 0);
   EXPECT_GT(m, 0);
   EXPECT_NE(t.dump().find("test main"), std::string::npos);
+  profiler::clear();
+}
+
+// A collective's window names the transport that carried it where an op names its backend: in the
+// op records (so in every table of the report) and in the trace.
+TEST(ProfilerTrace, CommunicationShowsItsTransportAsTheBackend) {
+  Tensor a = Tensor::randn({8, 8});
+  profiler::start_session({.telemetry_ms = 0});
+  profiler::step_begin(0, 1);
+  {
+    profiler::PhaseGuard fwd(Phase::forward);
+    (void)relu(a);
+  }
+  {
+    profiler::PhaseGuard comm(Phase::comm);
+    profiler::CommScope op("comm.all_reduce", "mpi", {&a}, [] { return OpCost{0.0, 512.0}; });
+  }
+  profiler::step_end();
+  profiler::stop_session();
+  const profiler::Capture cap = profiler::capture();
+  std::map<std::string, std::string> backend_of;
+  const json report = profiler::build_report(cap, json::object());
+  for (const auto& rec : report["op_records"])
+    backend_of[rec["name"].get<std::string>()] = rec["backend"].get<std::string>();
+  EXPECT_EQ(backend_of["comm.all_reduce"], "mpi");
+  EXPECT_EQ(backend_of["relu"], backend_name(a.backend()));
+  int comm_events = 0;
+  const json trace = profiler::chrome_trace(cap);
+  for (const auto& e : trace["traceEvents"])
+    if (e.value("name", "") == "comm.all_reduce") {
+      ++comm_events;
+      EXPECT_EQ(e["args"]["backend"], "mpi") << e.dump();
+    }
+  EXPECT_EQ(comm_events, 1);
   profiler::clear();
 }
 

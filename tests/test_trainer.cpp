@@ -1,4 +1,4 @@
-// The trainer of apps/: learning-rate schedules at known steps (PyTorch's values), reproducible
+// The trainer of train/: learning-rate schedules at known steps (PyTorch's values), reproducible
 // loss curves, resume == uninterrupted training to the bit, checkpoints that survive a kill
 // mid-write, the stop on a non-finite loss, top-k and the predict image pipeline, and training a
 // tiny model on an image folder then predicting with its checkpoint.
@@ -11,13 +11,14 @@
 #include <limits>
 #include <sstream>
 #include <stb/stb_image_write.h>
-#include "apps/checkpoint.h"
-#include "apps/lr_schedule.h"
-#include "apps/model_file.h"
-#include "apps/model_setup.h"
-#include "apps/predict.h"
-#include "apps/progress.h"
-#include "apps/trainer.h"
+#include "train/checkpoint.h"
+#include "train/lr_schedule.h"
+#include "train/model_file.h"
+#include "train/model_setup.h"
+#include "train/predict.h"
+#include "train/progress.h"
+#include "train/trainer.h"
+#include "train/train_run.h"
 #include "engine/atomic_file.h"
 #include "engine/nn/layers.h"
 #include "engine/optim/optimizer.h"

@@ -1,7 +1,7 @@
-// The tiny training run the suites of apps/ start from: small_cnn of width 4 on 8x8 synthetic
-// images, 4 classes, 4 steps per epoch, 2 epochs. Header-only, so only suites linking duet_apps use it.
+// The tiny training run the suites of train/ and cli/ start from: small_cnn of width 4 on 8x8 synthetic
+// images, 4 classes, 4 steps per epoch, 2 epochs. Header-only, so only suites linking duet_train use it.
 #pragma once
-#include "apps/train_config.h"
+#include "train/train_config.h"
 
 namespace duet::testing {
 

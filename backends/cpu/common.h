@@ -14,7 +14,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include "backends/cpu/cpu_backend.h"
 #include "engine/error.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 #include "engine/tensor.h"
 
 namespace duet::cpu {

@@ -8,7 +8,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/event_timer.h"
 #include "engine/half.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 #include "engine/profiler/device_timer.h"
 
 namespace duet {

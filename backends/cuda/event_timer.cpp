@@ -5,7 +5,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device.h"
 #include "backends/cuda/event_timer_core.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 
 namespace duet::cuda {
 

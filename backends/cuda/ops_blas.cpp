@@ -9,7 +9,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cublas_library.h"
 #include "backends/cuda/cuda_check.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 
 namespace duet {
 using namespace cuda;

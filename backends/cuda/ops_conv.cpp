@@ -1,234 +1,28 @@
-// conv2d and its two gradients reach the GPU through cuDNN's convolution API
+// conv2d and both its gradients reach the GPU through cuDNN's convolution API
 // (cudnnConvolutionForward / BackwardData / BackwardFilter; groups via cudnnSetConvolutionGroupCount).
-// NCHW or channels-last is told to cuDNN through the tensor strides and the filter format. The
-// algorithm comes from cuDNN's heuristics (cudnnGetConvolution*Algorithm_v7), or in benchmark mode
-// from timing them all (cudnnFindConvolution*AlgorithmEx), is cached per problem (conv_key.h) and
-// gets its workspace from the caching allocator; candidates cuDNN cannot run, or whose workspace
-// does not fit, are skipped in order. The bias is duet's own kernels: a
-// per-channel add forward and the strided reduction for its gradient.
-// f16/bf16 tensors (autocast) use cuDNN's pseudo-half configurations: 16-bit data, a FLOAT compute
-// type on the convolution descriptor, tensor-core math allowed; products accumulate in f32.
+// NCHW or channels-last is told to cuDNN through the tensor strides and the filter format. Which
+// algorithm runs is the planner's (planner.h: cuDNN's heuristics or timings, cached per problem);
+// workspaces come from the caching allocator. The bias is duet's own kernels: a per-channel add
+// forward and the strided reduction for its gradient. f16/bf16 tensors (autocast) use cuDNN's
+// pseudo-half configurations: 16-bit data, a FLOAT compute type on the convolution descriptor,
+// tensor-core math allowed; products accumulate in f32.
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <string>
 #include <vector>
 #include "backends/cuda/conv_key.h"
-#include "backends/cuda/conv_search.h"
+#include "backends/cuda/planner.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cudnn_util.h"
 #include "engine/conv_backward.h"
-#include "engine/profiler.h"
-
-namespace duet::cuda {
-ConvAlgoCache& conv_algo_cache() {
-  static ConvAlgoCache c;
-  return c;
-}
-}  // namespace duet::cuda
+#include "engine/profiler/events.h"
 
 namespace duet {
 using namespace cuda;
 
 namespace {
-
-// Strict FP32 was asked for (the default) and only a tensor-core (TF32) algorithm runs this problem:
-// the result has a 10-bit mantissa's rounding. Said once per process on stderr, loudly, since it
-// changes the numbers; the profiler's impl column shows math=tensor_op for every such convolution.
-void warn_tf32_fallback(const char* op, const std::string& problem) {
-  static std::atomic<bool> said{false};
-  if (said.exchange(true)) return;
-  std::fprintf(stderr,
-               "duet: WARNING: %s: no strict-FP32 cuDNN algorithm runs %s, so it runs on TF32 tensor cores (10-bit "
-               "mantissa); other convolutions may do the same (the profile's impl column says math=tensor_op). Set "
-               "DUET_CUDA_ALLOW_TF32=1 to accept TF32 everywhere, or use f64 where full precision matters.\n",
-               op, problem.c_str());
-}
-
-const char* algo_name(ConvPass pass, int algo) {
-  static const char* fwd[] = {"implicit_gemm", "implicit_precomp_gemm", "gemm", "direct",
-                              "fft", "fft_tiling", "winograd", "winograd_nonfused"};
-  static const char* bwd_data[] = {"algo_0", "algo_1", "fft", "fft_tiling", "winograd", "winograd_nonfused"};
-  static const char* bwd_filter[] = {"algo_0", "algo_1", "fft", "algo_3", "winograd", "winograd_nonfused", "fft_tiling"};
-  switch (pass) {
-    case ConvPass::forward: return algo >= 0 && algo < 8 ? fwd[algo] : "?";
-    case ConvPass::backward_data: return algo >= 0 && algo < 6 ? bwd_data[algo] : "?";
-    case ConvPass::backward_filter: return algo >= 0 && algo < 7 ? bwd_filter[algo] : "?";
-  }
-  return "?";
-}
-
-const char* math_name(int m) {
-  switch (m) {
-    case CUDNN_DEFAULT_MATH: return "default";
-    case CUDNN_TENSOR_OP_MATH: return "tensor_op";
-    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return "tensor_op_conversion";
-    case CUDNN_FMA_MATH: return "fma";
-    default: return "?";
-  }
-}
-
-// Descriptors of one convolution problem: input x [N, C, H, W], weight [O, C / groups, KH, KW],
-// output y [N, O, OH, OW], all in one memory format.
-struct Problem {
-  const char* op;
-  DType dt;
-  bool nhwc;
-  TensorDesc x, y;
-  FilterDesc w;
-  ConvDesc conv;
-  ConvKey key;
-  bool strict_fp32;  // f32 without TF32: only FMA kernels may run
-
-  Problem(const char* op_name, ConvPass pass, DType t, bool channels_last, const Shape& xs, const Shape& ws,
-          const Shape& ys, const Conv2dParams& p, int device)
-      : op(op_name), dt(t), nhwc(channels_last), x(op_name), y(op_name), w(op_name), conv(op_name) {
-    x.set(dt, xs[0], xs[1], xs[2], xs[3], nhwc);
-    y.set(dt, ys[0], ys[1], ys[2], ys[3], nhwc);
-    w.set(dt, ws[0], ws[1], ws[2], ws[3], nhwc);
-    DUET_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv, to_int(op, "pad_h", p.pad_h), to_int(op, "pad_w", p.pad_w),
-                                                     to_int(op, "stride_h", p.stride_h), to_int(op, "stride_w", p.stride_w),
-                                                     to_int(op, "dilation_h", p.dilation_h),
-                                                     to_int(op, "dilation_w", p.dilation_w), CUDNN_CROSS_CORRELATION,
-                                                     cudnn_compute_dtype(dt)),
-                     op);
-    DUET_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv, to_int(op, "groups", p.groups)), op);
-    strict_fp32 = dt == DType::f32 && !cuda_allow_tf32();
-    // Set before the heuristics are queried: they only propose algorithms for this math type. The
-    // 16-bit types are what tensor cores are for (their accumulation stays f32).
-    const bool half = dt == DType::f16 || dt == DType::bf16;
-    DUET_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, strict_fp32 ? CUDNN_FMA_MATH
-                                                       : half      ? CUDNN_TENSOR_OP_MATH
-                                                                   : CUDNN_DEFAULT_MATH),
-                     op);
-    key.pass = pass;
-    key.dtype = dt;
-    key.channels_last = nhwc;
-    key.allow_tf32 = !strict_fp32 && dt == DType::f32;
-    key.benchmark = cuda_cudnn_benchmark();
-    key.device = device;
-    key.n = xs[0], key.c = xs[1], key.h = xs[2], key.w = xs[3];
-    key.o = ws[0], key.kh = ws[2], key.kw = ws[3];
-    key.p = p;
-  }
-};
-
-// One heuristic proposal, whichever pass it came from.
-struct Candidate {
-  int algo;
-  int math_type;
-  cudnnStatus_t status;
-};
-
-// The algorithms a cuDNN query returns, in its order: `max_count(&n)` says how many there can be,
-// `query(n, &returned, perfs)` is cudnnGetConvolution*Algorithm_v7 or cudnnFindConvolution*AlgorithmEx.
-template <class Perf, class MaxCount, class Query>
-std::vector<Candidate> query_candidates(OpGuard& g, MaxCount max_count, Query query) {
-  int count = 0, returned = 0;
-  DUET_CUDNN_CHECK(max_count(&count), g.op);
-  std::vector<Perf> perfs(static_cast<size_t>(std::max(count, 1)));
-  DUET_CUDNN_CHECK(query(count, &returned, perfs.data()), g.op);
-  std::vector<Candidate> c;
-  for (int i = 0; i < returned; ++i)
-    c.push_back({static_cast<int>(perfs[static_cast<size_t>(i)].algo), static_cast<int>(perfs[static_cast<size_t>(i)].mathType),
-                 perfs[static_cast<size_t>(i)].status});
-  return c;
-}
-
-// Benchmark mode: cuDNN times every algorithm on the problem's own tensors and returns them fastest
-// first (`find(workspace, bytes)`; it writes the pass's output, which the real run then overwrites).
-// The workspace it may use is the largest any proposed algorithm asks for, or as much of that as the
-// allocator can give (the cache is released at most once); cuDNN reports an algorithm that needs more
-// as failed, and the run below skips it.
-template <class WorkspaceSize, class Find>
-std::vector<Candidate> benchmarked(OpGuard& g, const std::vector<Candidate>& proposed, WorkspaceSize workspace_size,
-                                   Find find) {
-  size_t bytes = 0;
-  for (const Candidate& c : proposed) {
-    size_t b = 0;
-    if (c.status == CUDNN_STATUS_SUCCESS && workspace_size(c.algo, &b) == CUDNN_STATUS_SUCCESS) bytes = std::max(bytes, b);
-  }
-  void* p = nullptr;
-  for (bool release = true; bytes > 0; release = false, bytes /= 2)
-    if ((p = g.ctx.allocator().try_allocate(bytes, MemTag::workspace, release))) break;
-  const std::vector<Candidate> timed = find(p, bytes);
-  if (p) g.ctx.allocator().deallocate(p, bytes, MemTag::workspace);
-  return timed;
-}
-
-// The search of run_convolution: the candidates in order, the first that runs cached.
-template <class Propose, class Find, class WorkspaceSize, class Run, class Note>
-void search_algorithm(OpGuard& g, Problem& pb, Propose propose, Find find, WorkspaceSize workspace_size, Run run,
-                      Note note) {
-  std::vector<Candidate> candidates = propose();
-  if (pb.key.benchmark) candidates = benchmarked(g, candidates, workspace_size, find);
-  std::string tried;
-  // A workspace that does not fit may release the allocator's cache (a device synchronisation) once
-  // per search, not once per candidate.
-  bool released = false;
-  // First pass keeps the precision asked for; only if nothing runs at all may a tensor-core kernel
-  // stand in for strict f32 (the profiler's impl column then says math=tensor_op).
-  for (int pass = 0; pass < 2; ++pass) {
-    const bool strict = pass == 0 && pb.strict_fp32;
-    if (pass == 1 && !pb.strict_fp32) break;
-    for (const Candidate& c : candidates) {
-      if (c.status != CUDNN_STATUS_SUCCESS) continue;
-      int math = c.math_type;
-      if (strict) {
-        // Tensor-op candidates are TF32 for f32 data; the others run with FMA math pinned on the
-        // descriptor, since "default" math would itself allow TF32 on Ampere and newer.
-        if (math == CUDNN_TENSOR_OP_MATH || math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
-        math = CUDNN_FMA_MATH;
-      }
-      DUET_CUDNN_CHECK(cudnnSetConvolutionMathType(pb.conv, static_cast<cudnnMathType_t>(math)), g.op);
-      size_t bytes = 0;
-      if (workspace_size(c.algo, &bytes) != CUDNN_STATUS_SUCCESS) continue;
-      void* p = bytes > 0 ? g.ctx.allocator().try_allocate(bytes, MemTag::workspace, !released) : nullptr;
-      if (bytes > 0 && !p) {
-        released = true;
-        tried += fmt::format(" {} (workspace {} does not fit);", algo_name(pb.key.pass, c.algo), format_bytes(double(bytes)));
-        continue;
-      }
-      const cudnnStatus_t st = run(c.algo, p, bytes);
-      if (p) g.ctx.allocator().deallocate(p, bytes, MemTag::workspace);
-      if (st == CUDNN_STATUS_SUCCESS) {
-        const ConvChoice choice{c.algo, math, bytes};
-        conv_algo_cache().insert(pb.key, choice);
-        note(choice);
-        if (pass == 1) warn_tf32_fallback(g.op, pb.key.str());
-        return;
-      }
-      if (!algorithm_cannot_run(st)) throw_cudnn_error(st, "cudnnConvolution*", g.op, __FILE__, __LINE__);
-      tried += fmt::format(" {} ({});", algo_name(pb.key.pass, c.algo), cudnnGetErrorString(st));
-    }
-  }
-  throw Error(fmt::format("{} on backend 'cuda': cuDNN has no algorithm that runs {}; tried:{}", g.op, pb.key.str(),
-                          tried.empty() ? " none proposed" : tried));
-}
-
-// Runs `pass` with the cached algorithm, or else tries the candidates in order (cuDNN's heuristics,
-// or in benchmark mode its timings) and caches the first that runs; a cached algorithm cuDNN now
-// refuses is dropped and searched again (conv_search.h). `workspace_size(algo, &bytes)` and
-// `run(algo, workspace, bytes)` return cuDNN statuses; `propose()` returns the heuristics'
-// candidates, `find(workspace, bytes)` the timed ones.
-template <class Propose, class Find, class WorkspaceSize, class Run>
-void run_convolution(OpGuard& g, Problem& pb, Propose propose, Find find, WorkspaceSize workspace_size, Run run) {
-  auto note = [&](const ConvChoice& c) {
-    profiler::note_impl(fmt::format("cudnn {} math={} workspace={}{}", algo_name(pb.key.pass, c.algo), math_name(c.math_type),
-                                    format_bytes(double(c.workspace)), pb.key.benchmark ? " (benchmarked)" : ""));
-  };
-  const auto run_cached = [&](const ConvChoice& c) {
-    DUET_CUDNN_CHECK(cudnnSetConvolutionMathType(pb.conv, static_cast<cudnnMathType_t>(c.math_type)), g.op);
-    Workspace ws(g.ctx, c.workspace);
-    const cudnnStatus_t st = run(c.algo, ws.get(), ws.bytes());
-    if (st == CUDNN_STATUS_SUCCESS) note(c);
-    return st;
-  };
-  const auto fail = [&](cudnnStatus_t st) { throw_cudnn_error(st, "cudnnConvolution*", g.op, __FILE__, __LINE__); };
-  const auto search = [&] { search_algorithm(g, pb, propose, find, workspace_size, run, note); };
-  run_cached_or_search(conv_algo_cache(), pb.key, run_cached, search, fail);
-}
 
 MemoryFormat mem_format(bool nhwc) { return nhwc ? MemoryFormat::channels_last : MemoryFormat::contiguous; }
 

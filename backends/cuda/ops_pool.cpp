@@ -6,7 +6,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cudnn_util.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 
 namespace duet {
 using namespace cuda;

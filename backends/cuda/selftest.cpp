@@ -1,4 +1,4 @@
-// What `duet selftest --device cuda` prints around the op table's results (apps/selftest_cmd.cpp
+// What `duet selftest --device cuda` prints around the op table's results (cli/selftest.cpp
 // runs the table): the device, its software versions and telemetry before, the caching allocator's
 // counters after.
 #include "backends/cuda/selftest.h"

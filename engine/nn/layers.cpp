@@ -3,7 +3,7 @@
 #include <cmath>
 #include "engine/allocator.h"
 #include "engine/autograd.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 
 namespace duet::nn {
 

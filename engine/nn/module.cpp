@@ -2,7 +2,7 @@
 #include "engine/nn/module.h"
 #include <functional>
 #include "engine/autograd.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 
 namespace duet::nn {
 

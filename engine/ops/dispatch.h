@@ -22,7 +22,7 @@
 #include <vector>
 #include "engine/backend.h"
 #include "engine/op_cost.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 
 namespace duet {
 

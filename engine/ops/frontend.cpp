@@ -56,18 +56,6 @@ Tensor empty_in_stride_order(const Shape& shape, const Shape& strides, const Ten
   return view_in_stride_order(Tensor::empty({numel_of(shape)}, o), shape, strides);
 }
 
-Tensor view_in_stride_order(const Tensor& flat, const Shape& shape, const Shape& strides) {
-  std::vector<int64_t> order(shape.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
-  Shape permuted(order.size());
-  for (size_t i = 0; i < order.size(); ++i) permuted[i] = shape[order[i]];
-  Tensor base = flat.view(permuted);
-  std::vector<int64_t> inverse(order.size());
-  for (size_t i = 0; i < order.size(); ++i) inverse[order[i]] = static_cast<int64_t>(i);
-  return base.permute(inverse);
-}
-
 Tensor empty_like_layout(const Tensor& t, const Shape& shape) {
   const TensorOptions o = TensorOptions(t.dtype()).with_device(t.device());
   bool broadcast = false;  // an expanded view has no memory order of its own to copy

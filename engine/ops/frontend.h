@@ -14,7 +14,7 @@
 #include "engine/half.h"
 #include "engine/op_cost.h"
 #include "engine/ops/dispatch.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 
 namespace duet::detail {
 
@@ -40,8 +40,7 @@ Tensor empty_like_layout(const Tensor& t, const Shape& shape);
 // An uninitialised dense tensor of `shape` whose dims lie in memory in the order of `strides`
 // (largest stride outermost): the layout empty_like_layout gives a tensor with those strides.
 Tensor empty_in_stride_order(const Shape& shape, const Shape& strides, const TensorOptions& o);
-// The same layout as a view of `flat`, a contiguous 1-D block of exactly numel(shape) elements.
-Tensor view_in_stride_order(const Tensor& flat, const Shape& shape, const Shape& strides);
+// (The same layout as a view of a given block: view_in_stride_order, engine/tensor.h.)
 // t itself when dense, else a contiguous copy.
 Tensor dense(const Tensor& t);
 // t with exactly ref's strides (a copy when they differ). Shapes must match.

@@ -5,7 +5,7 @@
 #include "engine/autograd.h"
 #include "engine/functional.h"
 #include "engine/optim/optimizer.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 
 namespace duet::optim {
 

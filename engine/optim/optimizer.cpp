@@ -5,7 +5,7 @@
 #include <set>
 #include "engine/autograd.h"
 #include "engine/ops/frontend.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 
 namespace duet::optim {
 

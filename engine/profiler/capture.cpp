@@ -1,3 +1,4 @@
+// Taking a capture of everything recorded, and ops' self times (see capture.h).
 #include "engine/profiler/capture.h"
 #include <algorithm>
 #include <map>

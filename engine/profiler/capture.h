@@ -5,7 +5,7 @@
 #include <string>
 #include <utility>
 #include <vector>
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 #include "engine/profiler/proc.h"
 #include "engine/profiler/telemetry.h"
 

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 #include "engine/profiler/telemetry.h"
 
 namespace duet::profiler {

@@ -1,3 +1,4 @@
+// The report's machine section and the hooks through which backends add to it (see machine.h).
 #include "engine/profiler/machine.h"
 #include <sys/utsname.h>
 #include <map>

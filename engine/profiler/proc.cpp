@@ -1,3 +1,4 @@
+// Readers of /proc: process memory and CPU time, machine CPU ticks, the CPU model (see proc.h).
 #include "engine/profiler/proc.h"
 #include <unistd.h>
 #include <algorithm>

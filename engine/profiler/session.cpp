@@ -1,3 +1,4 @@
+// Starting and stopping a profiling session (see session.h).
 #include "engine/profiler/session.h"
 #include "engine/backend.h"
 #include "engine/profiler/telemetry.h"

@@ -5,7 +5,7 @@
 //   auto report = profiler::build_report(profiler::capture(), run_config);
 #pragma once
 #include "engine/device.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 
 namespace duet::profiler {
 

@@ -1,8 +1,9 @@
+// The telemetry sampler thread and its registered sources (see telemetry.h).
 #include "engine/profiler/telemetry.h"
 #include <chrono>
 #include <map>
 #include "engine/error.h"
-#include "engine/profiler.h"
+#include "engine/profiler/events.h"
 #include "engine/profiler/proc.h"
 
 namespace duet::profiler {
