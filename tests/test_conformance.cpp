@@ -480,6 +480,57 @@ TEST(CpuBackend, Im2colWeightGradientsMatchReference) {
   EXPECT_GE(n, 20);
 }
 
+// Data gradients as the forward convolution of dy by the flipped weights (planner.h), forced on
+// for every conv case, f32 and bf16: the stride-1 ones of one group take it (padded, dilated, any
+// kernel, NCHW or channels-last), the others keep oneDNN's backward-data kernel.
+TEST(CpuBackend, FlippedForwardDataGradientsMatchReference) {
+  ScopedPolicy always(cpu::set_flipped_data_gradient_policy, cpu::KernelPolicy::always);
+  int n = 0;
+  for (const Case& c : conv_cases_f32_and_bf16()) {
+    SCOPED_TRACE(c.name);
+    expect_cpu_matches_reference(c);
+    n += c.name.find("stride") == std::string::npos && c.name.find("depthwise") == std::string::npos;
+  }
+  EXPECT_GE(n, 20);
+}
+
+// Data gradients as dy W scattered back by col2im (planner.h), forced on for every conv case,
+// f32 and bf16: every channels-last case of one group takes it, strided ones included.
+TEST(CpuBackend, Col2imDataGradientsMatchReference) {
+  ScopedPolicy always(cpu::set_col2im_data_gradient_policy, cpu::KernelPolicy::always);
+  int n = 0;
+  for (const Case& c : conv_cases_f32_and_bf16()) {
+    SCOPED_TRACE(c.name);
+    expect_cpu_matches_reference(c);
+    n += c.name.find("stride") != std::string::npos && c.name.find("_nhwc") != std::string::npos;
+  }
+  EXPECT_GE(n, 4);
+}
+
+std::string profiled_impl(const std::string& op, const std::function<void()>& run);  // below
+
+// Each forced algorithm really runs where it applies: the profile names it.
+TEST(CpuBackend, ForcedDataGradientAlgorithmsRun) {
+  BackendGuard guard(DeviceType::cpu, Backend::cpu);
+  const Tensor x =
+      random_tensor({2, 16, 8, 8}, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);
+  const Tensor w = random_tensor({24, 16, 3, 3}, 2, DType::f32);
+  auto data_impl = [&](Conv2dParams p) {
+    return profiled_impl("conv2d.backward_data", [&] { sum(conv2d(x, w, Tensor(), p)).backward(); });
+  };
+  {
+    ScopedPolicy always(cpu::set_flipped_data_gradient_policy, cpu::KernelPolicy::always);
+    const std::string impl = data_impl(Conv2dParams{1, 1, 1, 1});
+    EXPECT_NE(impl.find("[flipped forward: DUET_FLIPPED_DGRAD=always]"), std::string::npos) << impl;
+  }
+  {
+    ScopedPolicy always(cpu::set_col2im_data_gradient_policy, cpu::KernelPolicy::always);
+    const std::string impl = data_impl(Conv2dParams{2, 2, 1, 1});
+    EXPECT_EQ(impl.rfind("matmul/", 0), 0u) << impl;
+    EXPECT_NE(impl.find("[col2im: DUET_COL2IM_DGRAD=always]"), std::string::npos) << impl;
+  }
+}
+
 // The automatic policy's im2col weight gradients: bf16 3x3 layers onto maps of 16 pixels or fewer
 // (ResNet's last stage at 32 px), strided or not; f32 ones onto maps of 64 pixels or fewer that
 // Winograd does not take (strided); not onto larger maps, not with a bias gradient. The im2col

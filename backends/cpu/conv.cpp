@@ -290,7 +290,10 @@ void run_conv_forward(ConvAlgo a, const Tensor& x, const Tensor& w, const Tensor
       depthwise_forward(x, w, bias, y, p);
       if (p.relu) cpu_backend().activation(Activation::relu, 0.0, y, y);
       return;
-    case ConvAlgo::im2col_matmul: throw Error("conv2d on backend 'cpu': im2col runs weight gradients only");
+    case ConvAlgo::im2col_matmul:
+    case ConvAlgo::flipped_forward:
+    case ConvAlgo::col2im_matmul:
+      throw Error(fmt::format("conv2d on backend 'cpu': {} runs a gradient, not the forward", algo_name(a)));
     default: break;
   }
   const auto e = forward_entry(a, x, w, bias, y, p);
@@ -303,10 +306,42 @@ void run_conv_forward(ConvAlgo a, const Tensor& x, const Tensor& w, const Tensor
   finish_output(e->y, ym, y);
 }
 
+namespace {
+// The weights turned 180 degrees with input and output channels swapped, dense [C, O, KH, KW]:
+// w'[c, o, kh, kw] = w[o, c, KH-1-kh, KW-1-kw], read through w's strides (any dense layout).
+Tensor flipped_weights(const Tensor& w) {
+  const int64_t O = w.size(0), C = w.size(1), KH = w.size(2), KW = w.size(3);
+  const Tensor f = Tensor::empty({C, O, KH, KW}, TensorOptions(w.dtype()));
+  const size_t es = dtype_size(w.dtype());
+  const char* src = static_cast<const char*>(w.raw_data());
+  char* dst = static_cast<char*>(f.raw_data());
+  const int64_t s0 = w.stride(0), s1 = w.stride(1), s2 = w.stride(2), s3 = w.stride(3);
+  parallel_for(C, C * O * KH * KW, [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c)
+      for (int64_t o = 0; o < O; ++o)
+        for (int64_t kh = 0; kh < KH; ++kh)
+          for (int64_t kw = 0; kw < KW; ++kw)
+            std::memcpy(dst + static_cast<size_t>(((c * O + o) * KH + kh) * KW + kw) * es,
+                        src + static_cast<size_t>(o * s0 + c * s1 + (KH - 1 - kh) * s2 + (KW - 1 - kw) * s3) * es, es);
+  });
+  return f;
+}
+}  // namespace
+
 void run_conv_backward_data(ConvAlgo a, const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p,
                             const std::optional<dnnl::memory>& dy_ready) {
   switch (a) {
     case ConvAlgo::matmul: return pointwise_backward_data(dy, w, dx);
+    case ConvAlgo::col2im_matmul: return col2im_backward_data(dy, w, dx, p);
+    case ConvAlgo::flipped_forward: {
+      // dx = conv(dy, w'), stride 1, padded by dilation * (K - 1) - padding on each side: the same
+      // sums as the data gradient's, on oneDNN's forward kernels (planner.h).
+      Conv2dParams q = p;
+      q.pad_h = p.dilation_h * (w.size(2) - 1) - p.pad_h;
+      q.pad_w = p.dilation_w * (w.size(3) - 1) - p.pad_w;
+      q.relu = false;
+      return run_conv_forward(ConvAlgo::direct, dy, flipped_weights(w), Tensor(), dx, q);
+    }
     case ConvAlgo::tap_matmul: return tap_backward_data(dy, w, dx, p);
     case ConvAlgo::own_depthwise:
       profiler::note_impl(kOwnDepthwise);
@@ -332,6 +367,9 @@ void run_conv_backward_weight(ConvAlgo a, const Tensor& x, const Tensor& dy, con
     case ConvAlgo::own_depthwise:
       profiler::note_impl(kOwnDepthwise);
       return depthwise_backward_weight(x, dy, dw, dbias, p);
+    case ConvAlgo::flipped_forward:
+    case ConvAlgo::col2im_matmul:
+      throw Error(fmt::format("conv2d_backward on backend 'cpu': {} runs a data gradient", algo_name(a)));
     default: break;
   }
   const auto e = weight_entry(a, x, dy, dw, dbias, p);

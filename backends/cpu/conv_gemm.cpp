@@ -115,6 +115,50 @@ void im2col_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw,
 }
 
 
+// dx = col2im(dy W) (planner.h): dy's [P, O] pixel rows times the weights as the [O, KH*KW*C]
+// matrix (OHWI order: a channels-last weight is that already, any other is copied) give, for each
+// output pixel, its contribution to every input pixel of its receptive field, tap by tap, in f32.
+// Those are summed onto dx image by image: an image's pixels receive only its own rows, so each
+// thread owns whole images and no sum is shared. bf16 sums in an f32 image and rounds once.
+void col2im_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p) {
+  const int64_t O = w.size(0), C = w.size(1), KH = w.size(2), KW = w.size(3), K = KH * KW * C;
+  const int64_t N = dy.size(0), OH = dy.size(2), OW = dy.size(3), H = dx.size(2), W = dx.size(3);
+  const Tensor ohwi = w.permute({0, 2, 3, 1});
+  const Tensor wm = ohwi.is_contiguous() ? ohwi : ohwi.contiguous();
+  const Tensor col = Tensor::empty({N * OH * OW, K}, TensorOptions(DType::f32));
+  gemm("conv2d_backward_data", pixel_rows(dy), {wm, O, K, K, 1}, {col, N * OH * OW, K, K, 1}, Tensor(), false);
+  const float* cols = col.data<float>();
+  const bool bf16 = dx.dtype() == DType::bf16;
+  const int64_t image = H * W * C;
+  parallel_for(N, N * OH * OW * K, [&](int64_t b, int64_t e) {
+    std::vector<float> buffer(bf16 ? static_cast<size_t>(image) : 0);
+    for (int64_t n = b; n < e; ++n) {
+      float* acc = bf16 ? buffer.data() : static_cast<float*>(dx.raw_data()) + n * image;
+      std::memset(acc, 0, static_cast<size_t>(image) * sizeof(float));
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          const float* row = cols + ((n * OH + oh) * OW + ow) * K;
+          for (int64_t kh = 0; kh < KH; ++kh) {
+            const int64_t ih = oh * p.stride_h - p.pad_h + kh * p.dilation_h;
+            if (ih < 0 || ih >= H) continue;
+            for (int64_t kw = 0; kw < KW; ++kw) {
+              const int64_t iw = ow * p.stride_w - p.pad_w + kw * p.dilation_w;
+              if (iw < 0 || iw >= W) continue;
+              float* d = acc + (ih * W + iw) * C;
+              const float* s = row + (kh * KW + kw) * C;
+#pragma omp simd
+              for (int64_t c = 0; c < C; ++c) d[c] += s[c];
+            }
+          }
+        }
+      if (bf16) {
+        uint16_t* out = static_cast<uint16_t*>(dx.raw_data()) + n * image;
+        for (int64_t i = 0; i < image; ++i) out[i] = float_to_bf16(acc[i]);
+      }
+    }
+  });
+}
+
 // ---- a KxK kernel over a 1x1 map: the one tap that sees the input ---------------------------------
 // x [N, C, 1, 1] and y [N, O, 1, 1] are [N, C] and [N, O] matrices whatever their layout (a 4-D
 // tensor's first two sizes and strides); the tap w[:, :, th, tw] is an [O, C] matrix read through

@@ -40,6 +40,8 @@ void pointwise_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx
 void pointwise_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw);
 // dW = dy^T im2col(x), for kernels larger than 1x1.
 void im2col_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const Conv2dParams& p);
+// dx = col2im(dy W): each output pixel's contributions to its receptive field, summed onto dx.
+void col2im_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p);
 // A KxK kernel over a 1x1 map (planner.h's single_tap): the passes with tap (th, tw) alone; the
 // weight gradient is zero at every other tap.
 void tap_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv2dParams& p);

@@ -23,6 +23,8 @@ namespace {
 std::atomic<KernelPolicy> g_winograd{policy_from_env("DUET_WINOGRAD")};
 std::atomic<KernelPolicy> g_pointwise_gemm{policy_from_env("DUET_POINTWISE_GEMM")};
 std::atomic<KernelPolicy> g_im2col_wgrad{policy_from_env("DUET_IM2COL_WGRAD")};
+std::atomic<KernelPolicy> g_flipped_dgrad{policy_from_env("DUET_FLIPPED_DGRAD")};
+std::atomic<KernelPolicy> g_col2im_dgrad{policy_from_env("DUET_COL2IM_DGRAD")};
 std::atomic<bool> g_autotune{[] {
   const char* v = std::getenv("DUET_CONV_AUTOTUNE");
   return v != nullptr && std::string(v) == "1";
@@ -36,6 +38,10 @@ void set_pointwise_gemm_policy(KernelPolicy p) { g_pointwise_gemm.store(p); }
 KernelPolicy pointwise_gemm_policy() { return g_pointwise_gemm.load(); }
 void set_im2col_weight_gradient_policy(KernelPolicy p) { g_im2col_wgrad.store(p); }
 KernelPolicy im2col_weight_gradient_policy() { return g_im2col_wgrad.load(); }
+void set_flipped_data_gradient_policy(KernelPolicy p) { g_flipped_dgrad.store(p); }
+KernelPolicy flipped_data_gradient_policy() { return g_flipped_dgrad.load(); }
+void set_col2im_data_gradient_policy(KernelPolicy p) { g_col2im_dgrad.store(p); }
+KernelPolicy col2im_data_gradient_policy() { return g_col2im_dgrad.load(); }
 void set_conv_autotune(bool on) { g_autotune.store(on); }
 bool conv_autotune() { return g_autotune.load(); }
 int64_t conv_autotune_runs() { return g_tuning_runs.load(); }
@@ -49,6 +55,8 @@ const char* algo_name(ConvAlgo a) {
     case ConvAlgo::im2col_matmul: return "im2col + matrix product";
     case ConvAlgo::tap_matmul: return "one tap as a matrix product";
     case ConvAlgo::own_depthwise: return "duet depthwise";
+    case ConvAlgo::flipped_forward: return "forward of dy by flipped weights";
+    case ConvAlgo::col2im_matmul: return "matrix product + col2im";
   }
   return "?";
 }
@@ -84,6 +92,17 @@ bool pointwise_gemm_applicable(const Tensor& x, const Tensor& w, const Tensor& y
 bool im2col_weight_gradient_applicable(const Tensor& x, const Tensor& dw, const Tensor& dy, const Conv2dParams& p) {
   return p.groups == 1 && (dw.size(2) > 1 || dw.size(3) > 1) && (x.dtype() == DType::f32 || x.dtype() == DType::bf16) &&
          x.is_contiguous(MemoryFormat::channels_last) && dy.is_contiguous(MemoryFormat::channels_last);
+}
+
+bool flipped_data_gradient_applicable(const Tensor& dx, const Tensor& w, const Tensor& dy, const Conv2dParams& p) {
+  return p.groups == 1 && p.stride_h == 1 && p.stride_w == 1 && (w.size(2) > 1 || w.size(3) > 1) &&
+         (dx.dtype() == DType::f32 || dx.dtype() == DType::bf16) && p.pad_h <= p.dilation_h * (w.size(2) - 1) &&
+         p.pad_w <= p.dilation_w * (w.size(3) - 1) && dy.size(1) > 0;
+}
+
+bool col2im_data_gradient_applicable(const Tensor& dx, const Tensor& w, const Tensor& dy, const Conv2dParams& p) {
+  return p.groups == 1 && (dx.dtype() == DType::f32 || dx.dtype() == DType::bf16) &&
+         dx.is_contiguous(MemoryFormat::channels_last) && dy.is_contiguous(MemoryFormat::channels_last);
 }
 
 bool single_tap(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p, int64_t& th, int64_t& tw) {
@@ -180,6 +199,24 @@ std::string im2col_rule(const Tensor& x, const Tensor& dw, const Tensor& dy, con
   return "";
 }
 
+// Two other ways to a data gradient, for CPUs where oneDNN 2.6's backward-data kernels lag its
+// forward ones (on AMX the forward runs brgconv, the data gradient an older jit kernel):
+// - the forward convolution of dy by the weights turned 180 degrees with their channels swapped
+//   (stride 1 only): dx[c] = sum over o and taps of dy[o] w[o, c, K-1-kh, K-1-kw], the same sums;
+// - dy W as a [pixels, K*K*C] column matrix in f32, scattered back onto dx (col2im), any stride.
+std::string flipped_dgrad_rule(const Tensor& dx, const Tensor& w, const Tensor& dy, const Conv2dParams& p) {
+  const KernelPolicy pol = flipped_data_gradient_policy();
+  if (pol == KernelPolicy::never || !flipped_data_gradient_applicable(dx, w, dy, p)) return "";
+  if (pol == KernelPolicy::always) return "flipped forward: DUET_FLIPPED_DGRAD=always";
+  return "";
+}
+std::string col2im_dgrad_rule(const Tensor& dx, const Tensor& w, const Tensor& dy, const Conv2dParams& p) {
+  const KernelPolicy pol = col2im_data_gradient_policy();
+  if (pol == KernelPolicy::never || !col2im_data_gradient_applicable(dx, w, dy, p)) return "";
+  if (pol == KernelPolicy::always) return "col2im: DUET_COL2IM_DGRAD=always";
+  return "";
+}
+
 // The forward of a dense KxK convolution (K > 1) whose output map has at most 16 pixels runs on
 // the blocked layout: oneDNN 2.6 picks brgconv for NHWC there and reaches about half of what its
 // jit kernel does on nChw16c (512->512 at 4x4: 234 against 447 GFLOP/s; 256->512 stride 2 from 8x8
@@ -225,6 +262,10 @@ ConvPlan rule_plan(const ConvProblem& pb) {
   if (std::string r = pointwise_rule(pb.pass, x, w, y, pb.p, pb.bias); !r.empty()) return {ConvAlgo::matmul, r};
   if (pb.pass == ConvPass::backward_weight)
     if (std::string r = im2col_rule(x, w, y, pb.p, pb.bias); !r.empty()) return {ConvAlgo::im2col_matmul, r};
+  if (pb.pass == ConvPass::backward_data) {
+    if (std::string r = flipped_dgrad_rule(x, w, y, pb.p); !r.empty()) return {ConvAlgo::flipped_forward, r};
+    if (std::string r = col2im_dgrad_rule(x, w, y, pb.p); !r.empty()) return {ConvAlgo::col2im_matmul, r};
+  }
   if (std::string r = winograd_plan(pb); !r.empty()) return {ConvAlgo::winograd, r};
   if (pb.pass == ConvPass::forward)
     if (std::string r = blocked_forward_rule(w, y, pb.p); !r.empty()) return {ConvAlgo::direct_blocked, r};
@@ -244,6 +285,12 @@ std::vector<ConvAlgo> candidates(const ConvProblem& pb) {
   if (pb.pass == ConvPass::backward_weight && im2col_weight_gradient_policy() != KernelPolicy::never &&
       im2col_weight_gradient_applicable(x, w, y, pb.p) && !pb.bias)
     c.push_back(ConvAlgo::im2col_matmul);
+  if (pb.pass == ConvPass::backward_data && flipped_data_gradient_policy() != KernelPolicy::never &&
+      flipped_data_gradient_applicable(x, w, y, pb.p))
+    c.push_back(ConvAlgo::flipped_forward);
+  if (pb.pass == ConvPass::backward_data && col2im_data_gradient_policy() != KernelPolicy::never &&
+      col2im_data_gradient_applicable(x, w, y, pb.p))
+    c.push_back(ConvAlgo::col2im_matmul);
   return c;
 }
 

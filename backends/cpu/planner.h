@@ -31,6 +31,8 @@ enum class ConvAlgo : uint8_t {
   im2col_matmul,   // a weight gradient as dy^T times x's im2col matrix
   tap_matmul,      // a KxK kernel over a 1x1 map: the one tap that sees the input, as matrix products
   own_depthwise,   // duet's depthwise loops (depthwise.h)
+  flipped_forward, // a data gradient as oneDNN's forward convolution of dy by the flipped weights
+  col2im_matmul,   // a data gradient as dy W, a column matrix scattered back onto dx (col2im)
 };
 const char* algo_name(ConvAlgo a);
 
@@ -69,6 +71,10 @@ void set_pointwise_gemm_policy(KernelPolicy p);
 KernelPolicy pointwise_gemm_policy();
 void set_im2col_weight_gradient_policy(KernelPolicy p);
 KernelPolicy im2col_weight_gradient_policy();
+void set_flipped_data_gradient_policy(KernelPolicy p);  // DUET_FLIPPED_DGRAD
+KernelPolicy flipped_data_gradient_policy();
+void set_col2im_data_gradient_policy(KernelPolicy p);   // DUET_COL2IM_DGRAD
+KernelPolicy col2im_data_gradient_policy();
 // Autotuning, off by default: the first time a pass meets a shape (with its layouts, dtype and
 // thread count), every algorithm that can run it is timed, one warm-up and the median of three
 // runs each, and the fastest is used for that shape from then on, like
@@ -84,6 +90,10 @@ int64_t conv_autotune_runs();
 bool winograd_applicable(const Tensor& x, const Tensor& w, const Conv2dParams& p);
 bool pointwise_gemm_applicable(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p);
 bool im2col_weight_gradient_applicable(const Tensor& x, const Tensor& dw, const Tensor& dy, const Conv2dParams& p);
+// A data gradient of a stride-1 convolution is the forward convolution of dy by the weights turned
+// 180 degrees with input and output channels swapped, padded by dilation * (K - 1) - padding.
+bool flipped_data_gradient_applicable(const Tensor& dx, const Tensor& w, const Tensor& dy, const Conv2dParams& p);
+bool col2im_data_gradient_applicable(const Tensor& dx, const Tensor& w, const Tensor& dy, const Conv2dParams& p);
 // A KxK kernel over a 1x1 map with one output pixel sees the input through one tap: its offset
 // (th, tw) into the kernel, or false.
 bool single_tap(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p, int64_t& th, int64_t& tw);
