@@ -116,6 +116,9 @@ Command add_profile_command(CLI::App& app, GlobalOptions& g) {
   cmd->add_option("--out", c->out,
                   "Write the report (duet.profile/1; one batch size) or the sweep (duet.sweep/1; several) to this JSON file");
   cmd->add_option("--trace", c->trace, "One batch size: also write a Chrome trace (open in ui.perfetto.dev)");
+  cmd->add_flag("--inference", c->inference,
+                "Eval-mode forward passes without gradients (what duet eval and predict run per batch) instead of "
+                "training steps");
   add_global_options(*cmd, g);
   cmd->footer(kProfileFooter);
   return {cmd, [c, &g](std::ostream& out) { return run_profile(*c, g, out); }};

@@ -1,6 +1,7 @@
 // Training steps of a zoo model on generated data, profiled (see profile_steps.h).
 #include "train/profile_steps.h"
 #include <cmath>
+#include <functional>
 #include "engine/autograd.h"
 #include "engine/backend.h"
 #include "engine/error.h"
@@ -41,6 +42,7 @@ nlohmann::json profile_run_config(const ProfileConfig& c, const RunEnv& env, con
           {"warmup", c.warmup},
           {"optimizer", c.optimizer},
           {"amp", c.amp},
+          {"inference", c.inference},
           {"memory_format", memory_format_label(input_memory_format(c.memory_format, env))},
           {"device", env.device.str()},
           {"backend", backend_name(env.backend)},
@@ -93,10 +95,25 @@ ProfileRunResult profile_batch(const ProfileConfig& c, const GlobalOptions& g, i
     scaler.step(*opt);
     profiler::step_end();
   };
-  for (int64_t i = 0; i < c.warmup; ++i) step(i);
+  // An inference pass: eval mode (batch norm's running statistics, no dropout), no autograd record,
+  // autocast as in training, and the top-1 class read back, as `duet predict` does.
+  const auto infer = [&](int64_t i) {
+    profiler::step_begin(i, batch, env.device);
+    {
+      profiler::PhaseGuard phase(Phase::forward);
+      NoGradGuard no_grad;
+      const AmpScope amp(low);
+      const Tensor top1 = argmax((*model)(x), 1).to(Device::cpu());
+      DUET_CHECK(top1.numel() == batch, "profile --inference: {} predictions for {} images", top1.numel(), batch);
+    }
+    profiler::step_end();
+  };
+  if (c.inference) model->eval();
+  const std::function<void(int64_t)> one = c.inference ? std::function<void(int64_t)>(infer) : step;
+  for (int64_t i = 0; i < c.warmup; ++i) one(i);
   start_profile({.mode = mode, .device = env.device});
   try {
-    for (int64_t i = 0; i < c.steps; ++i) step(c.warmup + i);
+    for (int64_t i = 0; i < c.steps; ++i) one(c.warmup + i);
   } catch (...) {
     profiler::stop_session();
     throw;

@@ -23,6 +23,9 @@ struct ProfileConfig {
   std::string amp = "off";     // off | bf16 | fp16 (with loss scaling), as duet train's --amp
   std::string mode = "auto";  // per-op | throughput | auto (per-op for one batch size, throughput for a sweep)
   std::string memory_format = "auto";
+  // Eval-mode forward passes without gradients (what `duet eval` and `duet predict` run per batch)
+  // instead of training steps: a step is one forward and the top-1 class of every image.
+  bool inference = false;
   std::string out, trace;  // report (one batch size) or sweep (several) JSON; Chrome trace
 };
 
@@ -32,8 +35,8 @@ struct ProfileRunResult {
   profiler::SweepPoint point;
 };
 
-// Runs warmup + steps training steps of `model` at one batch size and returns the report of the
-// timed ones.
+// Runs warmup + steps training steps (or inference passes) of `model` at one batch size and returns
+// the report of the timed ones.
 ProfileRunResult profile_batch(const ProfileConfig& c, const GlobalOptions& g, int64_t batch);
 
 // The input size and class count a profile runs at: the options', else the model's defaults.

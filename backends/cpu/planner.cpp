@@ -49,7 +49,7 @@ int64_t conv_autotune_runs() { return g_tuning_runs.load(); }
 const char* algo_name(ConvAlgo a) {
   switch (a) {
     case ConvAlgo::direct: return "direct";
-    case ConvAlgo::direct_blocked: return "direct, blocked layout";
+    case ConvAlgo::direct_blocked: return "blocked direct";
     case ConvAlgo::winograd: return "winograd";
     case ConvAlgo::matmul: return "matrix product";
     case ConvAlgo::im2col_matmul: return "im2col + matrix product";
