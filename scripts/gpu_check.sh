@@ -31,8 +31,10 @@
 #   6. nccl     with two GPUs and mpirun: resnet18_cifar on 2 ranks (NCCL) and on one process
 #   7. pytorch  where python3 imports torch with CUDA: bench/train_throughput.py --device cuda, duet
 #               against PyTorch on this GPU
+#   8. cpu      the machine's CPU cores: the cpu backend against PyTorch at every core (nproc
+#               threads), f32 and bf16, resnet18_cifar, about a minute
 # and summary.md, one page: the GPU, each phase's result and time, the tables' last lines.
-# --only takes a comma list of build, selftest, tests, step, models, layouts, nccl, pytorch.
+# --only takes a comma list of build, selftest, tests, step, models, layouts, nccl, pytorch, cpu.
 # --deadline N: a phase that would start N seconds or more after the script did is skipped, and says
 # so (a batch job's or a lent machine's time limit). scripts/gpu_device_run.sh is the command a lent
 # GPU machine runs: it unpacks a bundle and runs this with a deadline.
@@ -71,7 +73,7 @@ usage() { sed -n '2,50p' "$0" | sed 's/^# \{0,1\}//'; }
 self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out="$repo/gpu-check"; build=""; bundle=""; train_size=1024; only=""; deadline=""
-all_phases=",build,selftest,tests,step,models,layouts,nccl,pytorch,"
+all_phases=",build,selftest,tests,step,models,layouts,nccl,pytorch,cpu,"
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out="$2"; shift ;;
@@ -150,7 +152,7 @@ write_summary() {
     echo "| phase | result | time | log |"
     echo "| --- | --- | ---: | --- |"
     printf '%s\n' "${phase_rows[@]}"
-    for f in "$out"/bundle.log "$out"/selftest.txt "$out"/pytorch.txt; do
+    for f in "$out"/bundle.log "$out"/selftest.txt "$out"/pytorch.txt "$out"/cpu_threads.txt; do
       [ -s "$f" ] || continue
       echo; echo "\`$(basename "$f")\`, last lines:"; echo; echo '```'; tail -4 "$f"; echo '```'
     done
@@ -438,6 +440,18 @@ elif python3 -c "import torch, torchvision, sys; sys.exit(0 if torch.cuda.is_ava
     --device cuda --steps 20 --warmup 5 --json "$out/pytorch.json"
 else
   phase_rows+=("| duet against PyTorch on this GPU | skipped: python3 has no torch with CUDA | | |")
+fi
+
+# 8. the GPU machine's many CPU cores: duet's cpu backend against PyTorch at every core, f32 and
+# bf16, on resnet18_cifar (a minute), so that thread scaling is measured where there are cores
+if ! wanted cpu; then
+  :
+elif python3 -c "import torch, torchvision" 2>/dev/null; then
+  phase "cpu backend against PyTorch at $(nproc) threads" "$out/cpu_threads.txt" timeout 240 python3 \
+    "$repo/bench/train_throughput.py" --duet "$duet" --device cpu --threads "$(nproc)" --models resnet18_cifar \
+    --rounds 1 --steps 5 --warmup 2 --bf16 --json "$out/cpu_threads.json"
+else
+  phase_rows+=("| cpu backend against PyTorch at $(nproc) threads | skipped: python3 has no torch | | |")
 fi
 
 write_summary

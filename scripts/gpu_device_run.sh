@@ -4,7 +4,8 @@
 # duet), finds cuDNN, cuBLAS and NVRTC in the machine's CUDA Toolkit or its PyTorch's nvidia-* wheels,
 # and runs scripts/gpu_check.sh --bundle in the order of what the phases prove: the op table on the
 # GPU, the CUDA tests, two training steps against the cpu backend, the per-model profiled epochs,
-# NHWC against NCHW, PyTorch on the same GPU. No phase starts after --deadline, and the whole check
+# NHWC against NCHW, PyTorch on the same GPU, and the cpu backend at the machine's 16 cores against
+# PyTorch (thread scaling, issue 45). No phase starts after --deadline, and the whole check
 # is stopped at --end (the phase under way is recorded as cut short), so that the command returns
 # inside the lease's 10-minute command limit with its summary.
 #
@@ -52,7 +53,7 @@ mkdir -p "$check"
 # starting late, and timeout stops it at --end (it writes its summary when stopped).
 rc=0
 timeout -s TERM "$((end > SECONDS ? end - SECONDS : 1))" "$bundle/scripts/gpu_check.sh" --bundle "$bundle" \
-  --out "$check" --deadline "$deadline" --only selftest,tests,step,models,layouts,pytorch || rc=$?
+  --out "$check" --deadline "$deadline" --only selftest,tests,step,models,layouts,pytorch,cpu || rc=$?
 echo "$rc" > "$out/exit_code"
 
 # What comes back: the summary, and one archive of everything else.
