@@ -560,7 +560,9 @@ TEST(CpuBackend, AutomaticPolicyRunsSmallMapWeightGradientsOnIm2col) {
   EXPECT_TRUE(is_matmul(small)) << small;
   const std::string strided = run({8, 32, 8, 8}, {64, 32, 3, 3}, 2, DType::bf16, false).first;
   EXPECT_TRUE(is_matmul(strided)) << strided;
-  EXPECT_FALSE(is_matmul(run({8, 64, 8, 8}, {96, 64, 3, 3}, 1, DType::bf16, false).first));
+  // Onto 8x8, im2col only where bf16 runs on AMX (its rule goes to 64 pixels there); onto 16x16 not.
+  EXPECT_EQ(is_matmul(run({8, 64, 8, 8}, {96, 64, 3, 3}, 1, DType::bf16, false).first), cpu::bf16_on_amx());
+  EXPECT_FALSE(is_matmul(run({8, 64, 16, 16}, {96, 64, 3, 3}, 1, DType::bf16, false).first));
   EXPECT_FALSE(is_matmul(run({8, 64, 4, 4}, {96, 64, 3, 3}, 1, DType::f32, false).first));  // Winograd's
   const auto [strided_f32, g_strided_f32] = run({8, 32, 16, 16}, {64, 32, 3, 3}, 2, DType::f32, false);  // onto 8x8
   EXPECT_TRUE(is_matmul(strided_f32)) << strided_f32;
@@ -663,16 +665,52 @@ TEST(CpuBackend, AutomaticPolicyRunsSmallPointwiseConvolutionsAsMatmul) {
   const std::string biased = impls({8, 32, 2, 2}, {16, 32, 1, 1}, true);
   EXPECT_EQ(count(biased), 2u) << biased;  // forward and backward data
   // bf16 weight gradients from 4,096 rows where bf16 has no AMX (the 1x1 bf16 kernel sums them
-  // slower); not in f32, and the other passes not.
+  // slower); not in f32, and the other passes not. On AMX all three passes of a layer with at most
+  // 256 inputs (oneDNN's AMX matmul beat its AMX 1x1 kernels there).
   const std::string bf16 = impls({4, 64, 32, 32}, {64, 64, 1, 1}, false, DType::bf16);
-  EXPECT_EQ(count(bf16), cpu::bf16_on_amx() ? 0u : 1u) << bf16;
-  if (!cpu::bf16_on_amx()) {
-    EXPECT_NE(bf16.find("conv2d.backward_weight=matmul/"), std::string::npos) << bf16;
-  }
-  EXPECT_EQ(count(impls({2, 64, 32, 32}, {64, 64, 1, 1}, false, DType::bf16)), 0u);  // 2,048 rows
+  EXPECT_EQ(count(bf16), cpu::bf16_on_amx() ? 3u : 1u) << bf16;
+  EXPECT_NE(bf16.find("conv2d.backward_weight=matmul/"), std::string::npos) << bf16;
+  EXPECT_EQ(count(impls({2, 64, 32, 32}, {64, 64, 1, 1}, false, DType::bf16)), cpu::bf16_on_amx() ? 3u : 0u);
+  if (cpu::bf16_on_amx())  // a forward of 512 inputs stays on the convolution kernel
+    EXPECT_EQ(count(impls({2, 512, 8, 8}, {64, 512, 1, 1}, false, DType::bf16)), 2u);
   ScopedPolicy never(cpu::set_pointwise_gemm_policy, cpu::KernelPolicy::never);
   const std::string off = impls({64, 512, 2, 2}, {128, 512, 1, 1}, false);
   EXPECT_EQ(count(off), 0u) << off;
+}
+
+// The machine-aware rules of bf16 on AMX (planner.cpp): each layer's data and weight gradient as
+// the profile names it, with the rule's reason; on a CPU without AMX none of them fires.
+TEST(CpuBackend, Bf16OnAmxRulesPickTheirAlgorithmPerLayer) {
+  BackendGuard guard(DeviceType::cpu, Backend::cpu);
+  auto impls = [](const Shape& xs, const Shape& ws, int64_t stride, int64_t pad) {
+    const Tensor x = random_tensor(xs, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);
+    const Tensor w = random_tensor(ws, 2, DType::f32).set_requires_grad(true);
+    profiler::clear();
+    profiler::enable(true);
+    sum(conv2d(x.to(DType::bf16), w.to(DType::bf16), Tensor(), Conv2dParams{stride, stride, pad, pad}).to(DType::f32))
+        .backward();
+    profiler::enable(false);
+    std::map<std::string, std::string> by_pass;
+    for (const OpEvent& e : profiler::collect()) by_pass[e.name] = e.impl;
+    profiler::clear();
+    return by_pass;
+  };
+  const bool amx = cpu::bf16_on_amx();
+  auto has = [](const std::string& impl, const char* what) { return impl.find(what) != std::string::npos; };
+  auto deep = impls({4, 512, 4, 4}, {512, 512, 3, 3}, 1, 1);  // ResNet's last stage at 32 px
+  EXPECT_EQ(has(deep["conv2d.backward_data"], "[col2im: bf16 data gradient on AMX"), amx) << deep["conv2d.backward_data"];
+  EXPECT_EQ(has(deep["conv2d.backward_weight"], "[im2col: bf16 weight gradient on AMX"), amx)
+      << deep["conv2d.backward_weight"];
+  auto mid = impls({4, 64, 16, 16}, {64, 64, 3, 3}, 1, 1);
+  EXPECT_EQ(has(mid["conv2d.backward_data"], "[flipped forward: bf16 data gradient on AMX"), amx)
+      << mid["conv2d.backward_data"];
+  EXPECT_FALSE(has(mid["conv2d.backward_weight"], "im2col")) << mid["conv2d.backward_weight"];
+  auto shortcut = impls({4, 64, 16, 16}, {128, 64, 1, 1}, 2, 0);  // a strided 1x1 projection onto 8x8
+  EXPECT_EQ(has(shortcut["conv2d.backward_data"], "[col2im: bf16 strided"), amx) << shortcut["conv2d.backward_data"];
+  auto pointwise = impls({4, 256, 8, 8}, {64, 256, 1, 1}, 1, 0);
+  EXPECT_EQ(has(pointwise["conv2d.backward_weight"], "[matrix product: bf16 pointwise weight gradient on AMX"), amx)
+      << pointwise["conv2d.backward_weight"];
+  EXPECT_EQ(has(pointwise["conv2d"], "[matrix product: bf16 pointwise forward on AMX"), amx) << pointwise["conv2d"];
 }
 
 // Autotuning (planner.h): every convolution case, f32 and bf16, on whichever algorithm
@@ -695,10 +733,10 @@ TEST(CpuBackend, AutotunedConvolutionsMatchReferenceAndTuneOnce) {
   const int64_t before = cpu::conv_autotune_runs();
   step();
   const int64_t first = cpu::conv_autotune_runs();
-  // 3x3: direct, blocked and Winograd forward, direct and Winograd backward data, direct,
-  // Winograd and im2col + matmul weight gradient; 1x1: direct and matmul for each pass; 4 timed
-  // runs each.
-  EXPECT_EQ(first - before, 4 * (3 + 2 + 3 + 2 + 2 + 2));
+  // 3x3: direct, blocked and Winograd forward, direct, Winograd, the flipped forward and col2im
+  // backward data, direct, Winograd and im2col + matmul weight gradient; 1x1: direct and matmul
+  // for each pass, and col2im for the data gradient; 4 timed runs each.
+  EXPECT_EQ(first - before, 4 * (3 + 4 + 3 + 2 + 3 + 2));
   step();
   EXPECT_EQ(cpu::conv_autotune_runs(), first) << "the second step timed algorithms again";
 }

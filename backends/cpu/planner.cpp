@@ -155,6 +155,20 @@ std::string winograd_plan(const ConvProblem& pb) {
   return why;
 }
 
+// bf16 on AMX (Intel Xeon, 2 threads, bench/results/conv_candidates_amx_r50_bf16.json): oneDNN 2.6's
+// AMX matmul (brgemm) ran every pointwise weight gradient of resnet50_cifar 2.4-9x faster than its
+// AMX 1x1 convolution kernel (1024->256 at 8x8: 1.39 against 7.08 ms; 2048<-512 at 4x4 1.45
+// against 13.38) and every data gradient 1.2-1.9x faster; forwards gained up to 1.37x from 256
+// input channels down (64->256 at 32x32: 1.71 against 2.34 ms) and lost from 512 up (512->256 at
+// 16x16: 1.76 against 1.50).
+std::string amx_pointwise_rule(ConvPass pass, const Tensor& w, int64_t rows) {
+  if (pass != ConvPass::forward)
+    return fmt::format("matrix product: bf16 pointwise {} on AMX, {} rows",
+                       pass == ConvPass::backward_data ? "data gradient" : "weight gradient", rows);
+  if (w.size(1) <= 256) return fmt::format("matrix product: bf16 pointwise forward on AMX, {} <= 256 inputs", w.size(1));
+  return "";
+}
+
 // A pointwise convolution of channels-last maps is one matrix product on the [N*H*W, C] pixel rows.
 // On small maps oneDNN 2.6's 1x1 kernels split the work poorly between threads: DenseNet-121's
 // bottlenecks at 32 px (2x2 and 1x1 maps, up to 1,000 channels) ran their weight gradients 3-6x and
@@ -172,6 +186,7 @@ std::string pointwise_rule(ConvPass pass, const Tensor& x, const Tensor& w, cons
   if (pass == ConvPass::backward_weight && bias_gradient) return "";
   if (pol == KernelPolicy::always) return "matrix product: DUET_POINTWISE_GEMM=always";
   const int64_t rows = pixel_rows(x);
+  if (x.dtype() == DType::bf16 && bf16_on_amx()) return amx_pointwise_rule(pass, w, rows);
   if (rows <= 1024) return fmt::format("matrix product: pointwise, {} rows <= 1024", rows);
   if (pass != ConvPass::forward && rows >= 32768)
     return fmt::format("matrix product: pointwise backward, {} rows >= 32768", rows);
@@ -185,13 +200,24 @@ std::string pointwise_rule(ConvPass pass, const Tensor& x, const Tensor& w, cons
 // layer at 4x4 took 2.7x its forward's time (Zen 5). f32 has Winograd there, except on the strided
 // layers that open ResNet's stages, where direct took 8.3 ms against 5.7 for 256->512 onto 4x4 and
 // 7.0 against 6.0 for 128->256 onto 8x8 (onto 16x16, 7.3 against 7.7: direct stays). The
-// convolution kernel fuses a bias gradient, so it keeps those.
+// convolution kernel fuses a bias gradient, so it keeps those. On AMX, oneDNN's bf16 weight-gradient
+// kernel (jit:avx512_core_amx_bf16) is weak on small maps and strided layers while its AMX matmul is
+// not: 256->256 at 8x8 3.42-3.88 ms on im2col against 5.04-5.21, the strided 256->512 onto 4x4 2.00
+// against 11.87, 256 strided onto 8x8 3.46 against 10.99, 64->128 strided onto 16x16 3.40 against
+// 4.22; from 16x16 maps of stride 1 up oneDNN's kernel wins (128->128: 3.57 against 5.16).
 std::string im2col_rule(const Tensor& x, const Tensor& dw, const Tensor& dy, const Conv2dParams& p,
                         bool bias_gradient) {
   const KernelPolicy pol = im2col_weight_gradient_policy();
   if (pol == KernelPolicy::never || bias_gradient || !im2col_weight_gradient_applicable(x, dw, dy, p)) return "";
   if (pol == KernelPolicy::always) return "im2col: DUET_IM2COL_WGRAD=always";
   const int64_t pixels = dy.size(2) * dy.size(3);
+  const bool strided = p.stride_h > 1 || p.stride_w > 1;
+  if (x.dtype() == DType::bf16 && bf16_on_amx()) {
+    if (pixels <= 64) return fmt::format("im2col: bf16 weight gradient on AMX onto {} <= 64 pixels", map_of(dy));
+    if (strided && pixels <= 256)
+      return fmt::format("im2col: bf16 strided weight gradient on AMX onto {} <= 256 pixels", map_of(dy));
+    return "";
+  }
   if (x.dtype() == DType::bf16)
     return pixels <= 16 ? fmt::format("im2col: bf16 weight gradient onto {} <= 16 pixels", map_of(dy)) : "";
   if (pixels <= 64 && winograd_rule(x, dw, dy, p).empty())
@@ -204,16 +230,32 @@ std::string im2col_rule(const Tensor& x, const Tensor& dw, const Tensor& dy, con
 // - the forward convolution of dy by the weights turned 180 degrees with their channels swapped
 //   (stride 1 only): dx[c] = sum over o and taps of dy[o] w[o, c, K-1-kh, K-1-kw], the same sums;
 // - dy W as a [pixels, K*K*C] column matrix in f32, scattered back onto dx (col2im), any stride.
+// Measured with bf16 on AMX (Intel Xeon, 2 threads; bench/results/conv_candidates_amx_r50_bf16.json
+// and resnet18_cifar's): the flipped forward ran 128->128 at 16x16 in 1.37-1.38 ms against 1.67-1.68
+// and 64->64 at 32x32 1.38 against 1.48 (onto 8x8 it lost: 2.70 against 2.15); col2im ran 512->512
+// from 4x4 in 2.81-3.13 ms against 7.61-7.68, the strided 256->512 from 4x4 1.65 against 5.09, 256
+// strided from 8x8 1.93 against 2.47, and the strided 1x1 shortcuts from 4x4, 8x8 and 16x16 in 3.39
+// / 3.50 / 4.65 ms against 11.57 / 7.22 / 6.98 (the strided 3x3 from 16x16 lost: 4.88 against 2.61).
 std::string flipped_dgrad_rule(const Tensor& dx, const Tensor& w, const Tensor& dy, const Conv2dParams& p) {
   const KernelPolicy pol = flipped_data_gradient_policy();
   if (pol == KernelPolicy::never || !flipped_data_gradient_applicable(dx, w, dy, p)) return "";
   if (pol == KernelPolicy::always) return "flipped forward: DUET_FLIPPED_DGRAD=always";
+  const int64_t pixels = dy.size(2) * dy.size(3);
+  if (dx.dtype() == DType::bf16 && bf16_on_amx() && pixels >= 256)
+    return fmt::format("flipped forward: bf16 data gradient on AMX onto {} >= 256 pixels", map_of(dx));
   return "";
 }
 std::string col2im_dgrad_rule(const Tensor& dx, const Tensor& w, const Tensor& dy, const Conv2dParams& p) {
   const KernelPolicy pol = col2im_data_gradient_policy();
   if (pol == KernelPolicy::never || !col2im_data_gradient_applicable(dx, w, dy, p)) return "";
   if (pol == KernelPolicy::always) return "col2im: DUET_COL2IM_DGRAD=always";
+  if (!(dx.dtype() == DType::bf16 && bf16_on_amx())) return "";
+  const int64_t pixels = dy.size(2) * dy.size(3);
+  const bool strided = p.stride_h > 1 || p.stride_w > 1, pointwise = w.size(2) == 1 && w.size(3) == 1;
+  if (pixels <= 16) return fmt::format("col2im: bf16 data gradient on AMX from {} <= 16 pixels", map_of(dy));
+  if (strided && pixels <= 64) return fmt::format("col2im: bf16 strided data gradient on AMX from {} <= 64 pixels", map_of(dy));
+  if (strided && pointwise && pixels <= 256)
+    return fmt::format("col2im: bf16 strided 1x1 data gradient on AMX from {} <= 256 pixels", map_of(dy));
   return "";
 }
 
