@@ -53,6 +53,20 @@ def reasons(impl):
     return re.findall(r"\[([^\]]*)\]", impl)
 
 
+def layer_keys(report):
+    """(op, shapes) of every convolution pass, the shapes given as the forward's input and weight
+    (a weight gradient's record shows x and dy only, which two layers of a bottleneck share)."""
+    weight = {}
+    for rec in report["op_records"]:
+        if rec["name"] in ("conv2d", "conv2d+relu"):
+            weight[rec["scope"]] = rec["shapes"]
+    keys = {}
+    for rec in report["op_records"]:
+        if rec["name"].startswith("conv2d") and rec["name"] != "conv2d.backward":
+            keys[id(rec)] = (rec["name"], weight.get(rec["scope"], rec["shapes"]))
+    return keys
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duet", default="build/duet")
@@ -68,24 +82,30 @@ def main():
         sys.exit("conv_candidates: --rounds must be at least 1")
 
     rule = {}
-    for rec in profile(a, False)["op_records"]:
-        if rec["name"].startswith("conv2d") and rec["name"] != "conv2d.backward":
+    report = profile(a, False)
+    keys = layer_keys(report)
+    for rec in report["op_records"]:
+        if id(rec) in keys:
             rs = reasons(rec["impl"])
             algo = next((al for pre, al in RULE_ALGO for r in rs if r.startswith(pre)), "?")
-            key = (rec["name"], rec["shapes"])
+            key = keys[id(rec)]
             entry = rule.setdefault(key, {"calls": 0, "algo": algo, "reason": rs[0] if rs else ""})
             entry["calls"] += rec["calls"]
     best = {}
     loads = []
     for _ in range(a.rounds):
         loads.append(os.getloadavg()[0])
-        for rec in profile(a, True)["op_records"]:
+        report = profile(a, True)
+        keys = layer_keys(report)
+        for rec in report["op_records"]:
+            if id(rec) not in keys:
+                continue
             for r in reasons(rec["impl"]):
                 if not r.startswith("autotuned: "):
                     continue
                 for name, ms in re.findall(r"([a-z0-9 +]+?) ([0-9.]+) ms", r[len("autotuned: "):]):
                     name = name.strip(", ")
-                    cands = best.setdefault((rec["name"], rec["shapes"]), {})
+                    cands = best.setdefault(keys[id(rec)], {})
                     cands[name] = min(float(ms), cands.get(name, float("inf")))
     loads.append(os.getloadavg()[0])
 
@@ -106,7 +126,7 @@ def main():
     for x in rows:
         cands = ", ".join(f"{n} {t:.2f}" for n, t in sorted(x["candidates_ms"].items(), key=lambda kv: kv[1]))
         save = f"{x['saving_ms_per_step']:.2f}" if x["saving_ms_per_step"] is not None else "?"
-        print(f"{x['op']:<23} {x['shapes']:<38} x{x['calls_per_step']:<3} rule {x['rule']:<24} saves {save:>6} ms | {cands}")
+        print(f"{x['op']:<23} {x['shapes']:<34} x{x['calls_per_step']:<3} rule {x['rule']:<24} saves {save:>6} ms | {cands}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"machine": m, "model": a.model, "batch": a.batch, "amp": a.amp, "inference": a.inference,

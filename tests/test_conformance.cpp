@@ -563,7 +563,7 @@ TEST(CpuBackend, AutomaticPolicyRunsSmallMapWeightGradientsOnIm2col) {
   // Onto 8x8, im2col only where bf16 runs on AMX (its rule goes to 64 pixels there); onto 16x16 not.
   EXPECT_EQ(is_matmul(run({8, 64, 8, 8}, {96, 64, 3, 3}, 1, DType::bf16, false).first), cpu::bf16_on_amx());
   EXPECT_FALSE(is_matmul(run({8, 64, 16, 16}, {96, 64, 3, 3}, 1, DType::bf16, false).first));
-  EXPECT_FALSE(is_matmul(run({8, 64, 4, 4}, {96, 64, 3, 3}, 1, DType::f32, false).first));  // Winograd's
+  EXPECT_FALSE(is_matmul(run({64, 64, 4, 4}, {96, 64, 3, 3}, 1, DType::f32, false).first));  // Winograd's
   const auto [strided_f32, g_strided_f32] = run({8, 32, 16, 16}, {64, 32, 3, 3}, 2, DType::f32, false);  // onto 8x8
   EXPECT_TRUE(is_matmul(strided_f32)) << strided_f32;
   EXPECT_FALSE(is_matmul(run({8, 32, 32, 32}, {64, 32, 3, 3}, 2, DType::f32, false).first));  // onto 16x16
@@ -978,7 +978,7 @@ TEST(CpuBackend, BatchNormActivationBackwardInOneOpGivesTheTwoOpsBits) {
 
 TEST(CpuBackend, AutomaticPolicyRunsResNetLayersOnWinograd) {
   BackendGuard guard(DeviceType::cpu, Backend::cpu);
-  const Tensor x = random_tensor({4, 32, 8, 8}, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);
+  const Tensor x = random_tensor({16, 32, 8, 8}, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);
   const Tensor w = random_tensor({32, 32, 3, 3}, 2, DType::f32).set_requires_grad(true);
   auto impls = [&] {
     profiler::clear();
@@ -1007,7 +1007,8 @@ TEST(CpuBackend, AutomaticPolicyRunsResNetLayersOnWinograd) {
 TEST(CpuBackend, AutomaticPolicyRunsWideBf16LayersOnF32Winograd) {
   BackendGuard guard(DeviceType::cpu, Backend::cpu);
   auto run = [](int64_t C, int64_t H) {
-    const Tensor x = random_tensor({2, C, H, H}, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);
+    // 16 images: Winograd needs 1,024 output pixels to amortise its weight transform
+    const Tensor x = random_tensor({16, C, H, H}, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);
     const Tensor w = random_tensor({C, C, 3, 3}, 2, DType::f32, -0.05, 0.05).set_requires_grad(true);
     profiler::clear();
     profiler::enable(true);
@@ -1052,9 +1053,9 @@ std::string profiled_impl(const std::string& op, const std::function<void()>& ru
 TEST(CpuBackend, WeightGradientTakesTheDataGradientsReorderedDy) {
   BackendGuard guard(DeviceType::cpu, Backend::cpu);
   const Tensor x =
-      random_tensor({4, 32, 8, 8}, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);
+      random_tensor({16, 32, 8, 8}, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);
   const Tensor w = random_tensor({32, 32, 3, 3}, 2, DType::f32).set_requires_grad(true);
-  const Tensor dy = random_tensor({4, 32, 8, 8}, 3, DType::f32).contiguous(MemoryFormat::channels_last);
+  const Tensor dy = random_tensor({16, 32, 8, 8}, 3, DType::f32).contiguous(MemoryFormat::channels_last);
   const std::string wgrad_impl =
       profiled_impl("conv2d.backward_weight", [&] { conv2d(x, w, Tensor(), Conv2dParams{1, 1, 1, 1}).backward(dy); });
   EXPECT_NE(wgrad_impl.find("jit_wino"), std::string::npos) << wgrad_impl;
@@ -1076,11 +1077,11 @@ TEST(CpuBackend, WeightGradientTakesTheDataGradientsReorderedDy) {
 TEST(CpuBackend, ConvBackwardShowsEachPassWithItsReason) {
   BackendGuard guard(DeviceType::cpu, Backend::cpu);
   const Tensor x =
-      random_tensor({4, 32, 8, 8}, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);
+      random_tensor({16, 32, 8, 8}, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);
   const Tensor w = random_tensor({32, 32, 3, 3}, 2, DType::f32).set_requires_grad(true);
   profiler::clear();
   profiler::enable(true);
-  conv2d(x, w, Tensor(), Conv2dParams{1, 1, 1, 1}).backward(Tensor::ones({4, 32, 8, 8}));
+  conv2d(x, w, Tensor(), Conv2dParams{1, 1, 1, 1}).backward(Tensor::ones({16, 32, 8, 8}));
   profiler::enable(false);
   std::map<std::string, OpEvent> by_name;
   for (const OpEvent& e : profiler::collect()) by_name[e.name] = e;
@@ -1092,10 +1093,10 @@ TEST(CpuBackend, ConvBackwardShowsEachPassWithItsReason) {
   EXPECT_LE(op.start_ns, data.start_ns);
   EXPECT_GE(op.end_ns, weight.end_ns) << "the passes run inside the op's window";
   EXPECT_EQ(op.flops, 0.0);
-  EXPECT_DOUBLE_EQ(data.flops, 2.0 * 4 * 32 * 8 * 8 * 32 * 9);
+  EXPECT_DOUBLE_EQ(data.flops, 2.0 * 16 * 32 * 8 * 8 * 32 * 9);
   EXPECT_GT(weight.flops, 0.0);
   for (const OpEvent* e : {&data, &weight})
-    EXPECT_NE(e->impl.find("[winograd: 3x3 stride 1, 32->32 channels >= 32, output 8x8 >= 4x4]"), std::string::npos)
+    EXPECT_NE(e->impl.find("[winograd: 3x3 stride 1, 32->32 channels >= 32, output 8x8 >= 4x4, 1024 >= 1024 pixels]"), std::string::npos)
         << e->name << ": " << e->impl;
 }
 

@@ -134,18 +134,28 @@ int64_t pixel_rows(const Tensor& t) { return t.size(0) * t.size(2) * t.size(3); 
 // reorders convert) where bf16 runs on avx512_bf16 and both sides have 256 channels or more onto
 // maps of 8x8 and up (256->256 at 8x8: 3.6 / 3.7 / 4.9 ms forward / data / weight gradient against
 // 4.5 / 4.9 / 6.0 in bf16, Zen 5); with AMX, bf16 has several times f32's peak: never there.
+// Winograd transforms the weights at every call, work that only the output pixels amortise: below
+// 1,024 of them (N*OH*OW) direct wins, at 512 they tie (Intel Xeon, f32 inference of
+// resnet18_cifar, bench/results/conv_candidates_amx_r18_infer_b{1,8}.json: 512->512 at 4x4 ran
+// 0.81 ms direct against 4.20 on Winograd for one image, 2.24 against 4.97 for 8; 256->256 at 8x8
+// tied at 8 images, 1.75 against 1.76; from 1,024 pixels up Winograd won, 64->64 at 32x32 for 8
+// images 1.22 against 1.63, resnet50_cifar's 512->512 at 4x4 for 64 images 9.48 against 11.42).
 std::string winograd_rule(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p) {
   const KernelPolicy pol = winograd_policy();
   if (pol == KernelPolicy::never || !winograd_applicable(x, w, p)) return "";
   if (pol == KernelPolicy::always) return "winograd: DUET_WINOGRAD=always";
   if (w.size(0) < 32 || w.size(1) < 32) return "";
+  const int64_t pixels = y.size(0) * y.size(2) * y.size(3);
+  if (pixels < 1024) return "";
   if (x.dtype() == DType::bf16) {
     if (bf16_on_amx() || w.size(0) < 256 || w.size(1) < 256 || y.size(2) < 8 || y.size(3) < 8) return "";
-    return fmt::format("winograd in f32 for bf16: 3x3 stride 1, {} >= 256, output {} >= 8x8, bf16 without AMX",
-                       channels(w), map_of(y));
+    return fmt::format(
+        "winograd in f32 for bf16: 3x3 stride 1, {} >= 256, output {} >= 8x8, {} >= 1024 pixels, bf16 without AMX",
+        channels(w), map_of(y), pixels);
   }
   if (y.size(2) < 4 || y.size(3) < 4) return "";
-  return fmt::format("winograd: 3x3 stride 1, {} >= 32, output {} >= 4x4", channels(w), map_of(y));
+  return fmt::format("winograd: 3x3 stride 1, {} >= 32, output {} >= 4x4, {} >= 1024 pixels", channels(w), map_of(y),
+                     pixels);
 }
 // ... where oneDNN has a Winograd kernel for the channel counts and this ISA (it says so by
 // building the primitive).
