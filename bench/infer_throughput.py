@@ -103,7 +103,7 @@ def torch_side(a, model, size, classes, batch, dtype, compile):
     best = None
     for cl in (False, True):
         extra = ["--model", model, "--image-size", str(size), "--classes", str(classes), "--batch", str(batch),
-                 "--dtype", dtype] + (["--channels-last"] if cl else []) + (["--compile"] if compile else [])
+                 "--dtype", dtype, "--compile" if compile else "--no-compile"] + (["--channels-last"] if cl else [])
         try:
             t = child(a, "--torch-worker", extra, a.compile_timeout if compile else None)
         except (RuntimeError, TimeoutError) as e:
