@@ -275,6 +275,7 @@ TABLES = {
     "readme_throughput": (throughput, (ZEN5_FULL,), {"columns": ["eager", "compile", "bf16", "rss"]}),
     "throughput_zen5": (throughput, (ZEN5_FULL,), {}),
     "throughput_zen4": (throughput, ("train_throughput.json",), {}),
+    "throughput_amx": (throughput, ("train_throughput_amx_fb00fa5.json",), {}),
     # earlier rounds, kept in docs/journal.md
     "throughput_zen5_d2c02cd": (throughput, ("train_throughput_zen5.json",), {}),
     "throughput_zen5_5b0ccf9": (throughput, ("train_throughput_zen5_full_5b0ccf9.json",), {}),
