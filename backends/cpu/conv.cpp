@@ -426,7 +426,7 @@ using namespace cpu;
 void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv2dParams& p) {
   if (y.numel() == 0) return;
   guarded("conv2d", {&x, &w, &bias}, [&] {
-    const ConvPlan plan = plan_conv({ConvPass::forward, x, w, y, p, bias.defined()},
+    const ConvPlan& plan = plan_conv({ConvPass::forward, x, w, y, p, bias.defined()},
                                     [&](ConvAlgo a) { run_conv_forward(a, x, w, bias, y, p); });
     run_conv_forward(plan.algo, x, w, bias, y, p);
     profiler::note_reason(plan.reason);
@@ -448,24 +448,24 @@ void CpuBackend::conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor
   }
   if (!data && !weight) return;
   guarded("conv2d_backward", {&dy, &x, &w}, [&] {
-    ConvPlan data_plan, weight_plan;
-    if (data)
-      data_plan = plan_conv({ConvPass::backward_data, dx, w, dy, p, false},
-                            [&](ConvAlgo a) { run_conv_backward_data(a, dy, w, dx, p); });
-    if (weight)
-      weight_plan = plan_conv({ConvPass::backward_weight, x, dw, dy, p, db.defined()},
-                              [&](ConvAlgo a) { run_conv_backward_weight(a, x, dy, dw, db, p); });
+    const ConvPlan* data_plan = data ? &plan_conv({ConvPass::backward_data, dx, w, dy, p, false},
+                                                 [&](ConvAlgo a) { run_conv_backward_data(a, dy, w, dx, p); })
+                                     : nullptr;
+    const ConvPlan* weight_plan =
+        weight ? &plan_conv({ConvPass::backward_weight, x, dw, dy, p, db.defined()},
+                            [&](ConvAlgo a) { run_conv_backward_weight(a, x, dy, dw, db, p); })
+               : nullptr;
     const std::optional<dnnl::memory> dy_ready =
-        data && weight ? shared_dy(data_plan.algo, weight_plan.algo, dy, x, w, dx, dw, db, p) : std::nullopt;
+        data && weight ? shared_dy(data_plan->algo, weight_plan->algo, dy, x, w, dx, dw, db, p) : std::nullopt;
     if (data) {
       const profiler::OpScope window = data_gradient_window(Backend::cpu, dy, w, dx);
-      run_conv_backward_data(data_plan.algo, dy, w, dx, p, dy_ready);
-      profiler::note_reason(data_plan.reason);
+      run_conv_backward_data(data_plan->algo, dy, w, dx, p, dy_ready);
+      profiler::note_reason(data_plan->reason);
     }
     if (weight) {
       const profiler::OpScope window = weight_gradient_window(Backend::cpu, x, dy, dw, db);
-      run_conv_backward_weight(weight_plan.algo, x, dy, dw, db, p, dy_ready);
-      profiler::note_reason(weight_plan.reason);
+      run_conv_backward_weight(weight_plan->algo, x, dy, dw, db, p, dy_ready);
+      profiler::note_reason(weight_plan->reason);
     }
   });
 }

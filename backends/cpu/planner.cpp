@@ -346,28 +346,25 @@ std::vector<ConvAlgo> candidates(const ConvProblem& pb) {
   return c;
 }
 
-std::string tune_key(const ConvProblem& pb) {
-  Key k("tune");
+// What a plan depends on: the tensors' shapes, strides and dtypes, the attributes, the pass, the
+// thread count (Key adds it), and every policy and the autotune switch (tests flip them at run time).
+std::string plan_key(const ConvProblem& pb) {
+  Key k("plan");
   k.add(pb.x).add(pb.w).add(pb.y);
   const Conv2dParams& p = pb.p;
   k.add(p.stride_h).add(p.stride_w).add(p.pad_h).add(p.pad_w).add(p.dilation_h).add(p.dilation_w).add(p.groups);
   k.add(static_cast<int64_t>(pb.pass)).add(int64_t(pb.bias)).add(int64_t(p.relu));
-  return k.s;
+  for (KernelPolicy pol : {winograd_policy(), pointwise_gemm_policy(), im2col_weight_gradient_policy(),
+                           flipped_data_gradient_policy(), col2im_data_gradient_policy(), depthwise_policy()})
+    k.add(static_cast<int64_t>(pol));
+  return k.add(int64_t(conv_autotune())).s;
 }
 
-std::mutex g_tuned_mutex;
-std::unordered_map<std::string, ConvPlan> g_tuned;  // guarded by g_tuned_mutex
-
-// The fastest candidate on this machine for this shape, timed once on the call's own tensors and
-// remembered; a candidate that fails to build is skipped.
+// The fastest candidate on this machine for this shape, timed on the call's own tensors; a
+// candidate that fails to build is skipped.
 ConvPlan autotuned(const ConvProblem& pb, const ConvPlan& rule, const std::function<void(ConvAlgo)>& run) {
   const std::vector<ConvAlgo> cands = candidates(pb);
   if (cands.size() < 2) return rule;
-  const std::string key = tune_key(pb);
-  {
-    std::lock_guard<std::mutex> lock(g_tuned_mutex);
-    if (auto it = g_tuned.find(key); it != g_tuned.end()) return it->second;
-  }
   ConvAlgo best = rule.algo;
   double best_ns = std::numeric_limits<double>::infinity();
   std::string timings;
@@ -393,20 +390,30 @@ ConvPlan autotuned(const ConvProblem& pb, const ConvPlan& rule, const std::funct
       best = c;
     }
   }
-  const ConvPlan plan{best, fmt::format("autotuned: {}", timings)};
-  std::lock_guard<std::mutex> lock(g_tuned_mutex);
-  g_tuned.emplace(key, plan);
-  return plan;
+  return {best, fmt::format("autotuned: {}", timings)};
 }
+
+// Plans made so far: a shape is planned (and tuned) once, and a step that repeats the shapes of the
+// previous one formats no reason and asks oneDNN nothing. Entries are never removed, so the
+// references handed out stay valid.
+std::mutex g_plans_mutex;
+std::unordered_map<std::string, ConvPlan> g_plans;  // guarded by g_plans_mutex
 
 }  // namespace
 
-ConvPlan plan_conv(const ConvProblem& pb, const std::function<void(ConvAlgo)>& run) {
-  const ConvPlan rule = rule_plan(pb);
+const ConvPlan& plan_conv(const ConvProblem& pb, const std::function<void(ConvAlgo)>& run) {
+  const std::string key = plan_key(pb);
+  {
+    std::lock_guard<std::mutex> lock(g_plans_mutex);
+    if (auto it = g_plans.find(key); it != g_plans.end()) return it->second;
+  }
+  ConvPlan plan = rule_plan(pb);
   // A single tap and duet's depthwise loops answer what no candidate of oneDNN's can; they are
   // not tuned against it.
-  if (!conv_autotune() || rule.algo == ConvAlgo::tap_matmul || rule.algo == ConvAlgo::own_depthwise) return rule;
-  return autotuned(pb, rule, run);
+  if (conv_autotune() && plan.algo != ConvAlgo::tap_matmul && plan.algo != ConvAlgo::own_depthwise)
+    plan = autotuned(pb, plan, run);
+  std::lock_guard<std::mutex> lock(g_plans_mutex);
+  return g_plans.emplace(key, std::move(plan)).first->second;
 }
 
 }  // namespace duet::cpu

@@ -61,8 +61,9 @@ struct ConvPlan {
 };
 
 // The plan of one pass: the rules' choice, or with autotuning on, the fastest candidate, timed
-// once per shape by `run(algo)` (which executes the pass with that algorithm) and remembered.
-ConvPlan plan_conv(const ConvProblem& pb, const std::function<void(ConvAlgo)>& run);
+// by `run(algo)` (which executes the pass with that algorithm). Made once per shape (and policies)
+// and remembered; the reference stays valid for the life of the process.
+const ConvPlan& plan_conv(const ConvProblem& pb, const std::function<void(ConvAlgo)>& run);
 
 // The policies of the rules (docs/cpu_backend.md says what each rule does and why).
 void set_winograd_policy(KernelPolicy p);
