@@ -1,7 +1,10 @@
 #include "engine/autocast.h"
 #include <initializer_list>
+#include <fmt/format.h>
+#include "engine/autograd.h"
 #include "engine/backend.h"
 #include "engine/error.h"
+#include "engine/frozen_copies.h"
 #include "engine/half.h"
 #include "engine/ops/dispatch.h"
 #include "engine/tensor.h"
@@ -32,7 +35,16 @@ std::optional<DType> autocast_target(std::initializer_list<const Tensor*> inputs
 }
 
 Tensor autocast_input(const Tensor& t, DType low) {
-  return t.defined() && t.dtype() == DType::f32 ? t.to(low) : t;
+  if (!t.defined() || t.dtype() != DType::f32) return t;
+  // A frozen weight (inference: nn::Module::freeze) is cast once and its copy kept, unless a
+  // gradient must flow through the cast to it.
+  if (t.is_frozen() && !(grad_mode_enabled() && t.requires_grad()))
+    return frozen_copy(t, fmt::format("cast to {}", dtype_name(low)), [&] {
+      const Tensor c = t.detach().to(low);
+      c.freeze();
+      return c;
+    });
+  return t.to(low);
 }
 
 Tensor autocast_output(const Tensor& y) {

@@ -17,8 +17,13 @@
 namespace duet {
 
 // ---- Storage, generator -------------------------------------------------------------------------
+namespace {
+std::atomic<uint64_t> g_next_storage_id{1};
+std::atomic<uint64_t> g_next_freeze{1};
+}  // namespace
+
 Storage::Storage(size_t nbytes, Device dev, Allocator* alloc, MemTag t)
-    : bytes(nbytes), device(dev), allocator(alloc), tag(t) {
+    : bytes(nbytes), device(dev), allocator(alloc), tag(t), id(g_next_storage_id.fetch_add(1)) {
   data = allocator->allocate(nbytes, tag);
 }
 Storage::~Storage() { allocator->deallocate(data, bytes, tag); }
@@ -458,6 +463,7 @@ Tensor Tensor::flatten(int64_t start, int64_t end) const {
 // transfers go through the device's backend.
 void Tensor::copy_(const Tensor& src) const {
   DUET_NEED_DEFINED("copy_()");
+  detail::check_writable("copy_", *this);
   DUET_CHECK(src.defined(), "copy_(): the source tensor is undefined");
   Tensor s = src;
   if (src.shape() != shape()) {
@@ -467,8 +473,21 @@ void Tensor::copy_(const Tensor& src) const {
   detail::copy_into(s, device(), [this] { return *this; });
 }
 
+void Tensor::freeze() const {
+  DUET_NEED_DEFINED("freeze()");
+  uint64_t expected = 0;
+  storage()->frozen.compare_exchange_strong(expected, g_next_freeze.fetch_add(1));
+}
+void Tensor::unfreeze() const {
+  DUET_NEED_DEFINED("unfreeze()");
+  storage()->frozen.store(0);
+}
+bool Tensor::is_frozen() const { return defined() && storage()->frozen.load() != 0; }
+uint64_t Tensor::freeze_number() const { return defined() ? storage()->frozen.load() : 0; }
+
 void Tensor::fill_(double value) const {
   DUET_NEED_DEFINED("fill_()");
+  detail::check_writable("fill_", *this);
   detail::Dispatch<OpId::fill> kernel(duet::backend(backend()), {this});
   kernel(*this, value);
 }

@@ -1,6 +1,7 @@
 // Tensor: a cheap, refcounted handle on (storage, shape, strides, offset, dtype, device) plus the
 // autograd fields. Views share storage; ops that need a particular layout ask for it explicitly.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -29,6 +30,12 @@ struct Storage {
   Device device;
   Allocator* allocator = nullptr;
   MemTag tag = MemTag::activation;
+  // Unique for the life of the process, unlike `data`, which a later storage may reuse: what caches
+  // of this storage's copies are keyed on.
+  const uint64_t id;
+  // 0 while writable; while frozen (Tensor::freeze), the freeze's number, new at every freeze, so
+  // that copies made under an earlier freeze are never taken for the current contents.
+  std::atomic<uint64_t> frozen{0};
   Storage(size_t nbytes, Device dev, Allocator* alloc, MemTag t);
   ~Storage();
   Storage(const Storage&) = delete;
@@ -132,6 +139,19 @@ public:
   void copy_(const Tensor& src) const;  // in place, no autograd; broadcasts src, casts dtype
   void fill_(double value) const;       // in place, no autograd
   void zero_() const { fill_(0.0); }
+
+  // ---- read-only storage, for inference ------------------------------------------------------
+  // freeze() declares the storage read-only until unfreeze(): a backend may then keep a copy of it
+  // in its own layout, and autocast its 16-bit copy, across calls instead of making them at every
+  // call (an inference model's weights: nn::Module::freeze). Writing a frozen tensor through duet
+  // (copy_, fill_, add_, an optimizer step, batch norm's running statistics) is a duet::Error;
+  // writing it through a raw pointer is the caller's to avoid.
+  void freeze() const;
+  void unfreeze() const;
+  bool is_frozen() const;
+  // The number of the freeze in force (0 when writable): with storage()->id, what a cache of the
+  // storage's copies keys on.
+  uint64_t freeze_number() const;
 
   // ---- autograd -----------------------------------------------------------------------------
   bool requires_grad() const;

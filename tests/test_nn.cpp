@@ -2,7 +2,12 @@
 // initialisation, memory tags and profiler scopes.
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include "engine/autocast.h"
+#include "engine/frozen_copies.h"
 #include "engine/nn/layers.h"
+#include "engine/profiler/events.h"
+#include "engine/serialize.h"
 #include "engine/optim/optimizer.h"
 #include "models/mlp.h"
 #include "models/small_cnn.h"
@@ -476,4 +481,107 @@ TEST(Module, LayerNormAndSequential) {
   EXPECT_EQ(names_of(seq.named_parameters()),
             (std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias"}));
   EXPECT_EQ(seq[1].type_name(), "ReLU");
+}
+
+// ---- freezing a model for inference (nn::Module::freeze, Tensor::freeze) -----------------------------
+
+// A frozen tensor cannot be written through duet; unfreezing makes it writable again, and every
+// freeze has a number of its own (what caches of its copies key on).
+TEST(Freeze, FrozenTensorsRefuseWritesUntilUnfrozen) {
+  const Tensor t = Tensor::zeros({4});
+  EXPECT_FALSE(t.is_frozen());
+  EXPECT_EQ(t.freeze_number(), 0u);
+  t.freeze();
+  const uint64_t first = t.freeze_number();
+  EXPECT_NE(first, 0u);
+  EXPECT_ERROR_HAS(t.fill_(1.0), "fill_: the tensor of shape [4] is frozen");
+  EXPECT_ERROR_HAS(t.copy_(Tensor::ones({4})), "copy_: the tensor of shape [4] is frozen");
+  EXPECT_ERROR_HAS(add_(t, Tensor::ones({4})), "add_: the tensor of shape [4] is frozen");
+  EXPECT_ERROR_HAS(t.view({2, 2}).fill_(1.0), "frozen");  // a view shares the storage, and its freeze
+  t.unfreeze();
+  t.fill_(2.0);
+  EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{2, 2, 2, 2}));
+  t.freeze();
+  EXPECT_NE(t.freeze_number(), first) << "a new freeze, a new number";
+}
+
+// A frozen model cannot be trained or loaded into: the optimizer step, load_state_dict and batch
+// norm's running statistics in training mode all say so; unfreeze() restores training.
+TEST(Freeze, FrozenModelRefusesTrainingAndLoading) {
+  auto model = models::small_cnn(10);
+  const NamedTensors saved = state_dict(*model);
+  model->freeze();
+  const Tensor x = images(4, 3, 16, 16, 1);
+  model->train();
+  EXPECT_ERROR_HAS((*model)(x), "running statistics");
+  model->eval();
+  const Tensor loss = sum((*model)(x));  // inference runs
+  optim::SGD opt(model->parameters(), optim::SgdOptions{.lr = 0.1});
+  model->unfreeze();
+  model->train();
+  sum((*model)(x)).backward();
+  model->freeze();
+  EXPECT_ERROR_HAS(opt.step(), "frozen");
+  EXPECT_ERROR_HAS(load_state_dict(*model, saved), "frozen");
+  model->unfreeze();
+  opt.step();
+  load_state_dict(*model, saved);
+  (void)loss;
+}
+
+namespace {
+// resnet-like: a 3x3 convolution with enough pixels for Winograd, a pointwise one and a linear head.
+class FreezeNet : public nn::Module {
+public:
+  FreezeNet() {
+    c1 = register_module("c1", std::make_shared<nn::Conv2d>(16, 32, 3, nn::Conv2dOptions{.padding = 1}));
+    c2 = register_module("c2", std::make_shared<nn::Conv2d>(32, 32, 3, nn::Conv2dOptions{.padding = 1}));
+    c3 = register_module("c3", std::make_shared<nn::Conv2d>(32, 8, 1));
+  }
+  Tensor forward(const Tensor& x) override { return (*c3)(relu((*c2)(relu((*c1)(x))))); }
+  std::shared_ptr<nn::Conv2d> c1, c2, c3;
+};
+}  // namespace
+
+// Inference of a frozen model keeps its weights' conversions (autocast's bf16 casts, the cpu
+// backend's blocked layouts) from one forward to the next, computes the same bits as the model
+// unfrozen, and never serves a copy of old weights: after unfreeze, a change and a new freeze, the
+// result is the new weights'.
+TEST(Freeze, KeptWeightCopiesGiveTheSameBitsAndNeverStaleOnes) {
+  FreezeNet net;
+  net.eval();
+  net.to(MemoryFormat::channels_last);
+  const Tensor x = images(16, 16, 8, 8, 2).contiguous(MemoryFormat::channels_last);
+  NoGradGuard no_grad;
+  for (const bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "f32");
+    auto forward = [&] {
+      std::optional<AutocastGuard> amp;
+      if (bf16) amp.emplace(DType::bf16);
+      return net(x).to(DType::f32);
+    };
+    const Tensor plain = forward();
+    net.freeze();
+    const Tensor first = forward();
+    profiler::clear();
+    profiler::enable(true);
+    const Tensor second = forward();
+    profiler::enable(false);
+    int casts = 0;
+    for (const OpEvent& e : profiler::collect()) casts += std::string(e.name) == "cast" && e.shapes.find("[32, 32, 3, 3]") != std::string::npos;
+    profiler::clear();
+    EXPECT_EQ(casts, 0) << "the frozen weights' bf16 copies are kept";
+    EXPECT_GT(frozen_copies_kept(), 0u);
+    EXPECT_TRUE(all_close(first, plain, 0, 0));
+    EXPECT_TRUE(all_close(second, plain, 0, 0));
+    // A changed weight under a new freeze: the result must be the new weight's, as unfrozen.
+    net.unfreeze();
+    net.c2->weight.fill_(bf16 ? 0.02 : 0.01);
+    const Tensor changed_plain = forward();
+    net.freeze();
+    const Tensor changed_frozen = forward();
+    EXPECT_TRUE(all_close(changed_frozen, changed_plain, 0, 0));
+    EXPECT_FALSE(all_close(changed_frozen, plain, 1e-6, 1e-6));
+    net.unfreeze();
+  }
 }

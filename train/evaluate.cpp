@@ -56,6 +56,8 @@ EvalResult evaluate(nn::Module& model, const datasets::Dataset& data, const std:
   NoGradGuard no_grad;
   const bool was_training = model.is_training();
   model.eval();
+  // Read-only for the pass, so each weight is converted once, not at every batch.
+  const nn::FrozenForInference frozen(model);
   datasets::LoaderOptions lo;
   lo.batch_size = setup.batch_size;
   lo.shuffle = false;

@@ -24,6 +24,7 @@ TrainedModel load_trained_model(const std::string& path) {
   t.model = build_model(t.config.model, t.config.model.classes, t.image_size);
   load_state_dict(*t.model, ck.model, true);
   t.model->eval();
+  t.model->freeze();  // for inference: weights converted once (nn::Module::freeze)
   return t;
 }
 

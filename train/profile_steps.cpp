@@ -108,7 +108,10 @@ ProfileRunResult profile_batch(const ProfileConfig& c, const GlobalOptions& g, i
     }
     profiler::step_end();
   };
-  if (c.inference) model->eval();
+  if (c.inference) {
+    model->eval();
+    model->freeze();  // as duet eval and predict run it: weights converted once
+  }
   const std::function<void(int64_t)> one = c.inference ? std::function<void(int64_t)>(infer) : step;
   for (int64_t i = 0; i < c.warmup; ++i) one(i);
   start_profile({.mode = mode, .device = env.device});

@@ -129,6 +129,29 @@ void Module::zero_grad() {
   for (auto& [n, t] : named_parameters()) t.zero_grad();
 }
 
+void Module::freeze() {
+  for (auto& [n, t] : named_parameters()) t.freeze();
+  for (auto& [n, t] : named_buffers()) t.freeze();
+}
+
+void Module::unfreeze() {
+  for (auto& [n, t] : named_parameters()) t.unfreeze();
+  for (auto& [n, t] : named_buffers()) t.unfreeze();
+}
+
+FrozenForInference::FrozenForInference(Module& m) {
+  for (const auto& list : {m.named_parameters(), m.named_buffers()})
+    for (const auto& [n, t] : list)
+      if (!t.is_frozen()) {
+        t.freeze();
+        frozen_.push_back(t);
+      }
+}
+
+FrozenForInference::~FrozenForInference() {
+  for (const Tensor& t : frozen_) t.unfreeze();
+}
+
 void Module::requires_grad_(bool on) {
   for (auto& [n, t] : named_parameters()) {
     Tensor h = t;

@@ -47,6 +47,14 @@ public:
   void zero_grad();
   // requires_grad on every parameter (freezing a backbone for transfer learning).
   void requires_grad_(bool on);
+  // Inference only: every parameter and buffer read-only (Tensor::freeze) until unfreeze(), so
+  // that backends may keep them in their own layouts, and autocast their 16-bit copies, from one
+  // forward to the next instead of converting them at every call (what ONNX Runtime's and
+  // PyTorch's frozen graphs do with weights). A training step, load_state_dict or any in-place
+  // write to them is then a duet::Error. duet eval, predict and profile --inference freeze the
+  // model; evaluation during training freezes it for the pass (FrozenForInference).
+  void freeze();
+  void unfreeze();
 
   // A short type name for printing ("Conv2d", "BasicBlock").
   virtual std::string type_name() const { return "Module"; }
@@ -75,5 +83,18 @@ private:
 };
 
 using ModulePtr = std::shared_ptr<Module>;
+
+// The parameters and buffers of a module that were not frozen, frozen for the life of the scope (an
+// evaluation pass between training epochs).
+class FrozenForInference {
+public:
+  explicit FrozenForInference(Module& m);
+  ~FrozenForInference();
+  FrozenForInference(const FrozenForInference&) = delete;
+  FrozenForInference& operator=(const FrozenForInference&) = delete;
+
+private:
+  std::vector<Tensor> frozen_;
+};
 
 }  // namespace duet::nn

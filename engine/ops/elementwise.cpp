@@ -90,6 +90,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
 
 void add_(const Tensor& acc, const Tensor& b) {
   check_float_or_half("add_", "acc", acc);
+  check_writable("add_", acc);
   check_same("add_", "b", b, "acc", acc);
   DUET_CHECK(b.shape() == acc.shape(), "add_: b has shape {}, expected acc's shape {}", shape_str(b.shape()),
              shape_str(acc.shape()));

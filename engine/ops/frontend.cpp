@@ -46,6 +46,13 @@ void check_dim(const char* op, const char* arg, const Tensor& t, int64_t ndim) {
              shape_str(t.shape()), t.dim(), ndim);
 }
 
+void check_writable(const char* op, const Tensor& t) {
+  DUET_CHECK(!t.is_frozen(),
+             "{}: the tensor of shape {} is frozen for inference (Tensor::freeze, nn::Module::freeze), so it cannot be "
+             "written; unfreeze() it first",
+             op, shape_str(t.shape()));
+}
+
 void check_shape(const char* op, const char* arg, const Tensor& t, const Shape& expected) {
   check_defined(op, arg, t);
   DUET_CHECK(t.shape() == expected, "{}: argument '{}' has shape {}, expected {}", op, arg, shape_str(t.shape()),

@@ -33,6 +33,8 @@ void check_dtype(const char* op, const char* arg, const Tensor& t, DType expecte
 void check_same(const char* op, const char* arg, const Tensor& t, const char* ref_arg, const Tensor& ref);  // device + dtype
 void check_dim(const char* op, const char* arg, const Tensor& t, int64_t ndim);
 void check_shape(const char* op, const char* arg, const Tensor& t, const Shape& expected);
+// t may be written in place: not frozen (Tensor::freeze).
+void check_writable(const char* op, const Tensor& t);
 
 // An uninitialised tensor of `shape` with t's dtype and device, laid out like t when t is dense
 // and has that shape (same stride order), else contiguous.

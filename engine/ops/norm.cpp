@@ -57,6 +57,8 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, c
     rv = Tensor::ones({C}, param_opts);
   }
   if (p.training) {
+    check_writable("batch_norm (training updates the running statistics)", rm);
+    check_writable("batch_norm (training updates the running statistics)", rv);
     const int64_t per_channel = x_in.numel() / std::max<int64_t>(C, 1);
     DUET_CHECK(per_channel > 1, "batch_norm: training needs more than one value per channel, got input shape {}",
                shape_str(x_in.shape()));

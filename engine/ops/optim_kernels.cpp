@@ -11,6 +11,7 @@ namespace {
 // (contiguous, channels-last or any other order without gaps), the gradient and state with its strides.
 void check_param(const char* op, const Tensor& param) {
   check_float(op, "param", param);
+  check_writable(op, param);
   DUET_CHECK(param.is_dense(), "{}: param has shape {} and strides {}, expected a dense tensor (no gaps or overlaps)", op,
              shape_str(param.shape()), shape_str(param.strides()));
 }
