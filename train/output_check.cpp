@@ -18,8 +18,10 @@ void check_output_file(const std::string& option, const std::string& path, Outpu
   fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::error_code ec;
   // The writer creates missing folders: then the nearest existing one must take a new entry.
+  // A relative path's first folder is made in the working folder.
   if (kind == OutputKind::creates_folders)
-    while (!fs::exists(dir, ec) && dir.has_parent_path() && dir.parent_path() != dir) dir = dir.parent_path();
+    while (!fs::exists(dir, ec) && dir != ".")
+      dir = dir.has_parent_path() && dir.parent_path() != dir ? dir.parent_path() : fs::path(".");
   DUET_CHECK(fs::exists(dir, ec), "{} '{}': the folder '{}' does not exist; create it first (mkdir -p '{}')", option,
              path, dir.string(), dir.string());
   DUET_CHECK(fs::is_directory(dir, ec), "{} '{}': '{}' is not a folder; expected the file's folder", option, path,
