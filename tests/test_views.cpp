@@ -1,7 +1,8 @@
 // Where users look at runs: TensorBoard event files (the record framing, CRC32C, histograms, the
-// writer), and the bad input around them: an output folder that is missing or cannot be written
-// gives a duet::Error before anything runs. TensorBoard's own reader checks the files themselves
-// (tests/tensorboard_check.py).
+// writer) and the HTML report, and the bad input around both: an output folder that is missing or
+// cannot be written, a report of another format or a malformed one give a duet::Error before any
+// file is written. TensorBoard's own reader and a real browser check the files themselves
+// (tests/tensorboard_check.py, tests/html_report_check.py).
 #include <unistd.h>
 #include <cstring>
 #include <filesystem>
@@ -10,6 +11,8 @@
 #include <random>
 #include <nlohmann/json.hpp>
 #include "reports/event_file.h"
+#include "reports/html_report.h"
+#include "reports/report.h"
 #include "tests/cli_support.h"
 #include "tests/test_support.h"
 
@@ -65,6 +68,18 @@ std::vector<std::string> read_records(const std::string& file) {
     at += 16 + n;
   }
   return out;
+}
+
+// A profile report of a short run, made once for the suite.
+const std::string& report_path() {
+  static Scratch dir;
+  static const std::string path = dir / "run.json";
+  if (!fs::exists(path)) {
+    const CliResult r = duet_cli({"--threads", "1", "train", "--model", "mlp", "--dataset", "synthetic", "--epochs", "1",
+                                  "--train-size", "64", "--test-size", "32", "--batch", "32", "--profile", path});
+    EXPECT_EQ(r.status, 0) << r.err;
+  }
+  return path;
 }
 
 }  // namespace
@@ -204,4 +219,87 @@ TEST(TensorBoardCli, TrainingWritesStepAndEpochEvents) {
   EXPECT_EQ(epochs, 2);
   // Every step (--tensorboard-histograms 1), each parameter once per step: an mlp has 3 layers of weight and bias.
   EXPECT_EQ(histograms, 4 * 6);
+}
+
+// ---- the HTML report -------------------------------------------------------------------------------
+
+TEST(HtmlReport, PageIsSelfContainedAndCarriesTheReport) {
+  Scratch dir;
+  const CliResult r = duet_cli({"report", report_path(), "--html", dir / "run.html"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string page = slurp(dir / "run.html");
+  EXPECT_EQ(page.rfind("<!DOCTYPE html>", 0), 0u);
+  for (const char* fetch : {"<script src", "<link", "@import", "url(", "fetch(", "XMLHttpRequest"})
+    EXPECT_FALSE(contains(page, fetch)) << "the page loads something: " << fetch;
+  const std::string open = "<script type=\"application/json\" id=\"duet-data\">";
+  const size_t a = page.find(open), b = page.find("</script>", a);
+  ASSERT_NE(a, std::string::npos);
+  const nlohmann::json data = nlohmann::json::parse(page.substr(a + open.size(), b - a - open.size()));
+  EXPECT_EQ(data["kind"], "report");
+  const nlohmann::json report = profiler::load_report(report_path());
+  EXPECT_EQ(data["report"]["op_table"].size(), report["op_table"].size());
+  EXPECT_EQ(data["report"]["op_table"][0]["self_ns"], report["op_table"][0]["self_ns"]);
+  EXPECT_FALSE(data["report"].contains("op_records"));  // the page keeps what it draws
+}
+
+TEST(HtmlReport, NamesCannotEndTheDataElement) {
+  nlohmann::json report = profiler::load_report(report_path());
+  report["run_config"]["model"] = "</script><script>alert(1)</script><!--";
+  const std::string page = profiler::report_html(report, "evil.json");
+  EXPECT_FALSE(contains(page, "</script><script>alert")) << "a name closed the data element";
+  EXPECT_FALSE(contains(page, "<!--\"")) << "a name opened a comment";
+  EXPECT_TRUE(contains(page, "\\u003c/script>\\u003cscript>alert(1)"));
+  // Its title is escaped as HTML.
+  EXPECT_TRUE(contains(page, "&lt;/script&gt;&lt;script&gt;alert(1)"));
+}
+
+// Bad input: a clear error, and the output file is not written (nor any temporary beside it).
+TEST(HtmlReport, BadInputWritesNothing) {
+  Scratch dir;
+  const std::string good = report_path();
+  nlohmann::json older = nlohmann::json::parse(slurp(good));
+  older["schema"] = "duet.profile/0";
+  std::ofstream(dir / "older.json") << older.dump();
+  nlohmann::json unknown = {{"schema", "duet.compare/1"}, {"reports", nlohmann::json::array()}};
+  std::ofstream(dir / "other.json") << unknown.dump();
+  std::ofstream(dir / "noschema.json") << R"({"op_table": []})";
+  const std::string text = slurp(good);
+  std::ofstream(dir / "cut.json") << text.substr(0, text.size() / 2);
+  nlohmann::json edited = nlohmann::json::parse(text);
+  edited["memory"]["devices"][0]["current"] = "lots";
+  std::ofstream(dir / "edited.json") << edited.dump();
+  fs::create_directories(dir / "out");
+  const std::string html = dir / "out/page.html";
+
+  struct Case {
+    std::vector<std::string> args;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {{"report", dir / "older.json", "--html", html}, "has schema 'duet.profile/0': this duet reads 'duet.profile/1'"},
+      {{"report", dir / "other.json", "--html", html}, "has schema 'duet.compare/1'"},
+      {{"report", dir / "noschema.json", "--html", html}, "noschema.json"},
+      {{"report", dir / "cut.json", "--html", html}, "is not valid JSON"},
+      {{"report", dir / "edited.json", "--html", html}, "\"memory\" section has a field missing or of the wrong type"},
+      {{"report", dir / "missing.json", "--html", html}, "does not exist"},
+      {{"report", good, good, "--html", html}, "--html are for one report"},
+      {{"compare", good, dir / "cut.json", "--html", html}, "is not valid JSON"},
+      {{"compare", good, dir / "older.json", "--html", html}, "has schema 'duet.profile/0'"},
+      {{"report", good, "--html", dir / "no-such-folder/page.html"}, "the folder"},
+      {{"report", good, "--html", "/proc/duet-page.html"}, "cannot create a file in the folder '/proc'"},
+      {{"compare", good, good, "--html", "/proc/duet-cmp.html"}, "cannot create a file in the folder '/proc'"},
+      {{"report", good, "--html", dir / "out"}, "is a folder; expected a file name"},
+  };
+  for (const Case& c : cases) {
+    const CliResult r = duet_cli(c.args);
+    EXPECT_EQ(r.status, 1) << c.args[1];
+    EXPECT_TRUE(contains(r.err, "duet: error: ")) << r.err;
+    EXPECT_TRUE(contains(r.err, c.error)) << r.err << "\n  lacks: " << c.error;
+    EXPECT_TRUE(fs::is_empty(dir / "out")) << "a file was written for " << c.args[1];
+  }
+  EXPECT_FALSE(fs::exists(dir / "no-such-folder"));
+  // The same reports are fine for the text report: only the HTML was asked of a good one.
+  const CliResult ok = duet_cli({"compare", good, good, "--html", html});
+  EXPECT_EQ(ok.status, 0) << ok.err;
+  EXPECT_TRUE(fs::exists(html));
 }
