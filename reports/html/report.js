@@ -69,6 +69,8 @@ function num(x) {
 const pct = (x) => (x === null || x === undefined || !isFinite(x) ? "-" : (100 * x).toFixed(1) + "%");
 const ms = (ns) => (ns === null || ns === undefined ? null : ns / 1e6);
 const mib = (b) => (b === null || b === undefined ? null : b / 1048576);
+// Bytes in the unit that reads best: 512 B, 12.0 KiB, 3.50 MiB.
+const bytes = (b) => (b < 1024 ? `${b} B` : b < 1048576 ? `${num(b / 1024)} KiB` : `${num(b / 1048576)} MiB`);
 const ratio = (x) => (x === null || x === undefined ? "-" : x.toFixed(2) + "x");
 const PHASE_COLOR = { data: "#8c8c8c", copy: "#bcbd22", forward: "#1f77b4", backward: "#ff7f0e", optimizer: "#2ca02c",
                       comm: "#9467bd", other: "#c7c7c7", untracked: "#d62728" };
@@ -209,8 +211,7 @@ function stepSection(r) {
     perOp ? bar((x) => x.ops, `ops + untracked: ${num(step)} ms`) : null,
     ph.mean_wall_ns ? bar((x) => x.wall, `wall: ${num(step)} ms`) : null,
     legend(rows.map((x) => [x.phase, PHASE_COLOR[x.phase]])),
-    table("phases", cols, rows, (x) => x.phase),
-    perStepChart(r.steps || [], perOp));
+    el("div", { class: "row" }, table("phases", cols, rows, (x) => x.phase), perStepChart(r.steps || [], perOp)));
 }
 
 // One stacked column per step: op time per phase plus untracked (per-op), or wall time per phase.
@@ -286,9 +287,10 @@ function memorySection(r) {
   const steps = (r.steps || []).map((s) => ({ step: s.step, m: (s.memory || []).find((x) => x.device === dev.device) })).filter((s) => s.m);
   const po = dev.peak_op;
   const peakText = po
-    ? `peak ${num(mib(dev.peak))} MiB ${po.inside ? "reached at" : "reached before"} op #${po.index} ${po.name} (${po.phase}, ${po.scope || "no module"}, ${po.shapes}) in step ${po.step}: ${num(mib(po.live_bytes_after))} MiB live after it, ${num(mib(po.bytes_allocated))} MiB allocated by it`
+    ? `peak ${num(mib(dev.peak))} MiB ${po.inside ? "reached at" : "reached before"} op #${po.index} ${po.name} (${po.phase}, ${po.scope || "no module"}, ${po.shapes}) in step ${po.step}: ${bytes(po.live_bytes_after)} live after it, ${bytes(po.bytes_allocated)} allocated by it`
     : `peak ${num(mib(dev.peak))} MiB${dev.peak_note ? ": " + dev.peak_note : ""}`;
   const kids = [el("p", { id: "peak-op" }, `${dev.device}: ${peakText}.`)];
+  const curve = [];
   if (steps.length) {
     const m = { l: 56, r: 10, t: 14, b: 40 }, w = Math.min(900, Math.max(300, steps.length * 16)), h = 180;
     const max = Math.max(dev.peak, ...steps.map((s) => s.m.peak)) / 1048576;
@@ -312,14 +314,14 @@ function memorySection(r) {
         g.append(svg("text", { x: Math.min(x(i) + 4, m.l + w - 120), y: y(mib(dev.peak)) + 12, id: "peak-label" }, `peak: ${po.name} (${po.scope || po.phase})`));
       }
     }
-    kids.push(g, legend([["peak during the step", "#d62728"], ["live at the step's end", "#1f77b4"]]));
+    curve.push(g, legend([["peak during the step", "#d62728"], ["live at the step's end", "#1f77b4"]]));
   }
   const tags = Object.keys(dev.peak_by_tag || {}).map((t) => ({ tag: t, current: dev.by_tag[t], peak: dev.peak_by_tag[t] }));
-  kids.push(table("memory_tags", [
+  kids.push(el("div", { class: "row" }, el("div", {}, curve), table("memory_tags", [
     { id: "tag", label: "tag", get: (x) => x.tag },
     { id: "current_mib", label: "current MiB", num: true, get: (x) => mib(x.current), show: num },
     { id: "peak_mib", label: "peak MiB", num: true, get: (x) => mib(x.peak), show: num },
-  ], tags, (x) => x.tag));
+  ], tags, (x) => x.tag)));
   const p = (r.memory || {}).process;
   if (p) kids.push(el("p", { class: "note" }, `process: RSS ${num(mib(p.rss_bytes))} MiB now, ${num(mib(p.hwm_bytes))} MiB at most (includes code, libraries and caches the allocator does not see).`));
   return section("memory", "Memory", ...kids);
