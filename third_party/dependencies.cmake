@@ -146,11 +146,12 @@ if(DUET_ENABLE_CUDA AND DUET_HAVE_MPI)
 endif()
 
 # TensorBoard event files (reports/event_file.cpp): protocol buffers compiled from
-# reports/tensorboard_event.proto by protoc (protobuf-compiler) against the lite runtime
-# (libprotobuf-dev), records checksummed with Intel ISA-L's CRC32C (libisal-dev; Debian 12 has no
-# package of Google's crc32c library).
+# reports/tensorboard_event.proto by protoc (protobuf-compiler), linked with the protobuf library
+# (libprotobuf-dev; the full one, which holds the lite API the generated code uses, so that a part
+# that needs the full one, such as ONNX's messages, shares one runtime in the process); records
+# checksummed with Intel ISA-L's CRC32C (libisal-dev; Debian 12 has no package of Google's crc32c).
 find_package(Protobuf QUIET)
-if(NOT Protobuf_PROTOC_EXECUTABLE OR NOT TARGET protobuf::libprotobuf-lite)
+if(NOT Protobuf_PROTOC_EXECUTABLE OR NOT TARGET protobuf::libprotobuf)
   set(DUET_PROTOBUF_OK OFF)
 else()
   set(DUET_PROTOBUF_OK ON)
