@@ -286,11 +286,14 @@ def check_report_page(b, name, rep, probe):
     check(n_pts == len(pts), f"{name}: roofline has {n_pts} points, the op table {len(pts)} ops with FLOPs and bytes")
     roof = js(b, s, "document.querySelectorAll('#roofline-chart .roof').length")
     note = js(b, s, "document.getElementById('roofline').textContent")
+    drawn = js(b, s, "(c => [c.dataset.gemmGflops, c.dataset.copyGbs])(document.getElementById('roofline-chart'))")
     if probe:
-        check(roof >= 1 and f"GEMM {round(rep['roofline']['gemm_gflops'])}" in note.replace(",", ""),
-              f"{name}: no roof drawn from the probe ({rep['roofline']})")
+        rf = rep["roofline"]
+        check(roof >= 1 and "Ceilings measured on this machine" in note and drawn[0] is not None and
+              close(float(drawn[0]), rf["gemm_gflops"]) and close(float(drawn[1]), rf["copy_gbs"]),
+              f"{name}: the roof drawn ({roof} lines, ceilings {drawn}) is not the probe's ({rf})")
     else:
-        check(roof == 0 and js(b, s, "!!document.getElementById('no-probe')") and "No probe data" in note,
+        check(roof == 0 and drawn[0] is None and js(b, s, "!!document.getElementById('no-probe')") and "No probe data" in note,
               f"{name}: the page does not say the probe is absent")
     # Sorting: a click on "calls" sorts descending, a second ascending.
     order = js(b, s, """(() => { const t = document.querySelector('table[data-table=ops]');

@@ -157,12 +157,16 @@ for line in log:
           f"epoch {line['epoch']}: the step losses average {sum(losses) / len(losses)}, the log's train_loss "
           f"{line['train_loss']}")
     check(scalars["step/lr"][step] == f32(line["lr"]), f"step/lr at {step} is not the epoch's lr {line['lr']}")
-    total_ms = sum(scalars["step/time_ms"][s] for s in steps)
-    check(0.5 * line["epoch_seconds"] * 1000 <= total_ms <= line["epoch_seconds"] * 1000 * 1.001 + 1,
-          f"epoch {line['epoch']}: step times add up to {total_ms} ms, the epoch took {line['epoch_seconds']} s")
+    # The step times cover the epoch up to its last step; what follows (that step's callbacks, the
+    # end of the loop) is short. 100 ms leaves room for a busy machine descheduling the run.
+    secs = line["epoch_seconds"]
+    tail_ms = secs * 1000 - sum(scalars["step/time_ms"][s] for s in steps)
+    check(-1 <= tail_ms <= 100, f"epoch {line['epoch']}: the step times leave {tail_ms} ms of its {secs} s uncovered")
+    # The last step's images/s is the epoch's images over the time up to that step.
     ips = scalars["step/images_per_s"][step]
-    check(f32(line["images_per_s"]) * (1 - 1e-6) <= ips <= 2 * line["images_per_s"],
-          f"step/images_per_s at {step} is {ips}; the epoch's is {line['images_per_s']}")
+    tail_s = secs * (1 - line["images_per_s"] / ips)
+    check(-1e-6 <= tail_s <= 0.1, f"step/images_per_s at {step} is {ips}; the epoch's {line['images_per_s']} "
+                                  f"puts the last step {tail_s} s before the epoch's end")
     peak = scalars["step/peak_memory_mib"][step]
     check(0 < peak <= line["peak_memory_bytes"] / 2**20 * (1 + 1e-6),
           f"step/peak_memory_mib at {step} is {peak}; the epoch's peak is {line['peak_memory_bytes']} bytes")

@@ -344,7 +344,8 @@ function rooflineSection(r) {
   const m = { l: 64, r: 20, t: 10, b: 44 }, w = 640, h = 360;
   const x = (v) => m.l + ((Math.log10(v) - Math.log10(lo.x)) / (Math.log10(hi.x) - Math.log10(lo.x))) * w;
   const y = (v) => m.t + h - ((Math.log10(v) - Math.log10(lo.y)) / (Math.log10(hi.y) - Math.log10(lo.y))) * h;
-  const g = svg("svg", { width: w + m.l + m.r + 140, height: h + m.t + m.b, id: "roofline-chart", role: "img", "aria-label": "roofline" });
+  const g = svg("svg", { width: w + m.l + m.r + 140, height: h + m.t + m.b, id: "roofline-chart", role: "img", "aria-label": "roofline",
+                         "data-gemm-gflops": probe ? rf.gemm_gflops : null, "data-copy-gbs": probe ? rf.copy_gbs : null });
   const inside = (t, a, b) => t >= a && t <= b;
   axes(g, x, y, w, h, m, logTicks(lo.x, hi.x).filter((t) => inside(t, lo.x, hi.x)), logTicks(lo.y, hi.y).filter((t) => inside(t, lo.y, hi.y)),
        "FLOP per byte (arithmetic intensity)", "GFLOP/s achieved", num, num);
