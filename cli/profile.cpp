@@ -15,6 +15,7 @@
 #include "train/profile_steps.h"
 #include "train/profiling.h"
 #include "train/run_env.h"
+#include "train/tensorboard_log.h"
 
 namespace duet::app {
 
@@ -39,6 +40,7 @@ void finish_sweep(const nlohmann::json& run_config, const std::vector<profiler::
 int run_profile(const ProfileConfig& c, const GlobalOptions& g, std::ostream& out) {
   check_output_file("--out", c.out, OutputKind::creates_folders);  // before the steps are run
   check_output_file("--trace", c.trace, OutputKind::creates_folders);
+  check_output_file("--tensorboard", c.tensorboard, OutputKind::folder);
   const std::vector<int64_t> batches = profiler::parse_batch_list(c.batches);
   const RunEnv env = apply_global_options(g);
   const ProfileSizes sz = profile_sizes(c);
@@ -50,10 +52,14 @@ int run_profile(const ProfileConfig& c, const GlobalOptions& g, std::ostream& ou
   if (batches.size() == 1) {
     const ProfileRunResult r = profile_batch(c, g, batches[0]);
     present_profile(r.report, r.capture, c.out, c.trace, out);
+    if (!c.tensorboard.empty())
+      out << fmt::format("tensorboard: {} (view with `tensorboard --logdir {}`)\n",
+                         write_profile_events(c.tensorboard, r.report, *r.model, c.warmup + c.steps), c.tensorboard);
     out << summary_line(c, r.point);
     return 0;
   }
   DUET_CHECK(c.trace.empty(), "--trace is for one batch size; a sweep ({}) writes no trace", c.batches);
+  DUET_CHECK(c.tensorboard.empty(), "--tensorboard is for one batch size; a sweep ({}) writes no event files", c.batches);
   std::vector<profiler::SweepPoint> points;
   for (int64_t b : batches) {
     profiler::SweepPoint p;
@@ -119,6 +125,10 @@ Command add_profile_command(CLI::App& app, GlobalOptions& g) {
   cmd->add_flag("--inference", c->inference,
                 "Eval-mode forward passes without gradients (what duet eval and predict run per batch) instead of "
                 "training steps");
+  cmd->add_option("--tensorboard", c->tensorboard,
+                  "One batch size: write TensorBoard event files to this folder (step times, memory, the op table, "
+                  "weight and gradient histograms); view with `tensorboard --logdir DIR`")
+      ->type_name("DIR");
   add_global_options(*cmd, g);
   cmd->footer(kProfileFooter);
   return {cmd, [c, &g](std::ostream& out) { return run_profile(*c, g, out); }};

@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "engine/error.h"
 #include "reports/files.h"
+#include "reports/html_report.h"
 #include "reports/probe.h"
 #include "reports/ranks.h"
 #include "reports/report.h"
@@ -17,15 +18,17 @@ namespace {
 
 struct ReportCmd {
   std::vector<std::string> files;
-  std::string sort, csv, probe;
+  std::string sort, csv, probe, html;
   size_t top = 20;
   bool by_shape = false, layers = false, per_step = false;
 };
 
 void run_report(const ReportCmd& c, std::ostream& out) {
   check_output_file("--csv", c.csv, OutputKind::creates_folders);
+  check_output_file("--html", c.html);  // into an existing folder: a typo fails before anything is read
   if (c.files.size() > 1) {  // the rank reports of one data-parallel run
-    DUET_CHECK(c.csv.empty() && c.probe.empty(), "--csv and --probe are for one report; {} were given", c.files.size());
+    DUET_CHECK(c.csv.empty() && c.probe.empty() && c.html.empty(), "--csv, --probe and --html are for one report; {} were given",
+               c.files.size());
     std::vector<nlohmann::json> reports;
     for (const std::string& f : c.files) reports.push_back(profiler::load_report(f));
     out << profiler::format_rank_summary(reports, c.files);
@@ -50,6 +53,12 @@ void run_report(const ReportCmd& c, std::ostream& out) {
     profiler::write_file_atomic(c.csv, profiler::report_csv(r, t));
     out << fmt::format("\nop table written to {}\n", c.csv);
   }
+  if (!c.html.empty()) {
+    const std::string page = profiler::report_html(r, c.files.front(), p.ceilings);
+    profiler::write_file_atomic(c.html, page);
+    out << fmt::format("\nHTML report written to {} ({:.0f} KiB; opens offline in any browser)\n", c.html,
+                       static_cast<double>(page.size()) / 1024.0);
+  }
 }
 
 }  // namespace
@@ -70,6 +79,9 @@ Command add_report_command(CLI::App& app) {
   cmd->add_flag("--steps", c->per_step, "Also print one line per step");
   cmd->add_option("--csv", c->csv, "Write the op table (as grouped and sorted) to this CSV file");
   cmd->add_option("--probe", c->probe, "Use this probe file for the roofline instead of the report's own");
+  cmd->add_option("--html", c->html,
+                  "Also write the report as one self-contained HTML page (step breakdown, op table, memory curve, "
+                  "roofline, layers; sortable, offline) to this file");
   return {cmd, [c](std::ostream& out) {
             run_report(*c, out);
             return 0;

@@ -95,6 +95,17 @@ void add_run_options(CLI::App& cmd, TrainConfig& c) {
 
   const std::string o = "Output";
   cmd.add_option("--log", c.log, "Write one JSON object per epoch to this file (JSONL; a resumed run appends)")->group(o);
+  cmd.add_option("--tensorboard", c.tensorboard,
+                 "Write TensorBoard event files to this folder (created when missing): loss, accuracy, lr, images/s, "
+                 "step time and peak memory per step and epoch, weight and gradient histograms, with --profile the op "
+                 "table; view with `tensorboard --logdir DIR`")
+      ->type_name("DIR")
+      ->group(o);
+  cmd.add_option("--tensorboard-histograms", c.tensorboard_histograms,
+                 "With --tensorboard: weight and gradient histograms every N steps and after each epoch (0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->group(o);
   cmd.add_option("--log-every", c.log_every, "When stdout is not a terminal, a progress line every N steps")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
       ->group(o);
@@ -171,6 +182,8 @@ Command add_train_command(CLI::App& app, GlobalOptions& g) {
             cfg.profile = cmd->count("--profile") > 0;
             DUET_CHECK(cfg.trace_path.empty() || cfg.profile, "--trace needs --profile");
             DUET_CHECK(!cfg.profile_sync || cfg.profile, "--profile-sync needs --profile");
+            DUET_CHECK(cmd->count("--tensorboard-histograms") == 0 || !cfg.tensorboard.empty(),
+                       "--tensorboard-histograms needs --tensorboard DIR");
             // 130 / 143 as a shell reports a process killed by SIGINT / SIGTERM, so scripts see the stop.
             const TrainResult r = run_training(cfg, g, out);
             return r.interrupted_by != 0 ? 128 + r.interrupted_by : 0;

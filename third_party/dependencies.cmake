@@ -144,3 +144,26 @@ if(DUET_ENABLE_CUDA AND DUET_HAVE_MPI)
     message(STATUS "duet: NCCL not found (nccl.h, libnccl): data-parallel runs on GPUs are refused with a message")
   endif()
 endif()
+
+# TensorBoard event files (reports/event_file.cpp): protocol buffers compiled from
+# reports/tensorboard_event.proto by protoc (protobuf-compiler), linked with the protobuf library
+# (libprotobuf-dev; the full one, which holds the lite API the generated code uses, so that a part
+# that needs the full one, such as ONNX's messages, shares one runtime in the process); records
+# checksummed with Intel ISA-L's CRC32C (libisal-dev; Debian 12 has no package of Google's crc32c).
+find_package(Protobuf QUIET)
+if(NOT Protobuf_PROTOC_EXECUTABLE OR NOT TARGET protobuf::libprotobuf)
+  set(DUET_PROTOBUF_OK OFF)
+else()
+  set(DUET_PROTOBUF_OK ON)
+endif()
+duet_require("Protocol Buffers (protoc and the C++ runtime)" "protobuf-compiler libprotobuf-dev" DUET_PROTOBUF_OK)
+find_path(ISAL_INCLUDE_DIR isa-l/crc.h)
+find_library(ISAL_LIBRARY isal)
+if(ISAL_INCLUDE_DIR AND ISAL_LIBRARY)
+  set(DUET_ISAL_OK ON)
+else()
+  set(DUET_ISAL_OK OFF)
+endif()
+duet_require("Intel ISA-L (its CRC32C)" libisal-dev DUET_ISAL_OK)
+add_library(ISAL::isal UNKNOWN IMPORTED)
+set_target_properties(ISAL::isal PROPERTIES IMPORTED_LOCATION ${ISAL_LIBRARY} INTERFACE_INCLUDE_DIRECTORIES ${ISAL_INCLUDE_DIR})

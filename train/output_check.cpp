@@ -15,17 +15,22 @@ namespace fs = std::filesystem;
 void check_output_file(const std::string& option, const std::string& path, OutputKind kind) {
   if (path.empty()) return;
   const fs::path target(path);
-  fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const bool folder = kind == OutputKind::folder;
+  fs::path dir = folder ? target : target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::error_code ec;
+  DUET_CHECK(!folder || !fs::exists(target, ec) || fs::is_directory(target, ec),
+             "{} '{}' is a file; expected a folder (it is created when missing)", option, path);
   // The writer creates missing folders: then the nearest existing one must take a new entry.
-  if (kind == OutputKind::creates_folders)
-    while (!fs::exists(dir, ec) && dir.has_parent_path() && dir.parent_path() != dir) dir = dir.parent_path();
+  // A relative path's first folder is made in the working folder.
+  if (kind == OutputKind::creates_folders || folder)
+    while (!fs::exists(dir, ec) && dir != ".")
+      dir = dir.has_parent_path() && dir.parent_path() != dir ? dir.parent_path() : fs::path(".");
   DUET_CHECK(fs::exists(dir, ec), "{} '{}': the folder '{}' does not exist; create it first (mkdir -p '{}')", option,
              path, dir.string(), dir.string());
   DUET_CHECK(fs::is_directory(dir, ec), "{} '{}': '{}' is not a folder; expected the file's folder", option, path,
              dir.string());
-  DUET_CHECK(!fs::is_directory(target, ec), "{} '{}' is a folder; expected a file name (such as '{}/run.out')", option,
-             path, path);
+  DUET_CHECK(folder || !fs::is_directory(target, ec), "{} '{}' is a folder; expected a file name (such as '{}/run.out')",
+             option, path, path);
   // access() alone says yes to root on a read-only mount and no to some ACLs: create a real file.
   std::string probe = (dir / ".duet-write-probe-XXXXXX").string();
   const int fd = ::mkstemp(probe.data());

@@ -128,6 +128,7 @@ ProfileRunResult profile_batch(const ProfileConfig& c, const GlobalOptions& g, i
   run["parameters"] = model->num_parameters();
   r.report = profiler::build_report(r.capture, run);
   r.point = profiler::sweep_point_from_report(batch, r.report);
+  r.model = model;
   return r;
 }
 

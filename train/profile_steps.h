@@ -4,8 +4,10 @@
 // of these per batch size for a sweep.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <nlohmann/json.hpp>
+#include "engine/nn/module.h"
 #include "engine/profiler/capture.h"
 #include "reports/sweep.h"
 #include "train/model_setup.h"
@@ -27,12 +29,14 @@ struct ProfileConfig {
   // instead of training steps: a step is one forward and the top-1 class of every image.
   bool inference = false;
   std::string out, trace;  // report (one batch size) or sweep (several) JSON; Chrome trace
+  std::string tensorboard;  // one batch size: TensorBoard event files into this folder
 };
 
 struct ProfileRunResult {
   profiler::Capture capture;  // what the timed steps recorded
   nlohmann::json report;      // duet.profile/1 built from it
   profiler::SweepPoint point;
+  std::shared_ptr<nn::Module> model;  // after the last step, with its gradients
 };
 
 // Runs warmup + steps training steps (or inference passes) of `model` at one batch size and returns

@@ -58,11 +58,13 @@ void start_profile(const profiler::SessionOptions& o) {
   profiler::start_session(o);
 }
 
-void finish_profile(const nlohmann::json& run_config, const std::string& json_path, const std::string& trace_path,
-                    std::ostream& out) {
+nlohmann::json finish_profile(const nlohmann::json& run_config, const std::string& json_path,
+                              const std::string& trace_path, std::ostream& out) {
   profiler::stop_session();  // idempotent: recording must be off before the capture
   const profiler::Capture cap = profiler::capture();
-  present_profile(profiler::build_report(cap, run_config), cap, json_path, trace_path, out);
+  nlohmann::json report = profiler::build_report(cap, run_config);
+  present_profile(report, cap, json_path, trace_path, out);
+  return report;
 }
 
 std::string rank_report_path(const std::string& json_path, int rank) {
@@ -72,8 +74,8 @@ std::string rank_report_path(const std::string& json_path, int rank) {
   return fmt::format("{}.rank{}", json_path, rank);
 }
 
-void finish_profile_on_ranks(dist::Communicator& comm, nlohmann::json run_config, const std::string& json_path,
-                             const std::string& trace_path, int64_t t0_ns, std::ostream& out) {
+nlohmann::json finish_profile_on_ranks(dist::Communicator& comm, nlohmann::json run_config, const std::string& json_path,
+                                      const std::string& trace_path, int64_t t0_ns, std::ostream& out) {
   profiler::stop_session();
   const profiler::Capture cap = profiler::capture();
   run_config["rank"] = comm.rank();
@@ -88,7 +90,7 @@ void finish_profile_on_ranks(dist::Communicator& comm, nlohmann::json run_config
                                        .t0_ns = t0_ns};
   const std::vector<std::string> traces =
       comm.gather(trace_path.empty() ? "" : profiler::trace_text(profiler::chrome_trace(cap, report["run_config"], process)), 0);
-  if (comm.rank() != 0) return;
+  if (comm.rank() != 0) return report;
   present_profile(report, cap, json_path, "", out);
   if (!json_path.empty()) {
     std::vector<std::string> written{json_path};
@@ -106,6 +108,7 @@ void finish_profile_on_ranks(dist::Communicator& comm, nlohmann::json run_config
     profiler::write_file_atomic(trace_path, profiler::trace_text(profiler::merge_chrome_traces(all)));
     out << fmt::format("trace: {}, one process track per rank (open in https://ui.perfetto.dev)\n", trace_path);
   }
+  return report;
 }
 
 void present_profile(const nlohmann::json& report, const profiler::Capture& cap, const std::string& json_path,

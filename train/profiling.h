@@ -19,14 +19,16 @@ void start_profile(const profiler::SessionOptions& o);
 // The end of a profiled run: stops the session, prints the operator table (top 20
 // by self time), the step breakdown and the memory summary, and writes the JSON report (plus its
 // op table as CSV beside it, <name>.ops.csv) and the Chrome trace. An empty path skips that file.
-void finish_profile(const nlohmann::json& run_config, const std::string& json_path, const std::string& trace_path,
+// Returns the report.
+nlohmann::json finish_profile(const nlohmann::json& run_config, const std::string& json_path, const std::string& trace_path,
                     std::ostream& out);
 // The end of a profiled data-parallel run, on every rank at once: each rank builds its report
 // (run_config gains "rank" and "world_size") and its trace (a process track "rank r", time from
 // `t0_ns`, each rank's clock at the end of one barrier at the start), and rank 0 gathers them: it
 // prints and writes its own report as finish_profile does, the other ranks' beside it as
-// <name>.rank<r>.json (rank_report_path), and one trace holding every rank's track.
-void finish_profile_on_ranks(dist::Communicator& comm, nlohmann::json run_config, const std::string& json_path,
+// <name>.rank<r>.json (rank_report_path), and one trace holding every rank's track. Returns this
+// rank's report.
+nlohmann::json finish_profile_on_ranks(dist::Communicator& comm, nlohmann::json run_config, const std::string& json_path,
                              const std::string& trace_path, int64_t t0_ns, std::ostream& out);
 // "run.json" -> "run.rank2.json": where rank r's report of a data-parallel run is written.
 std::string rank_report_path(const std::string& json_path, int rank);

@@ -53,6 +53,8 @@ struct TrainConfig {
   std::string init_from;   // weights to start from (transfer learning)
   bool freeze_backbone = false;
   std::string log;  // JSONL, one object per epoch (a new run starts it afresh, a resumed one appends)
+  std::string tensorboard;               // TensorBoard event files into this folder (train/tensorboard_log.h)
+  int64_t tensorboard_histograms = 100;  // with it: weight and gradient histograms every N steps (0: none)
   // Mixed precision: off | bf16 | fp16 (autocast of conv/linear/matmul with f32 master weights;
   // fp16 adds dynamic loss scaling). See docs/training.md.
   std::string amp = "off";

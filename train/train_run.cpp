@@ -12,6 +12,7 @@
 #include "train/output_check.h"
 #include "train/profiling.h"
 #include "train/progress.h"
+#include "train/tensorboard_log.h"
 
 namespace duet::app {
 
@@ -43,6 +44,7 @@ TrainResult run_training_on(dist::Communicator& comm, const TrainConfig& c0, con
     check_output_file("--log", c.log, c.resume.empty() ? OutputKind::replaces : OutputKind::appends);
     check_output_file("--profile", c.profile_path, OutputKind::creates_folders);
     check_output_file("--trace", c.trace_path, OutputKind::creates_folders);
+    check_output_file("--tensorboard", c.tensorboard, OutputKind::folder);
   }
   const RunEnv env = apply_global_options(g);
   models::model_info(c.model.name);  // an unknown name fails before any data is read
@@ -117,6 +119,14 @@ TrainResult run_training_on(dist::Communicator& comm, const TrainConfig& c0, con
                                   {"threads", env.threads},
                                   {"seed", c.seed},
                                   {"amp", c.amp}};
+  std::shared_ptr<TensorBoardLog> tensorboard;  // rank 0 writes the event files
+  if (!c.tensorboard.empty() && comm.rank() == 0) {
+    tensorboard = std::make_shared<TensorBoardLog>(c.tensorboard, model, env.device, c.tensorboard_histograms);
+    write_run_config(tensorboard->writer(), run_config);
+    trainer.add_callback(tensorboard);
+    out << fmt::format("tensorboard: {} (view with `tensorboard --logdir {}`)\n", tensorboard->writer().path(),
+                       c.tensorboard);
+  }
   if (c.profile) {
     DUET_CHECK(c.profile_mode == "per-op" || c.profile_mode == "throughput",
                "--profile-mode {}: expected per-op or throughput", c.profile_mode);
@@ -145,8 +155,11 @@ TrainResult run_training_on(dist::Communicator& comm, const TrainConfig& c0, con
                        trainer.last_checkpoint().empty()
                            ? ""
                            : fmt::format("; checkpoint '{}'", trainer.last_checkpoint()));
-  if (c.profile && distributed) finish_profile_on_ranks(comm, run_config, c.profile_path, c.trace_path, trace_t0_ns, out);
-  else if (c.profile) finish_profile(run_config, c.profile_path, c.trace_path, out);
+  nlohmann::json report;
+  if (c.profile && distributed)
+    report = finish_profile_on_ranks(comm, run_config, c.profile_path, c.trace_path, trace_t0_ns, out);
+  else if (c.profile) report = finish_profile(run_config, c.profile_path, c.trace_path, out);
+  if (tensorboard && c.profile) write_profile_summary(tensorboard->writer(), report, tensorboard->steps_done());
   return r;
 }
 }  // namespace
