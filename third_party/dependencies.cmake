@@ -39,6 +39,15 @@ duet_require("libjpeg (libjpeg-turbo)" libjpeg-dev JPEG_FOUND)
 find_package(PNG QUIET)
 duet_require("libpng" libpng-dev PNG_FOUND)
 
+# ONNX export (`duet export --onnx`, export/): onnx's own protobuf classes (onnx::ModelProto), its
+# checker and shape inference, from Debian's libonnx-dev (ONNX 1.12: opsets up to 17), over
+# protobuf (libprotobuf-dev). ONNX's CMake config names protobuf::libprotobuf without looking for it,
+# so Protobuf is found first.
+find_package(Protobuf QUIET)
+duet_require("protobuf (C++ headers and library, for ONNX export)" libprotobuf-dev Protobuf_FOUND)
+find_package(ONNX CONFIG QUIET)
+duet_require("ONNX (C++ headers and library, for ONNX export)" libonnx-dev ONNX_FOUND)
+
 # oneDNN. duet uses its CPU engine only, so it links the library directly instead of going through
 # dnnl-config.cmake: Debian builds oneDNN with the OpenCL GPU runtime, and that config calls
 # find_package(OpenCL REQUIRED), which needs the OpenCL headers and development library
