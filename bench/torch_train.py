@@ -2,7 +2,10 @@
 """The PyTorch side of bench/train_accuracy.py: the same recipe as `duet train` (model, data,
 augmentation, optimizer, schedule, label smoothing, time budget), written out in plain PyTorch so
 the two accuracy-versus-time curves can be compared. Writes one JSON object per epoch (the keys
-of duet's --log) to --log.
+of duet's --log) to --log. With --val-fraction F the same validation split as `duet train
+--val-fraction F --seed S` (stratified_split below draws it exactly as datasets/split.cpp does) is
+held out: epochs are evaluated on it, and the test split once at the end with the best epoch's
+weights, logged as duet logs it ({"test": true, ...}).
 
 Run it with the PyTorch virtual environment, e.g.
   .venv-bench/bin/python bench/torch_train.py --dataset cifar10 --data ../shared/data/cifar10 \
@@ -155,6 +158,39 @@ def center_crop(img, size):
     return img[top:top + size, left:left + size]
 
 
+# ---- the validation split: duet's (datasets/split.cpp, engine/rng.h), number for number -------------
+M64 = (1 << 64) - 1
+
+
+def splitmix64(x):
+    x = (x + 0x9e3779b97f4a7c15) & M64
+    x = ((x ^ (x >> 30)) * 0xbf58476d1ce4e5b9) & M64
+    x = ((x ^ (x >> 27)) * 0x94d049bb133111eb) & M64
+    return x ^ (x >> 31)
+
+
+def shuffled_indices(n, seed):
+    v = list(range(n))
+    for i in range(n - 1, 0, -1):
+        j = min(int((splitmix64(seed ^ splitmix64(i)) >> 11) * 2.0 ** -53 * (i + 1)), i)
+        v[i], v[j] = v[j], v[i]
+    return v
+
+
+def stratified_split(labels, classes, fraction, seed):
+    """(train, val) indices: round(fraction * n_c) of each class c for validation, as duet draws them."""
+    train, val = [], []
+    for c in range(classes):
+        members = [i for i, label in enumerate(labels) if label == c]
+        n_val = math.floor(fraction * len(members) + 0.5)  # llround: halves away from zero
+        if not 0 < n_val < len(members):
+            raise SystemExit(f"torch_train.py: --val-fraction {fraction} leaves class {c} ({len(members)} images) empty")
+        order = shuffled_indices(len(members), splitmix64((seed & M64) ^ splitmix64((c + 0x76616c5f73706c74) & M64)))
+        for k, o in enumerate(order):
+            (val if k < n_val else train).append(members[o])
+    return sorted(train), sorted(val)
+
+
 # ---- training -------------------------------------------------------------------------------------
 def evaluate(model, images, labels, make_eval_batch, batch):
     model.eval()
@@ -190,6 +226,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--log", required=True)
+    ap.add_argument("--val-fraction", type=float, default=0,
+                    help="hold out this fraction of the training set (duet's split for the same --seed) to choose the "
+                         "best epoch on; the test split is then evaluated once, at the end")
     ap.add_argument("--amp", default="off", choices=["off", "bf16"],
                     help="bf16: torch.autocast('cpu', torch.bfloat16) around the forward and the loss, in training "
                          "and evaluation (what duet train --amp bf16 does)")
@@ -216,6 +255,19 @@ def main():
         make_eval = lambda idx: normalize(np.stack([center_crop(te_x[i], size) for i in idx]), mean, std)
 
     classes = int(max(tr_y.max(), te_y.max())) + 1
+    va_x = va_y = make_val = None
+    if a.val_fraction > 0:
+        tr_idx, va_idx = stratified_split(tr_y.tolist(), classes, a.val_fraction, a.seed)
+        if a.dataset == "cifar10":
+            va_x, tr_x = tr_x[va_idx], tr_x[tr_idx]
+            make_val = lambda idx: normalize(va_x[list(idx)], mean, std)
+        else:
+            va_x, tr_x = [tr_x[i] for i in va_idx], [tr_x[i] for i in tr_idx]
+            make_val = lambda idx: normalize(np.stack([center_crop(va_x[i], size) for i in idx]), mean, std)
+        va_y, tr_y = tr_y[va_idx], tr_y[tr_idx]
+        print(f"validation: {len(va_y)} of the {len(va_y) + len(tr_y)} training images held out "
+              f"(--val-fraction {a.val_fraction:g}, stratified, seed {a.seed})", flush=True)
+    best = None  # (validation accuracy, epoch, weights)
     model = make_model(a.model, classes, a.width_mult).to(memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum, nesterov=True, weight_decay=a.weight_decay)
     steps_per_epoch = math.ceil(len(tr_y) / a.batch)
@@ -253,18 +305,35 @@ def main():
         secs = time.time() - t0
         train_seconds += secs
         t1 = time.time()
+        split = "val" if make_val else "test"
         with amp():
-            test_loss, test_acc = evaluate(model, te_x, te_y, make_eval, 256)
+            if make_val:
+                ev_loss, ev_acc = evaluate(model, va_x, va_y, make_val, 256)
+            else:
+                ev_loss, ev_acc = evaluate(model, te_x, te_y, make_eval, 256)
         m = {"epoch": epoch + 1, "step": step, "lr": opt.param_groups[0]["lr"], "train_loss": loss_sum / seen,
-             "train_acc": correct / seen, "test_loss": test_loss, "test_acc": test_acc, "images_per_s": seen / secs,
+             "train_acc": correct / seen, f"{split}_loss": ev_loss, f"{split}_acc": ev_acc, "images_per_s": seen / secs,
              "epoch_seconds": secs, "eval_seconds": time.time() - t1, "train_seconds": train_seconds}
         with open(a.log, "a") as f:
             f.write(json.dumps(m) + "\n")
         print(f"epoch {epoch + 1}/{a.epochs}  loss {m['train_loss']:.4f}  train acc {100 * m['train_acc']:5.1f}%  "
-              f"test acc {100 * test_acc:5.2f}%  {m['images_per_s']:.0f} img/s  {secs:.1f} s", flush=True)
+              f"{split} acc {100 * ev_acc:5.2f}%  {m['images_per_s']:.0f} img/s  {secs:.1f} s", flush=True)
+        if make_val and (best is None or ev_acc > best[0]):  # a tie keeps the earlier epoch, as duet
+            best = (ev_acc, epoch + 1, {k: v.detach().clone() for k, v in model.state_dict().items()})
         if stopped or (budget > 0 and train_seconds >= budget):
             print(f"stopped after {train_seconds / 60:.1f} minutes of training", flush=True)
             break
+    if best is not None:  # the test split once, with the best epoch's weights
+        model.load_state_dict(best[2])
+        t1 = time.time()
+        with amp():
+            test_loss, test_acc = evaluate(model, te_x, te_y, make_eval, 256)
+        record = {"test": True, "epoch": best[1], "best_epoch": best[1], "val_acc": best[0], "test_loss": test_loss,
+                  "test_acc": test_acc, "test_images": len(te_y), "eval_seconds": time.time() - t1}
+        with open(a.log, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        print(f"test split (evaluated once, with the weights of epoch {best[1]}, the best on validation at "
+              f"{100 * best[0]:.2f}%): accuracy {100 * test_acc:.2f}%  loss {test_loss:.4f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -11,13 +11,18 @@ Recipe for both frameworks: SGD with Nesterov momentum 0.9, weight decay 5e-4, o
 rate (cosine up for 30% of the steps, then down), label smoothing 0.1, random crop + flip
 (CIFAR-10: pad 4 and crop 32; cat/dog: random-resized crop of at least 35% of the area at 128x128).
 Each run stops at the time budget (training time only: evaluation after every epoch is not
-counted). PyTorch runs bench/torch_train.py with --python, by default the benchmarks' environment
+counted). --val-fraction (default 0.1) holds the same stratified part of the training set out in
+both frameworks (duet's split, drawn from --seed): every epoch is evaluated on it, the best epoch is
+chosen on it, and the test split is evaluated once, at the end, with that epoch's weights; so the
+curves and the "minutes to target" are validation accuracy, and the test accuracy is one number per
+run that was not used to choose anything. --val-fraction 0 gives the old runs (test split after
+every epoch). PyTorch runs bench/torch_train.py with --python, by default the benchmarks' environment
 .venv-bench (scripts/setup_bench.sh). One difference in what
 is timed: PyTorch decodes the cat/dog photos before training starts (not counted), duet decodes
 them in its loader's workers during the first epoch (counted).
 
-Writes to --out: <framework>_<task>.jsonl (one line per epoch), train_accuracy.csv (all curves),
-train_accuracy.png (accuracy versus minutes), summary.json; prints a summary table.
+Writes to --out: <framework>_<task>.jsonl (one line per epoch, then the test record), train_accuracy.csv
+(all curves), train_accuracy.png (accuracy versus minutes), summary.json; prints a summary table.
 
   .venv-bench/bin/python bench/train_accuracy.py --duet build/duet            # the full benchmark (~50 min)
   .venv-bench/bin/python bench/train_accuracy.py --duet build/duet --minutes 1 --tasks cifar10   # a quick check
@@ -54,6 +59,8 @@ def duet_command(a, task, t, log, checkpoint):
            str(COMMON["label_smoothing"]), "--schedule", "onecycle", "--pct-start", str(COMMON["pct_start"]), "--flip",
            "--threads", str(a.threads), "--seed", str(a.seed), "--stop-after-minutes", str(a.minutes), "--log", log,
            "--checkpoint", checkpoint, "--log-every", "20", "--amp", a.amp]
+    if a.val_fraction > 0:
+        cmd += ["--val-fraction", str(a.val_fraction)]
     if "crop_padding" in t["augment"]:
         cmd += ["--crop-padding", str(t["augment"]["crop_padding"])]
     if "scale_min" in t["augment"]:
@@ -67,7 +74,8 @@ def torch_command(a, task, t, log):
            str(t["image_size"]), "--epochs", str(t["epochs"]), "--batch", str(t["batch"]), "--lr", str(t["lr"]),
            "--momentum", str(COMMON["momentum"]), "--weight-decay", str(COMMON["weight_decay"]), "--label-smoothing",
            str(COMMON["label_smoothing"]), "--pct-start", str(COMMON["pct_start"]), "--threads", str(a.threads),
-           "--seed", str(a.seed), "--stop-after-minutes", str(a.minutes), "--log", log, "--amp", a.amp]
+           "--seed", str(a.seed), "--stop-after-minutes", str(a.minutes), "--log", log, "--amp", a.amp,
+           "--val-fraction", str(a.val_fraction)]
     if "crop_padding" in t["augment"]:
         cmd += ["--crop-padding", str(t["augment"]["crop_padding"])]
     if "scale_min" in t["augment"]:
@@ -80,22 +88,31 @@ def torch_command(a, task, t, log):
 
 
 def read_log(path):
+    """(epoch rows, the test record or None). Each epoch row gets "split" and "acc"/"loss": its evaluation,
+    on the validation split (runs with --val-fraction) or on the test split (older runs)."""
     if not os.path.exists(path):
-        return []
+        return [], None
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        lines = [json.loads(line) for line in f if line.strip()]
+    rows = [r for r in lines if not r.get("test") is True]
+    for r in rows:
+        r["split"] = "val" if "val_acc" in r else "test"
+        r["acc"], r["loss"] = r[r["split"] + "_acc"], r[r["split"] + "_loss"]
+    return rows, next((r for r in lines if r.get("test") is True), None)
 
 
-def summarize(framework, task, rows, target):
+def summarize(framework, task, rows, test, target):
     s = dict(framework=framework, task=task, epochs=len(rows), target=target)
     if not rows:
         return s
-    best = max(rows, key=lambda r: r["test_acc"])
-    hit = next((r for r in rows if r["test_acc"] >= target), None)
-    s.update(final_acc=rows[-1]["test_acc"], best_acc=best["test_acc"], train_minutes=rows[-1]["train_seconds"] / 60,
-             minutes_to_target=hit["train_seconds"] / 60 if hit else None,
+    best = max(rows, key=lambda r: r["acc"])
+    hit = next((r for r in rows if r["acc"] >= target), None)
+    s.update(eval_split=rows[-1]["split"], final_acc=rows[-1]["acc"], best_acc=best["acc"], best_epoch=best["epoch"],
+             train_minutes=rows[-1]["train_seconds"] / 60, minutes_to_target=hit["train_seconds"] / 60 if hit else None,
              images_per_s=sum(r["images_per_s"] * r["epoch_seconds"] for r in rows) / max(
                  sum(r["epoch_seconds"] for r in rows), 1e-9))
+    if test is not None:  # the test split, once, with the best epoch on validation's weights
+        s.update(test_acc=test["test_acc"], test_loss=test["test_loss"], test_epoch=test["epoch"])
     return s
 
 
@@ -113,15 +130,20 @@ def plot(a, curves, summaries):
         for fw, style in (("duet", "o-"), ("torch", "s--")):
             rows = curves.get((fw, task), [])
             if rows:
-                ax.plot([r["train_seconds"] / 60 for r in rows], [100 * r["test_acc"] for r in rows], style,
-                        label="duet" if fw == "duet" else "PyTorch", markersize=4)
+                name = "duet" if fw == "duet" else "PyTorch"
+                ax.plot([r["train_seconds"] / 60 for r in rows], [100 * r["acc"] for r in rows], style,
+                        label=f"{name} ({rows[-1]['split']})", markersize=4)
+                s = next((x for x in summaries if x["framework"] == fw and x["task"] == task), {})
+                if "test_acc" in s:  # the one test number, at the end of the run
+                    ax.plot([s["train_minutes"]], [100 * s["test_acc"]], "*", markersize=11, color=ax.lines[-1].get_color(),
+                            label=f"{name} test (epoch {s['test_epoch']})")
         ax.axhline(100 * TASKS[task]["target"], color="grey", lw=0.8, ls=":")
         ax.axvline(a.minutes, color="grey", lw=0.8, ls=":")
         t = TASKS[task]
         ax.set_title(f"{task}: {t['model']} x{t['width_mult']} at {t['image_size']}px, batch {t['batch']}")
         ax.set_xlim(left=0)
         ax.set_xlabel("training time (minutes, evaluation excluded)")
-        ax.set_ylabel("test accuracy (%)")
+        ax.set_ylabel("accuracy (%): validation per epoch, test once")
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
@@ -149,6 +171,10 @@ def main():
                     help="mixed precision: duet train --amp, and for PyTorch torch.autocast (bf16 only: fp16 on the CPU "
                          "would need a gradient scaler the PyTorch script does not have); e.g. --amp bf16 --out DIR "
                          "to put bf16 runs beside f32 ones")
+    ap.add_argument("--val-fraction", type=float, default=0.1,
+                    help="validation split held out of the training set in both frameworks (duet's, from --seed): "
+                         "epochs are evaluated and the best chosen on it, the test split once at the end; 0: the test "
+                         "split after every epoch, as before")
     ap.add_argument("--plot-only", action="store_true", help="no training: summarise and plot the logs in --out")
     a = ap.parse_args()
     a.tasks = [t for t in a.tasks.split(",") if t]
@@ -201,32 +227,38 @@ def main():
     curves, summaries = {}, []
     with open(os.path.join(a.out, "train_accuracy.csv"), "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["framework", "task", "epoch", "train_seconds", "test_acc", "test_loss", "train_loss", "train_acc",
+        w.writerow(["framework", "task", "epoch", "train_seconds", "split", "acc", "loss", "train_loss", "train_acc",
                     "images_per_s"])
         for task in a.tasks:
             for fw in ("duet", "torch"):
-                rows = read_log(os.path.join(a.out, f"{fw}_{task}.jsonl"))
+                rows, test = read_log(os.path.join(a.out, f"{fw}_{task}.jsonl"))
                 if not rows:
                     continue
                 curves[(fw, task)] = rows
-                summaries.append(summarize(fw, task, rows, TASKS[task]["target"]))
+                summaries.append(summarize(fw, task, rows, test, TASKS[task]["target"]))
                 for r in rows:
-                    w.writerow([fw, task, r["epoch"], f"{r['train_seconds']:.2f}", f"{r['test_acc']:.4f}",
-                                f"{r['test_loss']:.4f}", f"{r['train_loss']:.4f}", f"{r['train_acc']:.4f}",
+                    w.writerow([fw, task, r["epoch"], f"{r['train_seconds']:.2f}", r["split"], f"{r['acc']:.4f}",
+                                f"{r['loss']:.4f}", f"{r['train_loss']:.4f}", f"{r['train_acc']:.4f}",
                                 f"{r['images_per_s']:.1f}"])
+                if test is not None:
+                    w.writerow([fw, task, test["epoch"], "", "test", f"{test['test_acc']:.4f}", f"{test['test_loss']:.4f}",
+                                "", "", ""])
     with open(os.path.join(a.out, "summary.json"), "w") as f:
-        json.dump(dict(minutes=a.minutes, threads=a.threads, tasks={k: TASKS[k] for k in a.tasks}, common=COMMON,
-                       results=summaries), f, indent=1)
+        json.dump(dict(minutes=a.minutes, threads=a.threads, val_fraction=a.val_fraction,
+                       tasks={k: TASKS[k] for k in a.tasks}, common=COMMON, results=summaries), f, indent=1)
     png = plot(a, curves, summaries)
 
-    print(f"\n{'task':8} {'framework':9} {'epochs':>6} {'train min':>9} {'img/s':>7} {'final acc':>9} {'best acc':>8} "
-          f"{'min to target':>13}")
+    print(f"\n{'task':8} {'framework':9} {'epochs':>6} {'train min':>9} {'img/s':>7} {'split':>5} {'final acc':>9} "
+          f"{'best acc (epoch)':>16} {'min to target':>13} {'test acc, once':>14}")
     for s in summaries:
         if s["epochs"] == 0:
             continue
         hit = f"{s['minutes_to_target']:.1f}" if s["minutes_to_target"] is not None else "not reached"
+        test = f"{100 * s['test_acc']:.2f}%" if "test_acc" in s else "-"
+        best = f"{100 * s['best_acc']:.2f}% ({s['best_epoch']})"
         print(f"{s['task']:8} {s['framework']:9} {s['epochs']:6d} {s['train_minutes']:9.1f} {s['images_per_s']:7.0f} "
-              f"{100 * s['final_acc']:8.2f}% {100 * s['best_acc']:7.2f}% {hit:>13}  (target {100 * s['target']:.0f}%)")
+              f"{s['eval_split']:>5} {100 * s['final_acc']:8.2f}% {best:>16} {hit:>13} {test:>14}"
+              f"  (target {100 * s['target']:.0f}% on {s['eval_split']})")
     print(f"\ncurves: {os.path.join(a.out, 'train_accuracy.csv')}" + (f"; plot: {png}" if png else ""))
 
 

@@ -24,6 +24,7 @@ const char* kFooter = R"(Start here:
       --checkpoint cifar.safetensors
   duet eval cifar.safetensors                   accuracy, loss and per-class accuracy
   duet predict -c cifar.safetensors photo.jpg   top-5 classes of an image
+  duet export --onnx cifar.onnx -c cifar.safetensors   the model as ONNX, for ONNX Runtime
   duet profile --model resnet18_cifar           per-op profile of training steps (no data needed)
   duet profile --model mobilenet_v2 --batch 16,32,64,128   throughput and memory per batch size
   duet probe; duet report run.json; duet compare a.json b.json   the profiler's tools
@@ -66,7 +67,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                                       add_predict_command(app, global), add_models_command(app, global),
                                       add_data_command(app, global),    add_selftest_command(app, global),
                                       add_profile_command(app, global), add_probe_command(app, global),
-                                      add_report_command(app),          add_compare_command(app)};
+                                      add_report_command(app),          add_compare_command(app),
+                                      add_export_command(app)};
   require_finite_floats(app);
   try {
     app.parse(argc, argv);

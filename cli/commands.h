@@ -33,6 +33,8 @@ Command add_probe_command(CLI::App& app, GlobalOptions& g);     // cli/probe.cpp
 // The profiler's readers take no global options: they compute nothing.
 Command add_report_command(CLI::App& app);   // cli/report.cpp
 Command add_compare_command(CLI::App& app);  // cli/compare.cpp
+// export writes files from a checkpoint or a fresh model: nothing to compute on a device either.
+Command add_export_command(CLI::App& app);   // cli/export.cpp
 
 // The report `duet data PATH` prints; duet::Error when the path is not a dataset duet can read.
 std::string describe_dataset(const std::string& path);

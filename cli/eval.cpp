@@ -70,7 +70,9 @@ Command add_eval_command(CLI::App& app, GlobalOptions& g) {
   cmd->add_option("--dataset", e->dataset, "synthetic, cifar10 or folder (default: the checkpoint's)")
       ->check(CLI::IsMember({"synthetic", "cifar10", "folder"}));
   cmd->add_option("--data", e->data, "Dataset folder (default: the one it was trained on)");
-  cmd->add_option("--split", e->split, "test or train")->capture_default_str()->check(CLI::IsMember({"test", "train"}));
+  cmd->add_option("--split", e->split, "test, train, or val (a run with --val-fraction: its validation split)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"test", "train", "val"}));
   cmd->add_option("--batch", e->batch, "Batch size")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--workers", e->workers, "Loader threads")->capture_default_str()->check(CLI::Range(0, 64));
   cmd->add_option("--memory-format", e->memory_format, "auto, nhwc or nchw (default: the checkpoint's run)")

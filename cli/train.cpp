@@ -1,6 +1,7 @@
 // `duet train` options and help.
 #include "cli/commands.h"
 #include "cli/global_options.h"
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <CLI/CLI.hpp>
@@ -92,6 +93,17 @@ void add_run_options(CLI::App& cmd, TrainConfig& c) {
       ->check(CLI::ExistingFile)
       ->group(g);
   cmd.add_flag("--freeze-backbone", c.freeze_backbone, "With --init-from: train only the classifier head")->group(g);
+  cmd.add_option("--val-fraction", c.data.val_fraction,
+                 "Hold out this fraction of the training set (stratified by class, drawn from --seed) for validation: "
+                 "epochs are evaluated on it, the best one is kept (with --checkpoint FILE: in FILE.best), and the test "
+                 "split is evaluated once, at the end, with the best epoch's weights")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            const double f = std::strtod(v.c_str(), nullptr);
+            return f > 0 && f < 1 ? std::string() : "must be a fraction strictly between 0 and 1 (0.1 holds out 10%), got " + v;
+          },
+          "FRACTION"))
+      ->group(g);
 
   const std::string o = "Output";
   cmd.add_option("--log", c.log, "Write one JSON object per epoch to this file (JSONL; a resumed run appends)")->group(o);
@@ -159,6 +171,8 @@ const char* kTrainFooter = R"(Examples:
       --epochs 15 --batch 128 --lr 0.2 --nesterov --schedule onecycle --label-smoothing 0.1 \
       --checkpoint cifar.safetensors --log cifar.jsonl
   duet train ... --resume cifar.safetensors            continue a stopped run (same options)
+  duet train ... --val-fraction 0.1 --checkpoint cifar.safetensors
+      pick the best epoch on 10% of the training set (cifar.best.safetensors); test reported once
   duet train --model resnet18_cifar --dataset cifar10 --data ../shared/data/cifar10 --device cuda --amp bf16
       mixed precision (fp16: --amp fp16, with dynamic loss scaling)
   duet train --model resnet18 --dataset folder --data ../shared/data/cats_dogs --image-size 64 \

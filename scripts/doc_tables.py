@@ -258,9 +258,20 @@ def accuracy(rel="train_accuracy/summary.json"):
         label = {"cifar10": "CIFAR-10", "catdog": "cat/dog"}.get(task, task)
         label += f": {spec['model']} x{spec['width_mult']:g}, {spec['image_size']} px, {spec['epochs']} epochs"
         for i, r in enumerate(x for x in d["results"] if x["task"] == task):
-            body.append([label if i == 0 else "", name.get(r["framework"], r["framework"]),
-                         f"{r['train_minutes']:.1f} min", f"{r['images_per_s']:.0f}", f"{r['final_acc'] * 100:.2f}%",
-                         f"{r['minutes_to_target']:.1f} ({r['target'] * 100:.0f}%)"])
+            row = [label if i == 0 else "", name.get(r["framework"], r["framework"]),
+                   f"{r['train_minutes']:.1f} min", f"{r['images_per_s']:.0f}", f"{r['final_acc'] * 100:.2f}%",
+                   f"{r['minutes_to_target']:.1f} ({r['target'] * 100:.0f}%)"
+                   if r["minutes_to_target"] is not None else f"not reached ({r['target'] * 100:.0f}%)"]
+            if d.get("val_fraction"):  # runs with a validation split: the test split once, at the best epoch
+                row.append(f"{r['test_acc'] * 100:.2f}% (epoch {r['test_epoch']})" if "test_acc" in r else "-")
+            body.append(row)
+    if d.get("val_fraction"):
+        return table(["task", "framework", "training time", "images/s", "final validation accuracy",
+                      "minutes to target (validation)", "test accuracy, once (best epoch on validation)"],
+                     ["---", "---", "---:", "---:", "---:", "---:", "---:"], body) + [
+            "", f"{d['threads']} threads, a {d['minutes']:g}-minute budget, one seed, {d['val_fraction']:g} of the "
+                f"training set held out for validation; machine not recorded in the file (its NOTES.md names it); "
+                f"{source(rel)}."]
     return table(["task", "framework", "training time", "images/s", "final test accuracy", "minutes to target"],
                  ["---", "---", "---:", "---:", "---:", "---:"], body) + [
         "", f"{d['threads']} threads, a {d['minutes']:g}-minute budget, one seed; machine not recorded in the file "

@@ -39,6 +39,23 @@ duet_require("libjpeg (libjpeg-turbo)" libjpeg-dev JPEG_FOUND)
 find_package(PNG QUIET)
 duet_require("libpng" libpng-dev PNG_FOUND)
 
+# Protocol buffers, for two formats: TensorBoard's event files (reports/tensorboard_event.proto,
+# compiled by protoc from protobuf-compiler) and ONNX's messages. One full runtime (libprotobuf-dev;
+# it holds the lite API the generated code uses) is shared by both parts of the process.
+find_package(Protobuf QUIET)
+if(NOT Protobuf_PROTOC_EXECUTABLE OR NOT TARGET protobuf::libprotobuf)
+  set(DUET_PROTOBUF_OK OFF)
+else()
+  set(DUET_PROTOBUF_OK ON)
+endif()
+duet_require("Protocol Buffers (protoc and the C++ runtime)" "protobuf-compiler libprotobuf-dev" DUET_PROTOBUF_OK)
+
+# ONNX export (`duet export --onnx`, export/): onnx's own protobuf classes (onnx::ModelProto), its
+# checker and shape inference, from Debian's libonnx-dev (ONNX 1.12: opsets up to 17). ONNX's CMake
+# config names protobuf::libprotobuf without looking for it, hence Protobuf above first.
+find_package(ONNX CONFIG QUIET)
+duet_require("ONNX (C++ headers and library, for ONNX export)" libonnx-dev ONNX_FOUND)
+
 # oneDNN. duet uses its CPU engine only, so it links the library directly instead of going through
 # dnnl-config.cmake: Debian builds oneDNN with the OpenCL GPU runtime, and that config calls
 # find_package(OpenCL REQUIRED), which needs the OpenCL headers and development library
@@ -145,18 +162,8 @@ if(DUET_ENABLE_CUDA AND DUET_HAVE_MPI)
   endif()
 endif()
 
-# TensorBoard event files (reports/event_file.cpp): protocol buffers compiled from
-# reports/tensorboard_event.proto by protoc (protobuf-compiler), linked with the protobuf library
-# (libprotobuf-dev; the full one, which holds the lite API the generated code uses, so that a part
-# that needs the full one, such as ONNX's messages, shares one runtime in the process); records
-# checksummed with Intel ISA-L's CRC32C (libisal-dev; Debian 12 has no package of Google's crc32c).
-find_package(Protobuf QUIET)
-if(NOT Protobuf_PROTOC_EXECUTABLE OR NOT TARGET protobuf::libprotobuf)
-  set(DUET_PROTOBUF_OK OFF)
-else()
-  set(DUET_PROTOBUF_OK ON)
-endif()
-duet_require("Protocol Buffers (protoc and the C++ runtime)" "protobuf-compiler libprotobuf-dev" DUET_PROTOBUF_OK)
+# TensorBoard's CRC32C for its event records (reports/event_file.cpp): Intel ISA-L's (libisal-dev;
+# Debian 12 has no package of Google's crc32c).
 find_path(ISAL_INCLUDE_DIR isa-l/crc.h)
 find_library(ISAL_LIBRARY isal)
 if(ISAL_INCLUDE_DIR AND ISAL_LIBRARY)

@@ -18,9 +18,11 @@ std::string epoch_line(const EpochMetrics& m, int64_t epochs) {
           ? fmt::format("  amp fp16 (scale {:g}, {} step{} skipped)", m.loss_scale, m.skipped_steps,
                         m.skipped_steps == 1 ? "" : "s")
           : fmt::format("  amp {}", m.amp);
-  return fmt::format("epoch {}/{}  loss {:.4f}  train acc {:5.1f}%  test loss {:.4f}  test acc {:5.2f}%  {:.0f} img/s  "
+  const char* split = m.has_val ? "val" : "test";  // --val-fraction: the test split waits for the run's end
+  return fmt::format("epoch {}/{}  loss {:.4f}  train acc {:5.1f}%  {} loss {:.4f}  {} acc {:5.2f}%  {:.0f} img/s  "
                      "{:.2f} s  lr {:.4g}  peak {}{}{}\n",
-                     m.epoch, epochs, m.train_loss, 100.0 * m.train_accuracy, m.test_loss, 100.0 * m.test_accuracy,
+                     m.epoch, epochs, m.train_loss, 100.0 * m.train_accuracy, split,
+                     m.has_val ? m.val_loss : m.test_loss, split, 100.0 * (m.has_val ? m.val_accuracy : m.test_accuracy),
                      m.images_per_s, m.epoch_seconds, m.lr, mib(m.peak_memory_bytes), amp_note,
                      m.time_budget_reached ? "  (time budget reached mid-epoch)" : "");
 }

@@ -40,6 +40,8 @@ ResumePoint check_resume(const std::string& path, const Checkpoint& ck, const Re
     DUET_CHECK(data.is_object() && optim.is_object(), "--resume '{}': the checkpoint's config has data {} and optim {}; "
                "expected objects", path, dump_lenient(data), dump_lenient(optim));
     same(data.value("dataset", nlohmann::json()), now["data"]["dataset"], "dataset");
+    same(data.value("val_fraction", nlohmann::json(0.0)), now["data"].value("val_fraction", nlohmann::json(0.0)),
+         "--val-fraction");
     same(optim.value("optimizer", nlohmann::json()), now["optim"]["optimizer"], "optimizer");
   } catch (const nlohmann::json::exception& e) {
     throw Error(fmt::format("--resume '{}': the checkpoint's config is malformed ({})", path, e.what()));

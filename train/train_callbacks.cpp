@@ -7,7 +7,7 @@
 namespace duet::app {
 
 nlohmann::json EpochMetrics::to_json() const {
-  return {{"epoch", epoch},
+  nlohmann::json j = {{"epoch", epoch},
           {"step", steps},
           {"lr", lr},
           {"train_loss", train_loss},
@@ -22,6 +22,13 @@ nlohmann::json EpochMetrics::to_json() const {
           {"amp", amp},
           {"skipped_steps", skipped_steps},
           {"loss_scale", loss_scale}};
+  if (has_val) {
+    j.erase("test_loss");
+    j.erase("test_acc");
+    j["val_loss"] = val_loss;
+    j["val_acc"] = val_accuracy;
+  }
+  return j;
 }
 
 void EpochLog::start_new() const {

@@ -32,6 +32,10 @@ struct EpochMetrics {
   double lr = 0;      // the last step's
   double train_loss = 0, train_accuracy = 0;
   double test_loss = 0, test_accuracy = 0;
+  // --val-fraction: the epoch was evaluated on the validation split (the test split is evaluated
+  // once, at the end of the run: TrainResult::test); test_* are then not set, nor logged.
+  bool has_val = false;
+  double val_loss = 0, val_accuracy = 0;
   double images_per_s = 0, epoch_seconds = 0, eval_seconds = 0;
   double train_seconds = 0;  // training time of the whole run so far (resumed runs included)
   int64_t peak_memory_bytes = 0;

@@ -6,6 +6,7 @@
 #include "datasets/image_folder.h"
 #include "datasets/synthetic.h"
 #include "engine/error.h"
+#include "train/val_split.h"
 
 namespace duet::app {
 
@@ -134,11 +135,22 @@ TrainData make_data(const DataOptions& o, uint64_t seed, bool want_train, const 
 
 }  // namespace
 
-TrainData make_train_data(const DataOptions& o, uint64_t seed) { return make_data(o, seed, true, "test"); }
+TrainData make_train_data(const DataOptions& o, uint64_t seed) {
+  TrainData d = make_data(o, seed, true, "test");
+  if (o.val_fraction > 0) hold_out_validation(d, o.val_fraction, seed);
+  return d;
+}
 
 TrainData make_eval_data(const DataOptions& o, uint64_t seed, const std::string& split) {
-  DUET_CHECK(split == "test" || split == "train", "split '{}': expected test or train", split);
-  return make_data(o, seed, false, split);
+  DUET_CHECK(split == "test" || split == "train" || split == "val", "split '{}': expected test, train or val", split);
+  DUET_CHECK(split != "val" || o.val_fraction > 0,
+             "split 'val': this model was trained without --val-fraction, so it has no validation split");
+  TrainData d = make_data(o, seed, false, split == "val" ? "train" : split);
+  if (split != "test" && o.val_fraction > 0) {  // the same split as the run's: same fraction, same seed
+    hold_out_validation(d, o.val_fraction, seed);
+    d.test = split == "val" ? d.val : d.train;
+  }
+  return d;
 }
 
 datasets::Pipeline pipeline_from_json(const nlohmann::json& t) {

@@ -30,11 +30,13 @@ struct DataOptions {
   std::string memory_format = "auto";  // auto | nhwc | nchw
   bool skip_bad = false;               // folder: leave out broken files instead of stopping
   int64_t max_image_pixels = 8192LL * 8192;  // folder: larger images are refused before decoding
+  double val_fraction = 0;  // > 0: this fraction of the training set held out for validation (train/val_split.h)
 };
 
 // What the trainer and evaluator need of the data.
 struct TrainData {
   std::shared_ptr<datasets::Dataset> train, test;
+  std::shared_ptr<datasets::Dataset> val;  // --val-fraction: held out of the training set; else null
   std::optional<datasets::Pipeline> train_pipeline, eval_pipeline;  // image datasets only
   std::vector<std::string> class_names;
   int64_t image_size = 0;
@@ -46,7 +48,8 @@ struct TrainData {
 
 // Throws duet::Error naming the missing path or the bad option.
 TrainData make_train_data(const DataOptions& o, uint64_t seed);
-// Only the test split (duet eval): split "test" or "train" (the latter unaugmented).
+// Only the test split (duet eval): split "test", "train" (unaugmented) or "val" (a run with
+// --val-fraction: its validation split, and then "train" is the rest).
 TrainData make_eval_data(const DataOptions& o, uint64_t seed, const std::string& split);
 
 // The pipeline an image file goes through for prediction, from eval_transform.
@@ -56,6 +59,6 @@ datasets::Pipeline pipeline_from_json(const nlohmann::json& eval_transform);
 // stored.
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DataOptions, dataset, path, image_size, train_size, test_size,
                                                 synthetic_classes, crop_padding, flip, scale_min, no_augment, workers,
-                                                memory_format, skip_bad)
+                                                memory_format, skip_bad, val_fraction)
 
 }  // namespace duet::app

@@ -13,6 +13,7 @@
 #include "train/profiling.h"
 #include "train/progress.h"
 #include "train/tensorboard_log.h"
+#include "train/val_split.h"
 
 namespace duet::app {
 
@@ -148,13 +149,20 @@ TrainResult run_training_on(dist::Communicator& comm, const TrainConfig& c0, con
     return n;
   }();
   if (!r.epochs.empty())
-    out << fmt::format("trained {} epochs ({} steps) in {:.2f} s ({:.0f} img/s); final test accuracy {:.2f}% (chance "
+    out << fmt::format("trained {} epochs ({} steps) in {:.2f} s ({:.0f} img/s); final {} accuracy {:.2f}% (chance "
                        "{:.1f}%){}\n",
                        r.epochs.size(), r.steps, r.train_seconds, r.train_seconds > 0 ? static_cast<double>(images) / r.train_seconds : 0.0,
-                       100.0 * r.epochs.back().test_accuracy, 100.0 / static_cast<double>(classes),
+                       r.epochs.back().has_val ? "validation" : "test",
+                       100.0 * (r.epochs.back().has_val ? r.epochs.back().val_accuracy : r.epochs.back().test_accuracy),
+                       100.0 / static_cast<double>(classes),
                        trainer.last_checkpoint().empty()
                            ? ""
                            : fmt::format("; checkpoint '{}'", trainer.last_checkpoint()));
+  if (r.test) {  // --val-fraction: the test split's one evaluation
+    out << r.test->line();
+    if (r.test->best && !c.checkpoint.empty())
+      out << fmt::format("best epoch on validation: '{}'\n", best_checkpoint_path(c.checkpoint));
+  }
   nlohmann::json report;
   if (c.profile && distributed)
     report = finish_profile_on_ranks(comm, run_config, c.profile_path, c.trace_path, trace_t0_ns, out);

@@ -109,6 +109,7 @@ void Trainer::resume_from(const std::string& path) {
                                       out_);
   load_state_dict(*model_, ck.model, true);
   opt_->load_state_tensors(ck.optimizer);
+  best_.load(ck.state.metrics);
   if (at.grad_scaler) scaler_.load_state(*at.grad_scaler);
   start_epoch_ = at.epoch;
   step_ = at.step;
@@ -140,21 +141,33 @@ void Trainer::write_checkpoint(int64_t epochs_done, const EpochMetrics& m, const
   last_checkpoint_ = c_.checkpoint;  // on every rank, for the messages; rank 0 writes the file
   last_checkpoint_epoch_ = epochs_done;
   if (comm_.rank() != 0) return;
-  CheckpointState s;
+  CheckpointState s = checkpoint_state(epochs_done, m);
   s.partial_epoch = partial_epoch;
+  save_checkpoint(c_.checkpoint, *model_, opt_.get(), s);
+  last_checkpoint_ = c_.checkpoint;
+  last_checkpoint_epoch_ = epochs_done;
+}
+
+CheckpointState Trainer::checkpoint_state(int64_t epochs_done, const EpochMetrics& m) const {
+  CheckpointState s;
   s.epoch = epochs_done;
   s.step = step_;
   s.generator_seed = default_generator().seed;
   s.generator_offset = default_generator().offset;
   s.config = checkpoint_config();
   s.metrics = m.to_json();
+  best_.store(s.metrics);
   if (scaler_.enabled()) {
     const optim::GradScaler::State g = scaler_.state();
     s.grad_scaler = {{"scale", g.scale}, {"growth_tracker", g.growth_tracker}, {"skipped_steps", g.skipped_steps}};
   }
-  save_checkpoint(c_.checkpoint, *model_, opt_.get(), s);
-  last_checkpoint_ = c_.checkpoint;
-  last_checkpoint_epoch_ = epochs_done;
+  return s;
+}
+
+// The best epoch on validation so far: its model and the run's metadata, without optimizer state
+// (for eval, predict and export; --resume continues from the latest checkpoint).
+void Trainer::write_best_checkpoint(const EpochMetrics& m) {
+  save_checkpoint(best_checkpoint_path(c_.checkpoint), *model_, nullptr, checkpoint_state(m.epoch, m));
 }
 
 std::string Trainer::last_good_checkpoint() const {
@@ -272,6 +285,7 @@ TrainResult Trainer::fit() {
                              .memory_format = format_,
                              .comm = distributed() ? &comm_ : nullptr};
   double train_seconds = train_seconds_before_;
+  bool paused = false;  // --stop-after-epochs: the run goes on later with --resume
 
   for (int64_t epoch = start_epoch_; epoch < c_.epochs; ++epoch) {
     model_->train();
@@ -318,6 +332,7 @@ TrainResult Trainer::fit() {
     if (stop == Stop::none && epoch + 1 < c_.epochs) stop = stops_.after_epoch(train_seconds, epoch + 1 - start_epoch_);
     if (stop != Stop::none) {
       result.stopped_early = stop == Stop::time_budget;
+      paused = stop == Stop::epoch_budget;
       if (stop == Stop::signal) result.interrupted_by = stopped_by_signal();
       out_ << stop_note(stop, epoch, train_seconds, false) << std::flush;
       break;
@@ -325,6 +340,22 @@ TrainResult Trainer::fit() {
   }
   result.steps = step_;
   result.train_seconds = train_seconds - train_seconds_before_;
+  // --val-fraction: the test split once, when the run is over (not a pause to be resumed).
+  if (data_.val && result.interrupted_by == 0 && !paused && !result.epochs.empty()) {
+    TestReport t{.epoch = best_.epoch(), .val_accuracy = best_.accuracy(), .best_epoch = best_.epoch()};
+    const auto run_test = [&] {
+      const AmpScope amp(amp_);
+      t.result = evaluate(*model_, *data_.test, data_.eval_pipeline, eval_setup);
+    };
+    if (!best_.with_best_weights(*model_, best_checkpoint_path(c_.checkpoint), run_test)) {
+      t.best = false;
+      t.epoch = result.epochs.back().epoch;
+      t.val_accuracy = result.epochs.back().val_accuracy;
+      run_test();
+    }
+    result.test = t;
+    if (comm_.rank() == 0) append_test_record(c_.log, t);  // after the epochs' lines
+  }
   return result;
 }
 
@@ -360,11 +391,19 @@ EpochMetrics Trainer::end_epoch(int64_t epoch, const EpochSums& s, double secs, 
   m.loss_scale = scaler_.scale();
   m.time_budget_reached = cut_short;
   const EvalResult ev = [&] {
-    const AmpScope amp(amp_);  // evaluate the model as it trains
-    return evaluate(*model_, *data_.test, data_.eval_pipeline, eval_setup);
+    const AmpScope amp(amp_);  // evaluate the model as it trains (--val-fraction: on the validation split)
+    return evaluate(*model_, data_.val ? *data_.val : *data_.test, data_.eval_pipeline, eval_setup);
   }();
-  m.test_loss = ev.loss;
-  m.test_accuracy = ev.accuracy;
+  if (data_.val) {
+    m.has_val = true;
+    m.val_loss = ev.loss;
+    m.val_accuracy = ev.accuracy;
+    if (best_.update(m.epoch, m.val_accuracy, *model_) && !c_.checkpoint.empty() && comm_.rank() == 0)
+      write_best_checkpoint(m);
+  } else {
+    m.test_loss = ev.loss;
+    m.test_accuracy = ev.accuracy;
+  }
   m.eval_seconds = ev.seconds;
   // The checkpoint of an epoch cut short would resume at the wrong step; write only whole ones.
   if (!cut_short) write_checkpoint(epoch + 1, m);

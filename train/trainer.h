@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 #include <nlohmann/json.hpp>
+#include "train/checkpoint.h"
 #include "train/evaluate.h"
 #include "train/lr_schedule.h"
 #include "train/run_env.h"
@@ -21,6 +22,7 @@
 #include "train/train_callbacks.h"
 #include "train/train_config.h"
 #include "train/train_data.h"
+#include "train/val_split.h"
 #include "distributed/communicator.h"
 #include "distributed/grad_reducer.h"
 #include "engine/nn/module.h"
@@ -41,6 +43,9 @@ struct TrainResult {
   double train_seconds = 0;
   bool stopped_early = false;        // --stop-after-minutes
   int interrupted_by = 0;            // SIGINT or SIGTERM stopped the run (see train/interrupt.h)
+  // --val-fraction: the test split's one evaluation, when the run ended (all epochs, or the time
+  // budget; not a stop to be resumed) with the best epoch on validation's weights (val_split.h).
+  std::optional<TestReport> test;
 };
 
 class Trainer {
@@ -124,6 +129,8 @@ private:
 
   void resume_from(const std::string& path);
   void write_checkpoint(int64_t epochs_done, const EpochMetrics& m, const nlohmann::json& partial_epoch = nullptr);
+  void write_best_checkpoint(const EpochMetrics& m);  // --val-fraction with --checkpoint (val_split.h)
+  CheckpointState checkpoint_state(int64_t epochs_done, const EpochMetrics& m) const;  // what both write
   // duet::Error naming the parameter when a weight is NaN or infinite after the update of
   // `epoch`'s batch `batch`: the loss check before each update cannot see the last one.
   void check_weights_finite(int64_t epoch, int64_t batch) const;
@@ -153,6 +160,7 @@ private:
   nlohmann::json resume_partial_;  // the resumed checkpoint's partial_epoch (null: start at a batch 0)
   std::vector<std::shared_ptr<TrainCallback>> callbacks_;  // added by the caller
   std::vector<std::shared_ptr<TrainCallback>> active_;     // fit()'s: the trainer's own, then the caller's
+  BestOnValidation best_;  // --val-fraction: the best epoch so far on the validation split
 };
 
 }  // namespace duet::app
