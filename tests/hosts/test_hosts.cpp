@@ -300,7 +300,7 @@ TEST(Hosts, LinkCutEndsTheJobNamingTheHost) {
   DUET_REQUIRE_HOSTS(2);
   const std::string dir = temp_dir("hosts_cut");
   const FaultRun f = run_with_fault(Fault::cut, dir);
-  expect_clean_end(Fault::cut, f, dir, 3 + 4, 3 + 8);
+  expect_clean_end(Fault::cut, f, dir, 3 + 4, 3 + 12);  // mpirun: TCP keepalive or retries, slower on a busy machine
   EXPECT_TRUE(contains(f.mpirun.out, "waited 3 s in an all-reduce")) << f.mpirun.out;
   EXPECT_TRUE(contains(f.mpirun.out, fmt::format("from ranks 2, 3 on {}", host_name(2)))) << f.mpirun.out;
 }
