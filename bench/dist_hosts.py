@@ -39,6 +39,19 @@ HOSTS = os.path.join(REPO, "scripts", "hosts.sh")
 PARAMS = {"resnet18_cifar": 11173962}  # f32 gradients: 4 bytes each (`duet models`)
 
 
+def predict(row):
+    """The model's exposed time for a measured row (from its own MPI figures and backward)."""
+    size, k = row["gradient_mb"] * 1e6, row["buckets"]
+    bw, lat, b = row["mpi_bus_gbs"] * 1e9, row["mpi_latency_us"] / 1e6, row["backward_ms"] / 1e3
+    T = cm.all_reduce_s(2, size, k, bw, lat)
+    row["predicted_all_reduce_ms"] = T * 1e3
+    row["predicted_exposed_ms_original"] = cm.exposed_s_original(T, b, k) * 1e3
+    # Corrected: the buckets queued as they become ready, at the bandwidth duet's all-reduce got while
+    # the rank trained (its profile's bus bandwidth), not the MPI program's alone.
+    row["predicted_exposed_ms"] = cm.exposed_s(2, [size / k] * k, b, (row["bus_gbs"] or row["mpi_bus_gbs"]) * 1e9, lat) * 1e3
+    return row
+
+
 def sh(cmd, timeout=900, check=True):
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     env.pop("OMP_NUM_THREADS", None)
@@ -105,7 +118,18 @@ def main():
     p.add_argument("--max-mb", type=float, default=64)
     p.add_argument("--seconds", type=float, default=0.5, help="time per size in the MPI program")
     p.add_argument("--json")
+    p.add_argument("--predict-only", action="store_true", help="recompute the predictions of --json's rows, measure nothing")
     args = p.parse_args()
+    if args.predict_only:
+        with open(args.json) as f:
+            d = json.load(f)
+        d["rows"] = [predict(r) for r in d["rows"]]
+        with open(args.json, "w") as f:
+            json.dump(d, f, indent=1)
+        for r in d["rows"]:
+            print(f"{r['rate']:>7} {r['bucket_mb']:g} MB: exposed {r['exposed_ms']:.0f} ms, predicted {r['predicted_exposed_ms_original']:.0f} "
+                  f"(table's formula) / {r['predicted_exposed_ms']:.0f} ms (queued, duet's bandwidth)")
+        return
     for path in (args.duet, args.mpi_bench):
         if not os.access(path, os.X_OK):
             sys.exit(f"dist_hosts: {path} not found: build duet first")
@@ -141,9 +165,8 @@ def main():
                                  "mpi_pingpong": net["pingpong"], "mpi_allreduce": net["allreduce"],
                                  "predicted_all_reduce_ms": T * 1e3,
                                  "predicted_exposed_ms_original": cm.exposed_s_original(T, b, len(sizes)) * 1e3,
-                                 "predicted_exposed_ms": cm.exposed_s(2, sizes, b, bw, latency) * 1e3,
                                  **med, "runs": runs})
-                    r = rows[-1]
+                    r = predict(rows[-1])
                     print(f"{rate:>7} buckets {bucket:g} MB ({len(sizes)}): MPI bus {bw / 1e9:.2f} GB/s, latency "
                           f"{latency * 1e6:.0f} us | duet step {r['median_step_ms']:.0f} ms, backward {r['backward_ms']:.0f} ms, "
                           f"all-reduce {r['all_reduce_ms']:.0f} ms/step ({r['bus_gbs'] or 0:.2f} GB/s bus), exposed "
