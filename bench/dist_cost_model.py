@@ -36,6 +36,47 @@ def all_reduce_s(n, size, buckets, bandwidth, latency):
     return 2 * (n - 1) * buckets * latency + 2 * (n - 1) / n * size / bandwidth
 
 
+def bucket_sizes(size, bucket_mb):
+    """Bytes per bucket: full buckets of bucket_mb, the rest in the last (duet fills them in order)."""
+    limit = bucket_mb * 1e6
+    full = int(size // limit)
+    rest = size - full * limit
+    return [limit] * full + ([rest] if rest > 0 else [])
+
+
+def exposed_s_original(T, backward, k):
+    """The table's formula: the all-reduce (T) runs during backward, except the last bucket's share."""
+    return max(T - backward, T / k)
+
+
+def exposed_s(n, sizes, backward, bandwidth, latency, ready=None, overlap_speed=1.0):
+    """Exposed communication per step with the buckets queued one after another (one communication
+    thread, as duet and DDP run them): bucket i becomes ready at ready[i] seconds into backward (by
+    default when backward has produced its share of the gradient bytes), starts when it is ready and
+    the previous one is done, and needs its own ring time. While backward runs, communication goes
+    at `overlap_speed` of its speed alone (1 where a rank has a core to spare for it; less where
+    the communication thread shares the rank's cores with backward: TCP's copies and MPI's sums
+    are CPU work). `bandwidth` should be what the all-reduce gets while the ranks train, which
+    across hosts here was 0.4-0.7 of what MPI's own benchmark gets alone
+    (bench/results/dist_hosts.json). What ends after backward is exposed."""
+    total = sum(sizes)
+    if ready is None:
+        ready, acc = [], 0.0
+        for s in sizes:
+            acc += s
+            ready.append(backward * acc / total)
+    t = 0.0
+    for s, r in zip(sizes, ready):
+        t = max(t, r)
+        work = all_reduce_s(n, s, 1, bandwidth, latency)  # seconds at full speed
+        if t < backward:  # the part that fits before backward ends goes at overlap_speed
+            slow = min(work / overlap_speed, backward - t)
+            work -= slow * overlap_speed
+            t += slow
+        t += work
+    return max(t - backward, 0.0)
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -1,9 +1,12 @@
 // The single-process communicator and the choice of the process's communicator.
 #include "distributed/communicator.h"
+#include <unistd.h>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <fmt/format.h>
+#include "distributed/launcher.h"
 #include "engine/error.h"
 
 namespace duet::dist {
@@ -26,6 +29,31 @@ void Communicator::wait_device(Device) {}
 void SingleProcess::abort(const std::string& message, int exit_code) {
   std::cerr << message << std::endl;
   std::exit(exit_code);
+}
+
+std::string this_host() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "unknown host";
+  return name;
+}
+
+std::string ranks_on_hosts(const std::vector<int>& ranks, const std::vector<std::string>& hosts) {
+  std::vector<std::pair<std::string, std::vector<int>>> groups;  // hosts in order of first appearance
+  for (int r : ranks) {
+    const std::string host = r >= 0 && static_cast<size_t>(r) < hosts.size() ? hosts[static_cast<size_t>(r)] : "?";
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == host; });
+    if (it == groups.end()) groups.push_back({host, {r}});
+    else it->second.push_back(r);
+  }
+  std::string s;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const auto& [host, rs] = groups[i];
+    s += i == 0 ? "" : i + 1 == groups.size() ? " and " : ", ";
+    s += rs.size() == 1 ? "rank " : "ranks ";
+    for (size_t k = 0; k < rs.size(); ++k) s += (k ? ", " : "") + std::to_string(rs[k]);
+    s += " on " + host;
+  }
+  return s;
 }
 
 namespace {
@@ -53,7 +81,17 @@ bool mpi_built_in() {
 
 Communicator& world() {
   static std::unique_ptr<Communicator> comm = []() -> std::unique_ptr<Communicator> {
-    if (!launched_by_mpi()) return std::make_unique<SingleProcess>();
+    if (!launched_by_mpi()) {
+      // srun without an MPI plug-in (--mpi=none, or a Slurm whose default is none) starts every
+      // task as a process of its own: each would train the whole job alone.
+      const LaunchEnv e = launch_env();
+      DUET_CHECK(e.launcher != "srun" || e.size <= 1,
+                 "srun started this process as task {} of {} without an MPI plug-in (no PMIx or PMI variables): every "
+                 "task would train alone. Start it with srun --mpi=pmix (or --mpi=pmi2; `srun --mpi=list` shows "
+                 "them), or with mpirun inside the allocation",
+                 e.rank, e.size);
+      return std::make_unique<SingleProcess>();
+    }
 #if defined(DUET_HAVE_NCCL)
     return make_nccl_communicator(make_mpi_communicator());
 #elif defined(DUET_HAVE_MPI)

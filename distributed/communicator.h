@@ -20,6 +20,9 @@
 
 namespace duet::dist {
 
+// This machine's host name (gethostname).
+std::string this_host();
+
 class Communicator {
 public:
   virtual ~Communicator() = default;
@@ -31,6 +34,9 @@ public:
   // or better was granted); the gradient reducer overlaps communication only then.
   virtual bool thread_safe() const = 0;
   virtual std::string describe() const = 0;  // "MPI (Open MPI v4.1.4), 2 ranks" for the run header
+  // The machine each rank runs on, in rank order (MPI_Get_processor_name, gathered once): what
+  // the run's layout and the messages about a lost rank name. One process: this machine's name.
+  virtual std::vector<std::string> hosts() const { return std::vector<std::string>(static_cast<size_t>(size()), this_host()); }
   // Who carries this communicator's collectives on memory of `where`, as the profile's backend
   // column names a communication window (profiler::CommScope): "mpi", "nccl".
   virtual const char* transport(Device where) const {
@@ -87,6 +93,10 @@ public:
   std::vector<std::string> gather(const std::string& bytes, int) override { return {bytes}; }
   [[noreturn]] void abort(const std::string& message, int exit_code) override;
 };
+
+// "rank 2 on h2", "ranks 2, 3 on h2 and rank 5 on h3": `ranks` (in rank order) grouped by the host
+// `hosts[rank]` each runs on.
+std::string ranks_on_hosts(const std::vector<int>& ranks, const std::vector<std::string>& hosts);
 
 // Whether this process was started by an MPI launcher (mpirun, mpiexec, srun with PMI/PMIx),
 // read from the launchers' environment variables; MPI is not initialised to find out.

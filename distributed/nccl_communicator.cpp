@@ -60,6 +60,7 @@ public:
   std::string describe() const override {
     return fmt::format("{}; NCCL {}.{}.{} for GPU buffers", host_->describe(), NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
   }
+  std::vector<std::string> hosts() const override { return host_->hosts(); }
   void all_reduce_sum(float* data, size_t count) override { host_->all_reduce_sum(data, count); }
   void all_reduce_sum(double* data, size_t count) override { host_->all_reduce_sum(data, count); }
   void broadcast(void* data, size_t bytes, int root) override { host_->broadcast(data, bytes, root); }

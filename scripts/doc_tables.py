@@ -249,6 +249,25 @@ def dist_cost_model(throughput_rel="train_throughput.json", step_scale=1.0, rank
             "the formula and link figures of `bench/dist_cost_model.py`."]
 
 
+def dist_hosts(rel):
+    """bench/dist_hosts.py: two hosts (network namespaces), one rank each, the link throttled."""
+    d = load(rel)
+    body = []
+    for r in d["rows"]:
+        link = {"off": "unthrottled"}.get(r["rate"], r["rate"].replace("gbit", " Gbit/s"))
+        body.append([link, f"{r['bucket_mb']:g} MB ({r['buckets']})", f"{r['mpi_bus_gbs']:.2f}", fmt(r["bus_gbs"], 2),
+                     f"{r['backward_ms']:.0f}", f"{r['all_reduce_ms']:.0f}", f"**{r['exposed_ms']:.0f}**",
+                     f"{r['predicted_exposed_ms_original']:.0f}", f"{r['predicted_exposed_ms']:.0f}"])
+    head = ["link", "buckets", "MPI all-reduce bus GB/s", "duet all-reduce bus GB/s", "backward ms",
+            "all-reduce ms/step", "exposed ms/step", "predicted: table's formula", "predicted: queued buckets"]
+    lb, la = d["load_before"], d["load_after"]
+    return table(head, ["---", "---"] + ["---:"] * 7, body) + [
+        "", f"{d['model']}, batch {d['batch_per_rank']} per rank, {d['ranks']} ranks on {d['hosts']} hosts of "
+            f"{d['cpus_per_host']} CPU each, median of {d['repeats']} runs of {d['steps']} steps; "
+            f"{machine_name(d.get('machine'))}; load average {lb[0]:.1f} before, {la[0]:.1f} after; {d['date']}; "
+            f"{source(rel)}."]
+
+
 # ---- accuracy in 10 minutes (bench/train_accuracy.py) ----
 def accuracy(rel="train_accuracy/summary.json"):
     d = load(rel)
@@ -301,6 +320,7 @@ TABLES = {
     "dist_cost_model": (dist_cost_model, (), {}),
     "dist_cost_model_gpu": (dist_cost_model, (), {"step_scale": 50.0, "links": ("100 GbE", "NVLink (H100)")}),
     "train_accuracy": (accuracy, (), {}),
+    "dist_hosts": (dist_hosts, ("dist_hosts.json",), {}),
 }
 
 

@@ -9,6 +9,7 @@ packages=(build-essential cmake ninja-build ccache libdnnl-dev libstb-dev libjpe
           python3-matplotlib  # matplotlib: the test of scripts/plot_profile.py
           protobuf-compiler libprotobuf-dev  # protoc and its runtime: TensorBoard event files, ONNX
           libisal-dev  # ISA-L's CRC32C: TensorBoard event records
+          iproute2  # ip netns: the tests' several hosts on one machine (scripts/hosts.sh)
           openmpi-bin libopenmpi-dev)  # MPI: data-parallel training across processes (optional to the build)
 if [ "${1:-}" = "--fuzz" ]; then packages+=(clang libclang-rt-14-dev); fi  # Debian 12's clang is clang 14
 source "$(dirname "$0")/apt_install_missing.sh"

@@ -2,6 +2,8 @@
 // (buckets, their order, overlap with backward, averaging, parameters without gradients) and
 // the loader's sharding (every sample of an epoch exactly once).
 #include <algorithm>
+#include <map>
+#include <tuple>
 #include <atomic>
 #include <numeric>
 #include <set>
@@ -9,6 +11,7 @@
 #include "datasets/loader.h"
 #include "datasets/synthetic.h"
 #include "distributed/grad_reducer.h"
+#include "distributed/launcher.h"
 #include "distributed/sync.h"
 #include "engine/backend.h"
 #include "engine/nn/layers.h"
@@ -286,6 +289,50 @@ TEST(DataParallelOptions, RanksShareTheCoresOrTheQuota) {
   EXPECT_EQ(app::rank_thread_share(16, 0, 1, 2), 1) << "bound to one core each";
   EXPECT_EQ(app::rank_thread_share(2, 0, 2, 4), 1) << "more ranks than cores still get a thread";
   EXPECT_EQ(app::rank_thread_share(64, 2, 64, 4), 1);
+}
+
+// Issue 44: what the launcher tells a rank, read the same way from srun (--mpi=pmix) as from
+// mpirun: rank, size, local rank and count from Slurm's variables (tasks per node as Slurm writes
+// them), and the CPUs per task, which cap a rank's threads.
+TEST(LaunchEnv, SrunWithPmixAsSlurmSetsIt) {
+  // Task 5 of `srun --mpi=pmix -N 3 --ntasks-per-node=2,2,1... --cpus-per-task=4` on the third node.
+  const std::map<std::string, std::string> srun{
+      {"SLURM_PROCID", "5"},          {"SLURM_LOCALID", "1"},           {"SLURM_NODEID", "2"},
+      {"SLURM_NTASKS", "7"},          {"SLURM_STEP_NUM_TASKS", "7"},    {"SLURM_NNODES", "3"},
+      {"SLURM_STEP_NUM_NODES", "3"},  {"SLURM_TASKS_PER_NODE", "2(x2),3"},
+      {"SLURM_STEP_TASKS_PER_NODE", "2(x2),3"}, {"SLURM_CPUS_PER_TASK", "4"}, {"PMIX_RANK", "5"}};
+  const auto lookup = [](const std::map<std::string, std::string>& env) {
+    return [&env](const char* name) -> const char* {
+      const auto it = env.find(name);
+      return it == env.end() ? nullptr : it->second.c_str();
+    };
+  };
+  const dist::LaunchEnv e = dist::launch_env(lookup(srun));
+  EXPECT_EQ(e.launcher, "srun");
+  EXPECT_TRUE(e.mpi);
+  EXPECT_EQ(e.rank, 5);
+  EXPECT_EQ(e.size, 7);
+  EXPECT_EQ(e.local_rank, 1);
+  EXPECT_EQ(e.local_size, 3) << "node 2 of \"2(x2),3\" runs 3 tasks";
+  EXPECT_EQ(e.node, 2);
+  EXPECT_EQ(e.nodes, 3);
+  EXPECT_EQ(e.cpus_per_task, 4);
+  // srun without an MPI plug-in: Slurm's variables, no PMIx: not an MPI launch (world() refuses it).
+  std::map<std::string, std::string> plain = srun;
+  plain.erase("PMIX_RANK");
+  EXPECT_FALSE(dist::launch_env(lookup(plain)).mpi);
+  // mpirun (inside an allocation or not): Open MPI's variables win.
+  const std::map<std::string, std::string> mpirun{{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                                                  {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}};
+  const dist::LaunchEnv m = dist::launch_env(lookup(mpirun));
+  EXPECT_EQ(m.launcher, "mpirun");
+  EXPECT_EQ(std::make_tuple(m.rank, m.size, m.local_rank, m.local_size, m.cpus_per_task), std::make_tuple(3, 4, 1, 2, 0));
+  EXPECT_EQ(dist::launch_env(lookup({})).launcher, "");
+  EXPECT_EQ(dist::slurm_tasks_on_node("4", 0), 4);
+  EXPECT_EQ(dist::slurm_tasks_on_node("2(x3),1", 2), 2);
+  EXPECT_EQ(dist::slurm_tasks_on_node("2(x3),1", 3), 1);
+  EXPECT_EQ(dist::slurm_tasks_on_node("2(x3),1", 4), -1);
+  EXPECT_EQ(dist::slurm_tasks_on_node("bad", 0), -1);
 }
 
 // Issue 41: the GPU of a local rank is its index modulo the devices the rank sees, so that a

@@ -22,9 +22,11 @@
 #include <fmt/format.h>
 #include "train/checkpoint.h"
 #include "engine/serialize.h"
+#include "tests/dist_support.h"
 #include "tests/test_support.h"
 
 using namespace duet;
+using namespace duet::testing;
 namespace fs = std::filesystem;
 
 namespace {
@@ -43,93 +45,7 @@ const std::string kWorker = DUET_DIST_WORKER;
     }                                                                                                             \
   } while (0)
 
-struct Proc {
-  int rc = -1;
-  std::string out;
-  double seconds = 0;
-};
-
-// Runs a shell command (output and errors together) under `timeout`, so that a hang fails the
-// test instead of blocking it.
-Proc sh(const std::string& cmd, int timeout_s = 120) {
-  ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-  ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-  const auto t0 = std::chrono::steady_clock::now();
-  const std::string full = fmt::format("timeout -k 5 {} sh -c '{}' 2>&1", timeout_s, cmd);
-  Proc r;
-  FILE* p = ::popen(full.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return r;
-}
-
 std::string mpi(int np, const std::string& args) { return fmt::format("{} --oversubscribe -np {} {}", kMpirun, np, args); }
-
-// The folders temp_dir made, removed with their checkpoints and profiles when the test program
-// exits (ctest runs each test in a process of its own), so that runs do not pile up in /tmp.
-struct MadeDirs {
-  std::vector<fs::path> paths;
-  ~MadeDirs() {
-    std::error_code ec;
-    for (const fs::path& p : paths) fs::remove_all(p, ec);
-  }
-};
-
-std::string temp_dir(const std::string& name) {
-  static MadeDirs made;
-  const fs::path d = fs::path(::testing::TempDir()) / fmt::format("duet_dist_{}_{}", name, ::getpid());
-  fs::remove_all(d);
-  fs::create_directories(d);
-  made.paths.push_back(d);
-  return d.string();
-}
-
-// Largest |a - b| over a tensor, relative to its largest |b|; the worst over the named tensors.
-double max_relative_difference(const NamedTensors& a, const NamedTensors& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    EXPECT_EQ(a[i].first, b[i].first);
-    const std::vector<double> x = a[i].second.to(DType::f64).to_vector<double>();
-    const std::vector<double> y = b[i].second.to(DType::f64).to_vector<double>();
-    EXPECT_EQ(x.size(), y.size()) << a[i].first;
-    double diff = 0, scale = 0;
-    for (size_t k = 0; k < std::min(x.size(), y.size()); ++k) {
-      diff = std::max(diff, std::abs(x[k] - y[k]));
-      scale = std::max(scale, std::abs(y[k]));
-    }
-    worst = std::max(worst, scale > 0 ? diff / scale : diff);
-  }
-  return worst;
-}
-
-// ||a - b|| / ||b|| over all the named tensors together (Euclidean norms).
-double relative_l2_difference(const NamedTensors& a, const NamedTensors& b) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    const std::vector<double> x = a[i].second.to(DType::f64).to_vector<double>();
-    const std::vector<double> y = b[i].second.to(DType::f64).to_vector<double>();
-    for (size_t k = 0; k < std::min(x.size(), y.size()); ++k) {
-      diff += (x[k] - y[k]) * (x[k] - y[k]);
-      norm += y[k] * y[k];
-    }
-  }
-  return std::sqrt(diff / norm);
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // N ranks with batch b against one process with batch N * b (must match) and with batch b (must
 // not: the comparison can tell the two apart).
@@ -351,6 +267,18 @@ TEST(Distributed, ResumeRestoresEveryRankAndNeedsTheSameRankCount) {
   EXPECT_TRUE(contains(alone.out, "written by a run on 2 ranks and this run has 1")) << alone.out;
 }
 
+// srun without an MPI plug-in starts every task alone (Slurm's variables, no PMIx): duet refuses
+// instead of letting each task train the whole job by itself.
+TEST(Distributed, SrunWithoutAnMpiPluginIsRefused) {
+  const Proc r = sh(fmt::format("env SLURM_PROCID=1 SLURM_LOCALID=1 SLURM_NTASKS=4 SLURM_STEP_NUM_TASKS=4 {} train --model "
+                                "mlp --dataset synthetic --train-size 16 --test-size 16 --epochs 1 --workers 0",
+                                kDuet),
+                    60);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "srun started this process as task 1 of 4 without an MPI plug-in")) << r.out;
+  EXPECT_TRUE(contains(r.out, "srun --mpi=pmix")) << r.out;
+}
+
 TEST(Distributed, MismatchedOptionStopsEveryRankNamingIt) {
   DUET_REQUIRE_MPI();
   const std::string args = "train --model mlp --dataset synthetic --train-size 64 --test-size 16 --batch 8 --epochs 1 "
@@ -471,6 +399,7 @@ TEST(Distributed, HungRankEndsTheJobAfterTheCommTimeout) {
   EXPECT_NE(r.rc, 124) << "mpirun still ran at the timeout:\n" << r.out;
   EXPECT_TRUE(contains(r.out, "rank 0 of 2 waited 3 s")) << r.out;
   EXPECT_TRUE(contains(r.out, "--comm-timeout")) << r.out;
+  EXPECT_TRUE(contains(r.out, "no answer within 0.75 s from rank 1 on ")) << "the rank that did not answer, named:\n" << r.out;
   EXPECT_GE(after, 3.0) << r.out;
   EXPECT_LT(after, 60) << r.out;
   std::cout << fmt::format("[ measure  ] the job ended {:.2f} s after rank 1 was stopped (timeout 3 s, exit {})\n", after,

@@ -9,6 +9,7 @@
 #include "engine/backend.h"
 #include "engine/error.h"
 #include "engine/machine_limits.h"
+#include "distributed/launcher.h"
 
 namespace duet::app {
 
@@ -21,10 +22,19 @@ int rank_thread_share(int machine_cores, int quota, int bound_cores, int local_r
   return std::max(1, std::min(share, bound_cores));
 }
 
-int threads_per_rank(const dist::Communicator& comm) {
+int threads_per_rank(const dist::Communicator& comm, std::string* why) {
   const long online = sysconf(_SC_NPROCESSORS_ONLN);
   const int bound = usable_cpus();  // the affinity mask (the launcher's binding), within the quota
-  return rank_thread_share(online > 0 ? static_cast<int>(online) : bound, cpu_quota(), bound, comm.local_size());
+  const int cores = online > 0 ? static_cast<int>(online) : bound;
+  int n = rank_thread_share(cores, cpu_quota(), bound, comm.local_size());
+  if (why) *why = fmt::format("{} cores / {} rank{} here{}", std::min(cores, bound), comm.local_size(),
+                              comm.local_size() == 1 ? "" : "s", bound < cores ? ", bound" : "");
+  const int per_task = dist::launch_env().cpus_per_task;  // srun --cpus-per-task
+  if (per_task > 0 && per_task < n) {
+    n = per_task;
+    if (why) *why = fmt::format("SLURM_CPUS_PER_TASK={}", per_task);
+  }
+  return n;
 }
 
 int rank_gpu(int local_rank, int visible_gpus) {
@@ -45,6 +55,49 @@ GlobalOptions options_for_rank(const dist::Communicator& comm, GlobalOptions g) 
   if (g.device == "cuda")
     g.device = fmt::format("cuda:{}", rank_gpu(comm.local_rank(), device_count(DeviceType::cuda)));
   return g;
+}
+
+std::string rank_layout(dist::Communicator& comm, int asked_threads, int threads) {
+  if (comm.size() == 1) return "";
+  std::string threads_why = asked_threads > 0 ? "--threads" : std::getenv("OMP_NUM_THREADS") ? "OMP_NUM_THREADS" : "";
+  if (threads_why.empty()) threads_per_rank(comm, &threads_why);
+  // Each rank's line: host, local rank, threads and why, tab-separated; rank 0 groups them by host.
+  const std::vector<std::string> all = comm.gather(
+      fmt::format("{}\t{}\t{}\t{}", comm.hosts()[static_cast<size_t>(comm.rank())], comm.local_rank(), threads, threads_why), 0);
+  if (comm.rank() != 0) return "";
+  struct Host {
+    std::string name;
+    std::vector<std::string> ranks, locals, threads;
+  };
+  std::vector<Host> hosts;
+  for (size_t r = 0; r < all.size(); ++r) {
+    std::vector<std::string> f;
+    for (size_t start = 0;;) {
+      const size_t tab = all[r].find('\t', start);
+      f.push_back(all[r].substr(start, tab == std::string::npos ? std::string::npos : tab - start));
+      if (tab == std::string::npos) break;
+      start = tab + 1;
+    }
+    f.resize(4);
+    auto it = std::find_if(hosts.begin(), hosts.end(), [&](const Host& h) { return h.name == f[0]; });
+    if (it == hosts.end()) it = hosts.insert(hosts.end(), Host{f[0], {}, {}, {}});
+    it->ranks.push_back(std::to_string(r));
+    it->locals.push_back(f[1]);
+    const std::string t = f[2] + (f[3].empty() ? "" : " (" + f[3] + ")");
+    if (std::find(it->threads.begin(), it->threads.end(), t) == it->threads.end()) it->threads.push_back(t);
+  }
+  const auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+    return s;
+  };
+  std::string line = fmt::format("ranks on {} host{}:", hosts.size(), hosts.size() == 1 ? "" : "s");
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    const Host& h = hosts[i];
+    line += fmt::format("{} {}: rank{} {} (local {}), threads {}", i ? ";" : "", h.name, h.ranks.size() == 1 ? "" : "s",
+                        join(h.ranks), join(h.locals), join(h.threads));
+  }
+  return line + "\n";
 }
 
 namespace {

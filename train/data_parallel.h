@@ -2,6 +2,7 @@
 // the run's settings every rank must share, and ending the whole job when one rank fails.
 #pragma once
 #include <exception>
+#include <string>
 #include <ostream>
 #include <string>
 #include "train/run_env.h"
@@ -13,8 +14,9 @@ namespace duet::app {
 
 // OpenMP threads for one of comm.local_size() ranks on this machine: its share of the cores, or of
 // the control group's CPU quota where smaller (at least 1, at most the cores the launcher bound it
-// to), so the ranks do not oversubscribe them.
-int threads_per_rank(const dist::Communicator& comm);
+// to, and at most the CPUs per task Slurm gave it: SLURM_CPUS_PER_TASK), so the ranks do not
+// oversubscribe them. `why`, when given, gets what decided ("2 cores / 2 ranks here").
+int threads_per_rank(const dist::Communicator& comm, std::string* why = nullptr);
 // The GPU index of local rank `local_rank` among the `visible_gpus` devices this process sees: the
 // local rank modulo the count, so that a launcher that masks devices per rank (each rank sees only
 // its own, as cuda:0) and one that shows every rank all of them both work. duet::Error when the rank
@@ -28,6 +30,12 @@ int rank_thread_share(int machine_cores, int quota, int bound_cores, int local_r
 // GPU per rank on each machine, as torchrun's LOCAL_RANK convention has it. In one process, `g` as
 // given.
 GlobalOptions options_for_rank(const dist::Communicator& comm, GlobalOptions g);
+
+// Where the ranks run and with how many threads, one line per host, gathered to rank 0 (a
+// collective: every rank calls it; the others get ""):
+//   ranks: duet-h1: ranks 0, 1 (local 0, 1), 1 thread each (2 cores / 2 ranks here); duet-h2: ...
+// `asked_threads`: --threads as given (0: none); `threads`: the OpenMP threads this rank runs.
+std::string rank_layout(dist::Communicator& comm, int asked_threads, int threads);
 
 // The settings that must be equal on every rank: the whole TrainConfig (as stored in
 // checkpoints) and the options that are not part of it, each named as on the command line.

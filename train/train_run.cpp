@@ -98,6 +98,7 @@ TrainResult run_training_on(dist::Communicator& comm, const TrainConfig& c0, con
                        trainer.reducer()->overlapping() ? "averaged during"
                        : c.sync_bn                       ? "averaged after (--sync-bn)"
                                                          : "averaged after (no MPI thread support)");
+    out << rank_layout(comm, g0.threads, env.threads);
     if (c.sync_bn)
       out << fmt::format("sync-bn: {} batch norm layer{} normalised over all ranks' batches\n",
                          trainer.sync_bn_layers(), trainer.sync_bn_layers() == 1 ? "" : "s");
