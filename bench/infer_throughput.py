@@ -246,7 +246,7 @@ def main():
                     print(f"  {model} {d} batch 1: step {w['step_ms']:.2f} ms, untracked {w['untracked_ms']:.2f} ms; {top}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"machine": m, "threads": a.threads, "steps": a.steps, "warmup": a.warmup, "rows": rows,
+            json.dump({"machine": m, "date": time.strftime("%Y-%m-%d", time.gmtime()), "threads": a.threads, "steps": a.steps, "warmup": a.warmup, "rows": rows,
                        "where_batch1": where}, f, indent=1)
             f.write("\n")
 

@@ -268,6 +268,29 @@ def dist_hosts(rel):
             f"{source(rel)}."]
 
 
+# ---- inference (bench/infer_throughput.py) ----
+def inference(rel):
+    """duet's eval-mode passes against PyTorch eager, torch.compile and ONNX Runtime on duet's export."""
+    d = load(rel)
+    body = []
+    for r in d["rows"]:
+        def ms(v):
+            return "-" if v is None else f"{v * 1e3:.2f}"
+        best = r.get("best_peer_s")
+        body.append([r["model"], r["dtype"], str(r["batch"]), f"**{ms(r['duet_s'])}**", ms(r.get("torch_s")),
+                     ms(r.get("compile_s")), ms(r.get("ort_s")),
+                     ratio(best / r["duet_s"] if best else None),
+                     f"{r['duet_s'] / r['batch'] * 1e3:.2f}" if r["batch"] == 1 else f"{r['batch'] / r['duet_s']:.0f}"])
+    loads = [x for r in d["rows"] for x in (r["load_before"], r["load_after"])]
+    return table(["model", "dtype", "batch", "duet ms", "PyTorch eager ms", "torch.compile ms", "ONNX Runtime ms",
+                  "duet vs the best other", "duet: ms per image (batch 1) / images/s"],
+                 ["---", "---", "---:", "---:", "---:", "---:", "---:", "---:", "---:"], body) + [
+        "", f"The median of {d['steps']} passes after {d['warmup']} warm-up, {d['threads']} threads, PyTorch with the faster "
+            f"of NCHW and channels-last; ONNX Runtime in f32 only (no bf16 convolutions on its CPU provider); "
+            f"{machine_name(d.get('machine'))}; load average {min(loads):.1f}-{max(loads):.1f}; "
+            f"{d.get('date', 'date not recorded')}; {source(rel)}."]
+
+
 # ---- accuracy in 10 minutes (bench/train_accuracy.py) ----
 def accuracy(rel="train_accuracy/summary.json"):
     d = load(rel)
@@ -321,6 +344,7 @@ TABLES = {
     "dist_cost_model_gpu": (dist_cost_model, (), {"step_scale": 50.0, "links": ("100 GbE", "NVLink (H100)")}),
     "train_accuracy": (accuracy, (), {}),
     "dist_hosts": (dist_hosts, ("dist_hosts.json",), {}),
+    "inference_amx": (inference, ("infer_throughput_amx_2b97e85.json",), {}),
 }
 
 
