@@ -71,6 +71,10 @@ cleanup() {
   local i
   summary
   for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do umount -R "${mounts[$i]}" 2>/dev/null || umount -lR "${mounts[$i]}" 2>/dev/null || true; done
+  # Mounts that what ran inside made there (`ip netns add` binds the root's /run/netns, the hosts
+  # tests' probe), deepest first.
+  local m
+  while read -r m; do umount -l "$m" 2>/dev/null || true; done < <(awk -v w="$work/" 'index($2, w) == 1 {print $2}' /proc/self/mounts | sort -r)
   # Never delete through a mount that is still there: /dev, the ccache folder and the data are the
   # host's own.
   if grep -qF " $work/" /proc/self/mounts; then
