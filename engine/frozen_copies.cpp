@@ -8,6 +8,22 @@
 namespace duet {
 
 namespace {
+// What a copy is of: the source storage under one freeze, at an offset, and what was made of it.
+struct Key {
+  uint64_t storage = 0, freeze = 0;
+  int64_t offset = 0;
+  std::string what;
+  bool operator==(const Key& o) const {
+    return storage == o.storage && freeze == o.freeze && offset == o.offset && what == o.what;
+  }
+};
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    size_t h = std::hash<std::string>{}(k.what);
+    for (const uint64_t v : {k.storage, k.freeze, static_cast<uint64_t>(k.offset)}) h = h * 1000003u ^ std::hash<uint64_t>{}(v);
+    return h;
+  }
+};
 struct Entry {
   std::weak_ptr<Storage> source;
   uint64_t freeze = 0;
@@ -15,7 +31,7 @@ struct Entry {
 };
 struct Copies {
   std::mutex mu;
-  std::unordered_map<std::string, Entry> map;
+  std::unordered_map<Key, Entry, KeyHash> map;
 };
 Copies& copies() {
   static Copies c;
@@ -30,7 +46,7 @@ bool stale(const Entry& e) {
 Tensor frozen_copy(const Tensor& t, const std::string& what, const std::function<Tensor()>& make) {
   const uint64_t freeze = t.freeze_number();
   DUET_CHECK(freeze != 0, "frozen_copy({}): the tensor of shape {} is not frozen", what, shape_str(t.shape()));
-  const std::string key = fmt::format("{}/{}/{}/{}", t.storage()->id, freeze, t.offset(), what);
+  const Key key{t.storage()->id, freeze, t.offset(), what};
   Copies& c = copies();
   {
     std::lock_guard<std::mutex> lock(c.mu);

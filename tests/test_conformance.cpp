@@ -671,8 +671,9 @@ TEST(CpuBackend, AutomaticPolicyRunsSmallPointwiseConvolutionsAsMatmul) {
   EXPECT_EQ(count(bf16), cpu::bf16_on_amx() ? 3u : 1u) << bf16;
   EXPECT_NE(bf16.find("conv2d.backward_weight=matmul/"), std::string::npos) << bf16;
   EXPECT_EQ(count(impls({2, 64, 32, 32}, {64, 64, 1, 1}, false, DType::bf16)), cpu::bf16_on_amx() ? 3u : 0u);
-  if (cpu::bf16_on_amx())  // a forward of 512 inputs stays on the convolution kernel
+  if (cpu::bf16_on_amx()) {  // a forward of 512 inputs stays on the convolution kernel
     EXPECT_EQ(count(impls({2, 512, 8, 8}, {64, 512, 1, 1}, false, DType::bf16)), 2u);
+  }
   ScopedPolicy never(cpu::set_pointwise_gemm_policy, cpu::KernelPolicy::never);
   const std::string off = impls({64, 512, 2, 2}, {128, 512, 1, 1}, false);
   EXPECT_EQ(count(off), 0u) << off;

@@ -26,18 +26,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh folder under the temporary directory, removed with the fixture.
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag) {
-    path = fs::temp_directory_path() / fmt::format("duet_onnx_{}_{}", tag, ::getpid());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& f) const { return (path / f).string(); }
-  size_t files() const { return static_cast<size_t>(std::distance(fs::directory_iterator(path), fs::directory_iterator())); }
-};
+using duet::testing::TempDir;
 
 onnx::ModelProto parse(const std::string& bytes) {
   onnx::ModelProto m;
@@ -217,7 +206,7 @@ TEST(OnnxExport, ModuleWithoutTranslationIsNamedAndNothingIsWritten) {
   i.image_size = 8;
   EXPECT_ERROR_HAS(exporter::export_onnx(model, i, dir / "m.onnx"), "module 'body.1'", "Doubler",
                    "has no ONNX translation", "Conv2d");
-  EXPECT_EQ(dir.files(), 0u);
+  EXPECT_EQ(dir.files().size(), 0u);
 
   nn::Sequential lambda;
   lambda.push_back(std::make_shared<nn::Lambda>([](const Tensor& x) { return x; }, "MyGlue"));
@@ -227,7 +216,7 @@ TEST(OnnxExport, ModuleWithoutTranslationIsNamedAndNothingIsWritten) {
   nn::Sequential sub;
   sub.push_back(std::make_shared<ShiftedConv>());
   EXPECT_ERROR_HAS(exporter::onnx_model_bytes(sub, i), "module '0'", "has no ONNX translation");
-  EXPECT_EQ(dir.files(), 0u);
+  EXPECT_EQ(dir.files().size(), 0u);
 }
 
 TEST(OnnxExport, BadInfoAndOutputsAreErrorsBeforeAnyFile) {
@@ -259,7 +248,7 @@ TEST(OnnxExport, BadInfoAndOutputsAreErrorsBeforeAnyFile) {
   wrong.image_size = 64;
   EXPECT_ERROR_HAS(exporter::export_onnx(*vit, wrong, dir / "m.onnx"), "VisionTransformer for 32x32 images",
                    "[batch, 3, 64, 64]");
-  EXPECT_EQ(dir.files(), 0u);
+  EXPECT_EQ(dir.files().size(), 0u);
 }
 
 // Weights over the threshold go to "<file>.data", which the .onnx file names relatively.
@@ -292,7 +281,7 @@ TEST(OnnxExport, LargeWeightsGoToAnExternalDataFile) {
     EXPECT_EQ(t.external_data(0).value(), "m.onnx.data");
   }
   EXPECT_EQ(external, 17);  // small_cnn's parameters and float buffers
-  EXPECT_EQ(dir.files(), 2u);
+  EXPECT_EQ(dir.files().size(), 2u);
 }
 
 // ---- duet export ------------------------------------------------------------------------------------

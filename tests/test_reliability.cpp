@@ -42,12 +42,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path temp_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / fmt::format("duet_test_reliability_{}_{}", name, ::getpid());
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path temp_dir(const std::string& name) { return duet::testing::fresh_temp_dir("test_reliability_" + name); }
 
 
 // The tiny synthetic run of tests/trainer_config.h as command-line options.

@@ -1,11 +1,15 @@
 // Shared helpers for the test suites: the gradient checker, tensor comparison, backend lists
 // and the shared data folder.
 #pragma once
+#include <unistd.h>
+#include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
 #include <gtest/gtest.h>
+#include <fmt/format.h>
 #include "engine/duet.h"
 
 namespace duet::testing {
@@ -58,5 +62,36 @@ std::string data_dir();
     if (std::getenv("DUET_REQUIRE_CUDA")) FAIL() << "DUET_REQUIRE_CUDA is set, but " << why; \
     GTEST_SKIP() << why;                                                              \
   } while (0)
+
+// An empty folder "duet_<name>_<pid>" under the temporary directory (emptied if it was there),
+// left after the test for a look at what it wrote.
+inline std::filesystem::path fresh_temp_dir(const std::string& name) {
+  const std::filesystem::path d = std::filesystem::temp_directory_path() / fmt::format("duet_{}_{}", name, ::getpid());
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+// A folder of its own for one test's files (every instance another one), removed with the object.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& tag) {
+    static std::atomic<int> made{0};
+    path = fresh_temp_dir(fmt::format("{}_{}", tag, made++));
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+  // The names of everything under it, subfolders included.
+  std::vector<std::string> files() const {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(path)) out.push_back(e.path().filename().string());
+    return out;
+  }
+};
 
 }  // namespace duet::testing

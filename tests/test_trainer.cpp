@@ -35,12 +35,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path temp_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / fmt::format("duet_test_trainer_{}_{}", name, ::getpid());
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path temp_dir(const std::string& name) { return duet::testing::fresh_temp_dir("test_trainer_" + name); }
 
 // A tiny run: small_cnn of width 4 on 8x8 synthetic images, 4 steps per epoch.
 TrainConfig tiny_config() { return duet::testing::tiny_train_config(); }

@@ -31,12 +31,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path temp_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / fmt::format("duet_test_val_{}_{}", name, ::getpid());
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path temp_dir(const std::string& name) { return duet::testing::fresh_temp_dir("test_val_" + name); }
 
 // Labels 0 x50, 1 x30, 2 x20, interleaved.
 std::vector<int64_t> three_classes() {

@@ -24,23 +24,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Scratch {
-  fs::path path;
-  Scratch() {
-    path = fs::temp_directory_path() / ("duet-views-" + std::to_string(getpid()) + "-" + std::to_string(std::random_device{}()));
-    fs::create_directories(path);
-  }
-  ~Scratch() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-  std::vector<std::string> files() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::recursive_directory_iterator(path)) out.push_back(e.path().filename().string());
-    return out;
-  }
-};
+using duet::testing::TempDir;
 
 std::string slurp(const std::string& p) {
   std::ifstream f(p, std::ios::binary);
@@ -72,7 +56,7 @@ std::vector<std::string> read_records(const std::string& file) {
 
 // A profile report of a short run, made once for the suite.
 const std::string& report_path() {
-  static Scratch dir;
+  static TempDir dir("views");
   static const std::string path = dir / "run.json";
   if (!fs::exists(path)) {
     const CliResult r = duet_cli({"--threads", "1", "train", "--model", "mlp", "--dataset", "synthetic", "--epochs", "1",
@@ -129,7 +113,7 @@ TEST(EventFile, HistogramCountsEveryFiniteValueOnce) {
 }
 
 TEST(EventFile, WriterMakesTheFolderAndFramesEveryRecord) {
-  Scratch dir;
+  TempDir dir("views");
   std::string path;
   {
     profiler::EventFileWriter w(dir / "runs/exp1");
@@ -153,7 +137,7 @@ TEST(EventFile, UnwritableFolderIsAnError) {
 }
 
 TEST(TensorBoardCli, BadFoldersFailBeforeTraining) {
-  Scratch dir;
+  TempDir dir("views");
   const std::vector<std::string> train{"train", "--model", "mlp", "--dataset", "synthetic", "--epochs", "1"};
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> a = train;
@@ -187,7 +171,7 @@ TEST(TensorBoardCli, BadFoldersFailBeforeTraining) {
 // A relative path whose folders are missing: they are made in the working folder (they once made
 // the start-up check fail, "the folder 'runs' does not exist").
 TEST(TensorBoardCli, RelativeMissingFoldersAreMade) {
-  Scratch dir;
+  TempDir dir("views");
   const fs::path back = fs::current_path();
   fs::current_path(dir.path);
   const CliResult r = duet_cli({"--threads", "1", "train", "--model", "mlp", "--dataset", "synthetic", "--epochs", "1",
@@ -200,7 +184,7 @@ TEST(TensorBoardCli, RelativeMissingFoldersAreMade) {
 }
 
 TEST(TensorBoardCli, TrainingWritesStepAndEpochEvents) {
-  Scratch dir;
+  TempDir dir("views");
   const CliResult r = duet_cli({"--threads", "1", "train", "--model", "mlp", "--dataset", "synthetic", "--epochs", "2",
                                 "--train-size", "64", "--test-size", "32", "--batch", "32", "--tensorboard",
                                 dir / "tb", "--tensorboard-histograms", "1"});
@@ -224,7 +208,7 @@ TEST(TensorBoardCli, TrainingWritesStepAndEpochEvents) {
 // ---- the HTML report -------------------------------------------------------------------------------
 
 TEST(HtmlReport, PageIsSelfContainedAndCarriesTheReport) {
-  Scratch dir;
+  TempDir dir("views");
   const CliResult r = duet_cli({"report", report_path(), "--html", dir / "run.html"});
   ASSERT_EQ(r.status, 0) << r.err;
   const std::string page = slurp(dir / "run.html");
@@ -255,7 +239,7 @@ TEST(HtmlReport, NamesCannotEndTheDataElement) {
 
 // Bad input: a clear error, and the output file is not written (nor any temporary beside it).
 TEST(HtmlReport, BadInputWritesNothing) {
-  Scratch dir;
+  TempDir dir("views");
   const std::string good = report_path();
   nlohmann::json older = nlohmann::json::parse(slurp(good));
   older["schema"] = "duet.profile/0";
