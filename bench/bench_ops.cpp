@@ -142,7 +142,7 @@ void register_all() {
     const Shape x{64, 64, 32, 32}, w{64, 64, 3, 3}, y{64, 64, 32, 32};
     const OpCost c = cost::conv2d(x, w, y, 4, true);
     Conv2dParams p = conv_p(1, 1);
-    p.relu = true;
+    p.act = Activation::relu;
     register_spec({"conv2d_bias_relu", "resnet_l1_64x64_32_nhwc", {x, w, {64}}, {true, false},
                    [p](const Inputs& t) { return conv2d(t[0], t[1], t[2], p); }, c, {2 * c.flops, 2 * c.bytes}});
   }

@@ -85,7 +85,10 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor());
 
 // ---- convolution and pooling (NCHW logical dims; channels-last memory is kept) --------------
-Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor(), const Conv2dParams& p = {});
+// With a residual (the output's shape): act(conv(x) + bias + residual), p.act none, relu or relu6,
+// in one kernel where the backend can (a frozen model's conv + folded batch norm: nn::conv_bn).
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor(), const Conv2dParams& p = {},
+              const Tensor& residual = Tensor());
 Tensor max_pool2d(const Tensor& x, const Pool2dParams& p);
 Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p);
 Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w);

@@ -33,12 +33,13 @@ OpCost matmul(int64_t batch, int64_t m, int64_t n, int64_t k, size_t elem, bool 
   return c;
 }
 
-OpCost conv2d(const Shape& x, const Shape& w, const Shape& y, size_t elem, bool bias) {
+OpCost conv2d(const Shape& x, const Shape& w, const Shape& y, size_t elem, bool bias, bool residual) {
   OpCost c;
   const double out = static_cast<double>(numel_of(y));
   const double per_out = 2.0 * w[1] * w[2] * w[3];
-  c.flops = out * per_out + (bias ? out : 0.0);
-  c.bytes = static_cast<double>(elem) * (numel_of(x) + numel_of(w) + numel_of(y) + (bias ? w[0] : 0));
+  c.flops = out * per_out + (bias ? out : 0.0) + (residual ? out : 0.0);
+  c.bytes = static_cast<double>(elem) *
+            (numel_of(x) + numel_of(w) + (residual ? 2.0 : 1.0) * numel_of(y) + (bias ? w[0] : 0));
   return c;
 }
 

@@ -20,7 +20,7 @@ OpCost elementwise(std::initializer_list<const Tensor*> inputs, std::initializer
 OpCost matmul(int64_t batch, int64_t m, int64_t n, int64_t k, size_t elem, bool bias = false);
 // Convolution with x [N,C,H,W], w [O,C/g,KH,KW], y [N,O,OH,OW]: 2*N*O*OH*OW*(C/g)*KH*KW FLOPs
 // (+ N*O*OH*OW for a bias). The backward ops have the same FLOPs (dbias adds N*O*OH*OW).
-OpCost conv2d(const Shape& x, const Shape& w, const Shape& y, size_t elem, bool bias);
+OpCost conv2d(const Shape& x, const Shape& w, const Shape& y, size_t elem, bool bias, bool residual = false);
 // Batch norm forward (training): ~ 8 FLOPs per element (two passes of statistics + affine).
 OpCost batch_norm(const Shape& x, size_t elem, bool training, bool residual = false);
 OpCost batch_norm_backward(const Shape& x, size_t elem);

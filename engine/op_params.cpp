@@ -67,6 +67,12 @@ const char* batch_norm_name(bool residual, std::optional<Activation> act) {
                                                {"batch_norm+add", "batch_norm+add+relu", "batch_norm+add+relu6"}};
   return kNames[residual][!act ? 0 : *act == Activation::relu ? 1 : 2];
 }
+const char* conv2d_name(bool residual, std::optional<Activation> act) {
+  check_batch_norm_activation("conv2d", act);
+  static constexpr const char* kNames[2][3] = {{"conv2d", "conv2d+relu", "conv2d+relu6"},
+                                               {"conv2d+add", "conv2d+add+relu", "conv2d+add+relu6"}};
+  return kNames[residual][!act ? 0 : *act == Activation::relu ? 1 : 2];
+}
 
 const char* batch_norm_backward_name(std::optional<Activation> act) {
   check_batch_norm_activation("batch_norm_backward", act);

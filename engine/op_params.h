@@ -39,7 +39,9 @@ struct Conv2dParams {
   int64_t pad_h = 0, pad_w = 0;
   int64_t dilation_h = 1, dilation_w = 1;
   int64_t groups = 1;
-  bool relu = false;  // y = max(conv(x) + bias, 0): the activation fused into the same kernel or pass
+  // The epilogue fused into the same kernel or pass: y = act(conv(x) + bias [+ residual]), act none,
+  // relu or relu6 (a frozen model's convolution with its batch norm folded in: nn::conv_bn).
+  std::optional<Activation> act;
 };
 
 struct Pool2dParams {
@@ -65,6 +67,8 @@ bool batch_norm_fuses(Activation a);
 void check_batch_norm_activation(const char* who, std::optional<Activation> act);
 // The fused op's name in reports: "batch_norm", "batch_norm+relu6", "batch_norm+add+relu", ...
 const char* batch_norm_name(bool residual, std::optional<Activation> act);
+// The same for a convolution's epilogue (the same activations): "conv2d", "conv2d+add+relu", ...
+const char* conv2d_name(bool residual, std::optional<Activation> act);
 // The backward's profile label: "batch_norm.backward", or "batch_norm+relu.backward" where the
 // activation's mask is applied inside it.
 const char* batch_norm_backward_name(std::optional<Activation> act);

@@ -18,11 +18,6 @@ ConvBnAct::ConvBnAct(int64_t in, int64_t out, int64_t kernel, int64_t stride, in
   if (act) push_back(act);
 }
 
-Tensor ConvBnAct::forward(const Tensor& x) {
-  if (!act || !batch_norm_fuses(act->act)) return Sequential::forward(x);
-  return bn->forward_act((*conv)(x), act->act);
-}
-
 std::shared_ptr<ConvBnAct> conv_bn_act(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t groups,
                                        std::optional<Activation> act) {
   return std::make_shared<ConvBnAct>(in, out, kernel, stride, groups, act);

@@ -11,12 +11,11 @@ namespace duet::models {
 
 // torchvision.ops.Conv2dNormActivation: Sequential(conv, norm, act) with "same" padding for odd
 // kernels; the conv has no bias (the batch norm right after it has its own shift). The children
-// keep torchvision's names ("0", "1", "2"); forward runs a ReLU or ReLU6 inside the batch norm's
-// pass (one fused op, as ResNet's blocks do), any other activation as its own module.
+// keep torchvision's names ("0", "1", "2"); Sequential's forward runs the three as one
+// nn::conv_bn call (a ReLU or ReLU6 fused, any other activation as its own module).
 class ConvBnAct : public nn::Sequential {
 public:
   ConvBnAct(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t groups, std::optional<Activation> act);
-  Tensor forward(const Tensor& x) override;
   std::shared_ptr<nn::Conv2d> conv;
   std::shared_ptr<nn::BatchNorm2d> bn;
   std::shared_ptr<nn::Act> act;  // child "2"; null without an activation

@@ -1,6 +1,7 @@
 // DenseNet, its dense layers, blocks and named configurations (torchvision/models/densenet.py).
 #include "models/densenet.h"
 #include <cmath>
+#include "engine/nn/conv_bn.h"
 #include "models/blocks.h"
 
 namespace duet::models {
@@ -18,9 +19,10 @@ DenseLayer::DenseLayer(int64_t in, int64_t growth_rate, int64_t bn_size, double 
 }
 
 Tensor DenseLayer::forward(const Tensor& x) {
-  // norm then relu, fused (relu1/relu2 stay registered, as in torchvision)
-  const Tensor bottleneck = (*conv1)(norm1->forward_act(x, Activation::relu));
-  Tensor y = (*conv2)(norm2->forward_act(bottleneck, Activation::relu));
+  // norm then relu, fused (relu1/relu2 stay registered, as in torchvision); conv1, norm2 and relu2
+  // as one nn::conv_bn call (norm1 reads the concatenated features, which no convolution wrote).
+  const Tensor bottleneck = nn::conv_bn(*conv1, *norm2, norm1->forward_act(x, Activation::relu), Activation::relu);
+  Tensor y = (*conv2)(bottleneck);
   if (drop_rate > 0) y = dropout(y, drop_rate, is_training());
   return y;
 }

@@ -1,6 +1,7 @@
 // MobileNet v1 and v2 (torchvision/models/mobilenetv2.py for v2 and for the shared init).
 #include "models/mobilenet.h"
 #include <optional>
+#include "engine/nn/conv_bn.h"
 #include "engine/profiler/events.h"
 #include "models/blocks.h"
 
@@ -79,14 +80,16 @@ InvertedResidual::InvertedResidual(int64_t in, int64_t out, int64_t stride, int6
 
 Tensor InvertedResidual::forward(const Tensor& x) {
   if (!use_res_connect) return (*conv)(x);
-  // The branch's last module, its batch norm, adds x in its own pass (bn(y) + x, fused). The
-  // branch's modules run one by one here, inside its profiler scope as (*conv)(x) would open.
+  // The branch's last two modules, its projection and batch norm, run as one nn::conv_bn call that
+  // adds x too. The branch's modules run one by one here, inside its profiler scope as (*conv)(x)
+  // would open.
   std::optional<profiler::ScopeGuard> scope;
   if (profiler::enabled()) scope.emplace(conv->name());
   Tensor y = x;
   const size_t n = conv->size();
-  for (size_t i = 0; i + 1 < n; ++i) y = (*conv)[i](y);
-  return static_cast<nn::BatchNorm2d&>((*conv)[n - 1]).forward_add(y, x, std::nullopt);
+  for (size_t i = 0; i + 2 < n; ++i) y = (*conv)[i](y);
+  return nn::conv_bn(static_cast<nn::Conv2d&>((*conv)[n - 2]), static_cast<nn::BatchNorm2d&>((*conv)[n - 1]), y,
+                     std::nullopt, x);
 }
 
 MobileNetV2::MobileNetV2(const MobileNetV2Config& cfg_in) : config(cfg_in) {

@@ -1,6 +1,7 @@
 // ResNet, its blocks and its named configurations (torchvision/models/resnet.py).
 #include "models/resnet.h"
 #include <cmath>
+#include "engine/nn/conv_bn.h"
 #include "models/blocks.h"
 
 namespace duet::models {
@@ -28,11 +29,12 @@ BasicBlock::BasicBlock(int64_t inplanes, int64_t planes, int64_t stride, std::sh
   if (ds) downsample = register_module("downsample", std::move(ds));
 }
 
+// Each convolution with its batch norm, ReLU and residual as one nn::conv_bn call: the batch norm's
+// pass fused with them in training, folded into the convolution in a frozen model.
 Tensor BasicBlock::forward(const Tensor& x) {
-  Tensor out = bn1->forward_act((*conv1)(x), Activation::relu);  // bn1 then relu, fused
-  out = (*conv2)(out);
+  const Tensor out = nn::conv_bn(*conv1, *bn1, x, Activation::relu);
   const Tensor identity = downsample ? (*downsample)(x) : x;
-  return bn2->forward_add(out, identity, Activation::relu);  // relu(bn2(out) + identity), fused
+  return nn::conv_bn(*conv2, *bn2, out, Activation::relu, identity);  // relu(bn2(conv2(out)) + identity)
 }
 
 Bottleneck::Bottleneck(int64_t inplanes, int64_t planes, int64_t stride, std::shared_ptr<nn::Module> ds,
@@ -51,11 +53,10 @@ Bottleneck::Bottleneck(int64_t inplanes, int64_t planes, int64_t stride, std::sh
 }
 
 Tensor Bottleneck::forward(const Tensor& x) {
-  Tensor out = bn1->forward_act((*conv1)(x), Activation::relu);  // bn then relu, fused
-  out = bn2->forward_act((*conv2)(out), Activation::relu);
-  out = (*conv3)(out);
+  Tensor out = nn::conv_bn(*conv1, *bn1, x, Activation::relu);
+  out = nn::conv_bn(*conv2, *bn2, out, Activation::relu);
   const Tensor identity = downsample ? (*downsample)(x) : x;
-  return bn3->forward_add(out, identity, Activation::relu);  // relu(bn3(out) + identity), fused
+  return nn::conv_bn(*conv3, *bn3, out, Activation::relu, identity);  // relu(bn3(conv3(out)) + identity)
 }
 
 // ---- the network ---------------------------------------------------------------------------------
@@ -127,7 +128,7 @@ ResNet::ResNet(const ResNetConfig& cfg) : config(cfg) {
 Tensor ResNet::forward(const Tensor& x) {
   DUET_CHECK(x.defined() && x.dim() == 4 && x.size(1) == config.in_channels,
              "ResNet: input has shape {}, expected [N, {}, H, W]", shape_or_undefined(x), config.in_channels);
-  Tensor y = (*maxpool)(bn1->forward_act((*conv1)(x), Activation::relu));
+  Tensor y = (*maxpool)(nn::conv_bn(*conv1, *bn1, x, Activation::relu));
   y = (*layer4)((*layer3)((*layer2)((*layer1)(y))));
   return (*fc)((*avgpool)(y).flatten(1));
 }

@@ -183,8 +183,14 @@ TEST(GradCheck, FusedReluOfConvAndBatchNorm) {
   Tensor x = leaf({2, 3, 5, 5}, 21), w = leaf({4, 3, 3, 3}, 22), b = leaf({4}, 23, 0.2, 0.6);
   Conv2dParams p;
   p.pad_h = p.pad_w = 1;
-  p.relu = true;
+  p.act = Activation::relu;
   EXPECT_GRAD_OK(gradcheck([p](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], in[2], p); }, {x, w, b}));
+  // The whole epilogue: y = relu6(conv(x) + b + residual), the residual's gradient included.
+  Conv2dParams q = p;
+  q.act = Activation::relu6;
+  Tensor r = leaf({2, 4, 5, 5}, 29, 1.0, 2.0);
+  EXPECT_GRAD_OK(
+      gradcheck([q](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], in[2], q, in[3]); }, {x, w, b, r}));
   Tensor xb = leaf({3, 2, 3, 4}, 24), bb = leaf({2}, 26, 0.1, 0.3);
   for (Activation act : {Activation::relu, Activation::relu6}) {
     // ReLU6's scale puts some outputs above 6, so its upper clamp is checked too.

@@ -184,13 +184,14 @@ TEST(ProfilerCost, BroadcastOperandIsReadOnceAndShownAsGiven) {
 TEST(ProfilerCost, LabelsComeFromOpsDef) {
   const Tensor x = Tensor::randn({2, 3, 4, 4}), w = Tensor::randn({3, 3, 1, 1});
   auto ev = record([&] {
-    conv2d(x, w, Tensor(), {.relu = true});
+    conv2d(x, w, Tensor(), {.act = Activation::relu});
+    conv2d(x, w, Tensor(), {.act = Activation::relu6}, x);
     x.to(DType::f64);
     leaky_relu(x, 0.1);
     mean(x, {1});
     log_softmax(x.flatten(1), 1);
   });
-  for (const char* name : {"conv2d+relu", "cast", "leaky_relu", "mean", "log_softmax"}) find(ev, name);
+  for (const char* name : {"conv2d+relu", "conv2d+add+relu6", "cast", "leaky_relu", "mean", "log_softmax"}) find(ev, name);
 }
 
 namespace {

@@ -13,6 +13,7 @@
 #include "backends/cpu/conv_kernels.h"
 #include "backends/cpu/depthwise.h"
 #include "engine/conv_backward.h"
+#include "engine/conv_epilogue.h"
 #include "engine/frozen_copies.h"
 
 namespace duet {
@@ -59,21 +60,35 @@ DType compute_dtype(dnnl::algorithm alg, DType t) {
   return alg == dnnl::algorithm::convolution_winograd ? DType::f32 : t;
 }
 
+// What a forward primitive applies to its output tile while it is still in registers: the residual
+// added, then the activation. The residual comes in one of two ways. oneDNN's binary-add post-op
+// reads it where it lies, but oneDNN 2.6 then leaves brgconv for its older jit kernel, which is
+// slower on 3x3 layers; the sum post-op keeps brgconv and adds y's old contents, so the residual is
+// copied into y first, a pass a 1x1 layer (little arithmetic to hide it in) pays for more than
+// for the kernel change. So: binary for 1x1, sum otherwise (measured: journal, 2026-11-29).
+enum class ResidualBy { none, sum, binary };
+struct FusedEpilogue {
+  ResidualBy residual = ResidualBy::none;
+  std::optional<Activation> act;
+};
+
 dnnl::convolution_forward::primitive_desc forward_pd(const dnnl::memory::desc& x, const dnnl::memory::desc& w,
                                                      const dnnl::memory::desc* bias, const dnnl::memory::desc& y,
                                                      const Conv2dParams& p,
                                                      dnnl::algorithm alg = dnnl::algorithm::convolution_direct,
-                                                     bool relu = false, bool jit_for_thin_input = false) {
+                                                     FusedEpilogue epi = {}, bool jit_for_thin_input = false) {
   const ConvGeometry g = geometry(p);
   const auto d = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, x, w, *bias, y,
                                                         g.strides, g.dilates, g.pad_l, g.pad_r)
                       : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, x, w, y, g.strides,
                                                         g.dilates, g.pad_l, g.pad_r);
   dnnl::primitive_attr attr;
-  if (relu) {
-    // The fused ReLU as a post-op: applied to each output tile while it is still in registers.
+  if (epi.residual != ResidualBy::none || epi.act) {
     dnnl::post_ops ops;
-    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    if (epi.residual == ResidualBy::sum) ops.append_sum(1.0f);
+    if (epi.residual == ResidualBy::binary) ops.append_binary(dnnl::algorithm::binary_add, y);
+    if (epi.act == Activation::relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    if (epi.act == Activation::relu6) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, 0.0f, 6.0f);
     attr.set_post_ops(ops);
   }
   dnnl::convolution_forward::primitive_desc pd(d, attr, engine());
@@ -197,6 +212,10 @@ dnnl::memory::desc activation_md(const Tensor& t, bool blocked, DType compute) {
 
 struct ConvFwd {
   std::string key;  // the primitive cache's key (names the kept weights of a frozen model)
+  // The residual and activation inside the primitive, or both as passes after it where y is
+  // reordered out of the primitive's layout (conv_epilogue.h).
+  FusedEpilogue fused;
+  bool epilogue_after = false;
   dnnl::convolution_forward::primitive_desc pd;
   dnnl::convolution_forward prim;
   Reordered x, w, bias, y;
@@ -224,9 +243,9 @@ dnnl::algorithm onednn_algorithm(ConvAlgo a) {
 // The cached primitives of each pass for an algorithm of oneDNN's (Winograd's layout is always the
 // blocked one); dnnl::error when oneDNN has no implementation.
 std::shared_ptr<const ConvFwd> forward_entry(ConvAlgo a, const Tensor& x, const Tensor& w, const Tensor& bias,
-                                             const Tensor& y, const Conv2dParams& p) {
+                                             bool residual, const Tensor& y, const Conv2dParams& p) {
   Key key = conv_key("conv_fwd", x, w, bias, y, p);
-  key.add(int64_t(p.relu)).add(static_cast<int64_t>(a));
+  key.add(p.act ? 1 + static_cast<int64_t>(*p.act) : 0).add(int64_t(residual)).add(static_cast<int64_t>(a));
   return cached<ConvFwd>(key, [&] {
     ConvFwd r;
     r.key = key.s;
@@ -234,8 +253,19 @@ std::shared_ptr<const ConvFwd> forward_entry(ConvAlgo a, const Tensor& x, const 
     const bool blocked = a != ConvAlgo::direct;
     const DType t = compute_dtype(alg, x.dtype());
     const auto b = bias.defined() ? bias_md(bias, t, x.dtype()) : dnnl::memory::desc();
-    r.pd = forward_pd(activation_md(x, blocked, t), weights_any(w.shape(), p.groups, t), bias.defined() ? &b : nullptr,
-                      activation_md(y, blocked, t), p, alg, p.relu, true);
+    const auto build = [&](FusedEpilogue epi) {
+      r.fused = epi;
+      r.pd = forward_pd(activation_md(x, blocked, t), weights_any(w.shape(), p.groups, t), bias.defined() ? &b : nullptr,
+                        activation_md(y, blocked, t), p, alg, epi, true);
+    };
+    const bool pointwise = w.size(2) == 1 && w.size(3) == 1;
+    build({!residual ? ResidualBy::none : pointwise ? ResidualBy::binary : ResidualBy::sum, p.act});
+    if (residual && r.pd.dst_desc() != md_of(y)) {
+      // A primitive writing its own layout would add the residual in y's layout to the wrong
+      // elements (binary) or whatever its scratch output held (sum).
+      build({});
+      r.epilogue_after = true;
+    }
     r.prim = dnnl::convolution_forward(r.pd);
     r.x = reordered(md_of(x), r.pd.src_desc(), false);
     r.w = reordered(weights_md(w, p.groups), r.pd.weights_desc(), false);
@@ -302,30 +332,42 @@ constexpr const char* kOwnDepthwise = "duet:depthwise_nhwc";
 
 // ---- each pass with a given algorithm ---------------------------------------------------------------
 
-void run_conv_forward(ConvAlgo a, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
-                      const Conv2dParams& p) {
+void run_conv_forward(ConvAlgo a, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual,
+                      const Tensor& y, const Conv2dParams& p) {
+  // duet's own kernels and the matrix products fuse a ReLU at most; the rest of an epilogue runs
+  // as passes after them.
+  const bool gemm_relu = p.act == Activation::relu && !residual.defined();
+  const auto after = [&] { conv_epilogue_passes(cpu_backend(), y, residual, gemm_relu ? std::nullopt : p.act); };
   switch (a) {
-    case ConvAlgo::matmul: return pointwise_forward(x, w, bias, y, p.relu);
-    case ConvAlgo::tap_matmul: return tap_forward(x, w, bias, y, p);
+    case ConvAlgo::matmul: pointwise_forward(x, w, bias, y, gemm_relu); return after();
+    case ConvAlgo::tap_matmul: {
+      Conv2dParams q = p;
+      if (!gemm_relu) q.act.reset();
+      tap_forward(x, w, bias, y, q);
+      return after();
+    }
     case ConvAlgo::own_depthwise:
       profiler::note_impl(kOwnDepthwise);
       depthwise_forward(x, w, bias, y, p);
-      if (p.relu) cpu_backend().activation(Activation::relu, 0.0, y, y);
-      return;
+      return conv_epilogue_passes(cpu_backend(), y, residual, p.act);
     case ConvAlgo::im2col_matmul:
     case ConvAlgo::flipped_forward:
     case ConvAlgo::col2im_matmul:
       throw Error(fmt::format("conv2d on backend 'cpu': {} runs a gradient, not the forward", algo_name(a)));
     default: break;
   }
-  const auto e = forward_entry(a, x, w, bias, y, p);
+  const auto e = forward_entry(a, x, w, bias, residual.defined(), y, p);
   note(e->pd);
+  if (e->fused.residual == ResidualBy::sum) cpu_backend().copy(residual, y);  // the sum post-op adds y's old contents
   dnnl::memory ym = output_mem(e->y, y, kDySlot);
   std::unordered_map<int, dnnl::memory> args{
       {DNNL_ARG_SRC, input_mem(e->x, x, 1)}, {DNNL_ARG_WEIGHTS, weights_mem(e->w, w, e->key)}, {DNNL_ARG_DST, ym}};
   if (bias.defined()) args.emplace(DNNL_ARG_BIAS, input_mem(e->bias, bias, kConvBiasSlot));
+  if (e->fused.residual == ResidualBy::binary)
+    args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, mem(md_of(residual), residual));
   e->prim.execute(stream(), args);
   finish_output(e->y, ym, y);
+  if (e->epilogue_after) conv_epilogue_passes(cpu_backend(), y, residual, p.act);
 }
 
 namespace {
@@ -361,8 +403,8 @@ void run_conv_backward_data(ConvAlgo a, const Tensor& dy, const Tensor& w, const
       Conv2dParams q = p;
       q.pad_h = p.dilation_h * (w.size(2) - 1) - p.pad_h;
       q.pad_w = p.dilation_w * (w.size(3) - 1) - p.pad_w;
-      q.relu = false;
-      return run_conv_forward(ConvAlgo::direct, dy, flipped_weights(w), Tensor(), dx, q);
+      q.act.reset();
+      return run_conv_forward(ConvAlgo::direct, dy, flipped_weights(w), Tensor(), Tensor(), dx, q);
     }
     case ConvAlgo::tap_matmul: return tap_backward_data(dy, w, dx, p);
     case ConvAlgo::own_depthwise:
@@ -426,7 +468,7 @@ std::string onednn_conv_impl(ConvAlgo a, ConvPass pass, const Tensor& x, const T
     switch (pass) {
       case ConvPass::forward: {
         const Tensor b = bias ? Tensor::empty({w.size(0)}, TensorOptions(x.dtype())) : Tensor();
-        return forward_entry(a, x, w, b, y, p)->pd.impl_info_str();
+        return forward_entry(a, x, w, b, false, y, p)->pd.impl_info_str();
       }
       case ConvPass::backward_data: return data_entry(a, y, w, x, p)->pd.impl_info_str();
       case ConvPass::backward_weight: {
@@ -445,12 +487,13 @@ using namespace cpu;
 
 // ---- the entry points ---------------------------------------------------------------------------------
 
-void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv2dParams& p) {
+void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual, const Tensor& y,
+                        const Conv2dParams& p) {
   if (y.numel() == 0) return;
-  guarded("conv2d", {&x, &w, &bias}, [&] {
+  guarded("conv2d", {&x, &w, &bias, &residual}, [&] {
     const ConvPlan& plan = plan_conv({ConvPass::forward, x, w, y, p, bias.defined()},
-                                    [&](ConvAlgo a) { run_conv_forward(a, x, w, bias, y, p); });
-    run_conv_forward(plan.algo, x, w, bias, y, p);
+                                    [&](ConvAlgo a) { run_conv_forward(a, x, w, bias, residual, y, p); });
+    run_conv_forward(plan.algo, x, w, bias, residual, y, p);
     profiler::note_reason(plan.reason);
   });
 }

@@ -178,7 +178,7 @@ MatrixOperand matrix(const Tensor& m, bool transposed) {
 // y = x W_tap^T (+ bias) (then ReLU); x and y as [N, C] and [N, O] matrices
 void tap_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv2dParams& p) {
   const Tensor tap = tap_of(w, p).contiguous();
-  gemm("conv2d", matrix(x, false), matrix(tap, true), matrix(y, false), bias, p.relu);
+  gemm("conv2d", matrix(x, false), matrix(tap, true), matrix(y, false), bias, p.act == Activation::relu);
 }
 // dx = dy W_tap
 void tap_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p) {

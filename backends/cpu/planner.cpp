@@ -353,7 +353,7 @@ std::string plan_key(const ConvProblem& pb) {
   k.add(pb.x).add(pb.w).add(pb.y);
   const Conv2dParams& p = pb.p;
   k.add(p.stride_h).add(p.stride_w).add(p.pad_h).add(p.pad_w).add(p.dilation_h).add(p.dilation_w).add(p.groups);
-  k.add(static_cast<int64_t>(pb.pass)).add(int64_t(pb.bias)).add(int64_t(p.relu));
+  k.add(static_cast<int64_t>(pb.pass)).add(int64_t(pb.bias)).add(p.act ? 1 + static_cast<int64_t>(*p.act) : 0);
   for (KernelPolicy pol : {winograd_policy(), pointwise_gemm_policy(), im2col_weight_gradient_policy(),
                            flipped_data_gradient_policy(), col2im_data_gradient_policy(), depthwise_policy()})
     k.add(static_cast<int64_t>(pol));

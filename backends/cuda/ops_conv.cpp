@@ -6,6 +6,7 @@
 // forward and the strided reduction for its gradient. f16/bf16 tensors (autocast) use cuDNN's
 // pseudo-half configurations: 16-bit data, a FLOAT compute type on the convolution descriptor,
 // tensor-core math allowed; products accumulate in f32.
+#include "engine/conv_epilogue.h"
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -36,7 +37,8 @@ Tensor weight_in(const Tensor& w, bool nhwc) { return w.is_contiguous(mem_format
 
 }  // namespace
 
-void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv2dParams& p) {
+void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual, const Tensor& y,
+                         const Conv2dParams& p) {
   OpGuard g("conv2d", x);
   check_on(g.op, "weight", w, g.device());
   const bool nhwc = channels_last(x) || channels_last(y);
@@ -80,9 +82,11 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, c
     const Tensor b = contiguous(bias);
     DUET_CUDA_CHECK(kern::add_channel_bias(y.dtype(), y.raw_data(), dims4(y), b.raw_data(), g.stream()), g.op);
   }
-  // Fused ReLU as a second pass on the same stream (cudnnConvolutionBiasActivationForward would
-  // fuse it, but takes only some algorithms and layouts; not worth the second code path here).
-  if (p.relu && y.numel() > 0) activation(Activation::relu, 0.0, y, y);
+  // The residual and activation as passes on the same stream (cudnnConvolutionBiasActivationForward
+  // would fuse relu and the residual, but takes only some algorithms and layouts and no relu6; not
+  // worth the second code path before a GPU has measured the difference).
+  if (residual.defined()) check_on(g.op, "residual", residual, g.device());
+  conv_epilogue_passes(*this, y, residual, p.act);
 }
 
 namespace {

@@ -3,6 +3,7 @@
 // through its strides, so NCHW and channels-last share the code; each output element is gathered
 // once into an accumulator (double; float for f16/bf16 data, see acc_t), so the backward passes
 // overwrite rather than accumulate.
+#include "engine/conv_epilogue.h"
 #include "backends/reference/loops.h"
 #include "backends/reference/reference_backend.h"
 #include "engine/conv_backward.h"
@@ -129,10 +130,10 @@ void conv2d_backward_weight_kernel(const Tensor& x, const Tensor& dy, const Tens
 
 }  // namespace
 
-void ReferenceBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
-                              const Conv2dParams& p) {
+void ReferenceBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual,
+                              const Tensor& y, const Conv2dParams& p) {
   dispatch_float_or_half(x.dtype(), "conv2d", [&](auto tag) { conv2d_kernel<decltype(tag)>(x, w, bias, y, p); });
-  if (p.relu) activation(Activation::relu, 0.0, y, y);  // the reference does not fuse: a second pass
+  conv_epilogue_passes(*this, y, residual, p.act);  // the reference does not fuse: passes after it
 }
 
 // Both gradients (ops.def's output mask), each in its profiled window (engine/conv_backward.h).

@@ -3,6 +3,7 @@
 #include <cmath>
 #include "engine/allocator.h"
 #include "engine/autograd.h"
+#include "engine/nn/conv_bn.h"
 #include "engine/profiler/events.h"
 
 namespace duet::nn {
@@ -237,8 +238,22 @@ void Sequential::push_back(const std::string& name, ModulePtr m) {
 }
 
 Tensor Sequential::forward(const Tensor& x) {
+  const auto& c = children();
   Tensor y = x;
-  for (const auto& [n, m] : children()) y = (*m)(y);
+  for (size_t i = 0; i < c.size(); ++i) {
+    // A Conv2d whose only reader is the BatchNorm2d after it (and a ReLU or ReLU6 after that): one
+    // conv_bn call, which fuses what it can (nn/conv_bn.h).
+    auto* conv = dynamic_cast<Conv2d*>(c[i].second.get());
+    auto* bn = conv && i + 1 < c.size() ? dynamic_cast<BatchNorm2d*>(c[i + 1].second.get()) : nullptr;
+    if (!bn) {
+      y = (*c[i].second)(y);
+      continue;
+    }
+    const auto* act = i + 2 < c.size() ? dynamic_cast<const Act*>(c[i + 2].second.get()) : nullptr;
+    const bool fuse_act = act && batch_norm_fuses(act->act) && !act->alpha;
+    y = conv_bn(*conv, *bn, y, fuse_act ? std::optional(act->act) : std::nullopt);
+    i += fuse_act ? 2 : 1;
+  }
   return y;
 }
 

@@ -147,7 +147,10 @@ public:
   std::string type_name() const override { return "Identity"; }
 };
 
-// Children named "0", "1", ... as torch.nn.Sequential.
+// Children named "0", "1", ... as torch.nn.Sequential. forward runs each child on the last one's
+// output, except that a Conv2d followed by a BatchNorm2d (and a ReLU or ReLU6) runs as one
+// nn::conv_bn call: the batch norm's pass fused with the activation in training, folded into the
+// convolution in a frozen model (nn/conv_bn.h). Same result, fewer passes.
 class Sequential : public Module {
 public:
   Sequential() = default;

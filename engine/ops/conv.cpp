@@ -9,16 +9,21 @@ namespace duet {
 
 using namespace detail;
 
-Tensor conv2d(const Tensor& x_in, const Tensor& w, const Tensor& bias, const Conv2dParams& p) {
-  // Under autocast: cast f32 input, weight and bias to the low dtype and convolve there; the output
-  // stays low where the backend keeps low-precision activations, else goes back to f32.
+Tensor conv2d(const Tensor& x_in, const Tensor& w, const Tensor& bias, const Conv2dParams& p, const Tensor& residual) {
+  check_batch_norm_activation("conv2d", p.act);
+  // Under autocast: cast f32 input, weight and bias to the low dtype and convolve there. Where the
+  // backend keeps low-precision activations the output stays low and the epilogue stays fused (the
+  // residual cast too); elsewhere the output goes back to f32 and the epilogue runs after it as
+  // ordinary ops (f16 has no activation kernels on the CPU).
   if (const auto low = autocast_target({&x_in, &w, &bias})) {
-    // The ReLU runs after the output's dtype is settled (f16 has no activation kernels on the CPU).
+    const Tensor xl = autocast_input(x_in, *low), wl = autocast_input(w, *low), bl = autocast_input(bias, *low);
+    if (routing(backend_of(xl)).keeps_low_precision_activations(*low))
+      return conv2d(xl, wl, bl, p, autocast_input(residual, *low));
     Conv2dParams q = p;
-    q.relu = false;
-    const Tensor y =
-        autocast_output(conv2d(autocast_input(x_in, *low), autocast_input(w, *low), autocast_input(bias, *low), q));
-    return p.relu ? relu(y) : y;
+    q.act.reset();
+    const Tensor y = autocast_output(conv2d(xl, wl, bl, q));
+    const Tensor z = residual.defined() ? add(y, residual) : y;
+    return p.act ? activation(*p.act, z) : z;
   }
   check_float_or_half("conv2d", "input", x_in);
   check_dim("conv2d", "input", x_in, 4);
@@ -39,23 +44,29 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w, const Tensor& bias, const Con
     check_same("conv2d", "bias", bias, "input", x_in);
     check_shape("conv2d", "bias", bias, {O});
   }
+
   const int64_t OH = conv_out_size(H, KH, p.stride_h, p.pad_h, p.dilation_h);
   const int64_t OW = conv_out_size(W, KW, p.stride_w, p.pad_w, p.dilation_w);
   DUET_CHECK(OH > 0 && OW > 0,
              "conv2d: a {}x{} kernel (dilation {}x{}, padding {}x{}) does not fit the {}x{} input {}: output would be "
              "{}x{}",
              KH, KW, p.dilation_h, p.dilation_w, p.pad_h, p.pad_w, H, W, shape_str(x_in.shape()), OH, OW);
+  if (residual.defined()) {
+    check_same("conv2d", "residual", residual, "input", x_in);
+    check_shape("conv2d", "residual", residual, {N, O, OH, OW});
+  }
 
   const MemoryFormat f = x_in.suggest_memory_format();
   const Tensor x = in_format(x_in.detach(), f);
   const Tensor wk = w.is_dense() ? w.detach() : w.detach().contiguous();
+  const Tensor r = residual.defined() ? in_format(residual.detach(), f) : Tensor();
   Tensor y;
   {
-    Dispatch<OpId::conv2d> kernel(backend_of(x), {&x, &w});
+    Dispatch<OpId::conv2d> kernel(backend_of(x), {&x, &w, &r});
     y = Tensor::empty({N, O, OH, OW}, TensorOptions(x.dtype()).with_device(x.device()), f);
-    kernel(x, wk, bias, y, p);
+    kernel(x, wk, bias, r, y, p);
   }
-  if (should_record({&x_in, &w, &bias})) {
+  if (should_record({&x_in, &w, &bias, &residual})) {
     const bool need_x = x_in.requires_grad(), need_w = w.requires_grad();
     const bool need_b = bias.defined() && bias.requires_grad();
     const Shape xs = x.shape(), ys = y.shape(), ws = wk.shape();
@@ -63,11 +74,12 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w, const Tensor& bias, const Con
     // Keep x only if the weight gradient needs it: inference-style inputs are not held.
     const Tensor xd = need_w ? x : Tensor();
     const Tensor wd = need_x ? wk : Tensor();
-    const Tensor yd = p.relu ? y.detach() : Tensor();  // the fused ReLU's mask (the next layer keeps y anyway)
+    const bool need_r = residual.defined() && residual.requires_grad();
+    const Tensor yd = p.act ? y.detach() : Tensor();  // the fused activation's mask (the next layer keeps y anyway)
     const DType dt = x.dtype();
     const Device dev = x.device();
-    record("conv2d", {&x_in, &w, &bias}, {&y}, [=](const std::vector<Tensor>& gs) {
-      const Tensor dy = in_format(p.relu ? activation_backward_op(Activation::relu, yd, gs[0]) : gs[0], f);
+    record("conv2d", {&x_in, &w, &bias, &residual}, {&y}, [=](const std::vector<Tensor>& gs) {
+      const Tensor dy = in_format(p.act ? activation_backward_op(*p.act, yd, gs[0]) : gs[0], f);
       Tensor dx, dw, db;
       if (need_x || need_w) {
         // One call for both gradients, each allocated only when wanted (the output mask).
@@ -80,7 +92,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w, const Tensor& bias, const Con
         kernel(dy, xd, wd, dx, dw, db, p);
       }
       if (need_b && !need_w) db = sum(dy, {0, 2, 3});  // bias-only gradient (frozen weight)
-      return std::vector<Tensor>{dx, dw, db};
+      return std::vector<Tensor>{dx, dw, db, need_r ? dy : Tensor()};  // y = ... + residual
     });
   }
   return y;

@@ -52,7 +52,7 @@ Tensor in_format(const Tensor& t, MemoryFormat f);
 
 // The gradient through an activation: one "<act>.backward" op reading `saved` (the input, or for
 // ReLU/ReLU6 the output: the masks agree) and g. Also the first half of the backward of an op with
-// a fused ReLU (conv2d or batch_norm with p.relu), which saves its output for it.
+// a fused ReLU or ReLU6 (conv2d or batch_norm with p.act), which saves its output for it.
 Tensor activation_backward_op(Activation act, const Tensor& saved, const Tensor& g, double alpha = 0);
 
 // Broadcast shape of a and b (numpy rules) or a duet::Error naming the op and both shapes.
