@@ -57,25 +57,31 @@ void bad_activation(Activation a) {
 const char* reduce_name(ReduceOp op) { return name_in(kReduceNames, op, "reduce"); }
 
 bool batch_norm_fuses(Activation a) { return a == Activation::relu || a == Activation::relu6; }
-void check_batch_norm_activation(const char* who, std::optional<Activation> act) {
+void check_fused_activation(const char* who, std::optional<Activation> act) {
   if (act && !batch_norm_fuses(*act))
     throw Error(fmt::format("{}: fused activation '{}' given, expected relu or relu6", who, activation_name(*act)));
 }
+namespace {
+// A fused op's name by its epilogue: names[residual][none, relu, relu6].
+using EpilogueNames = const char* const[2][3];
+const char* epilogue_name(const char* op, EpilogueNames& names, bool residual, std::optional<Activation> act) {
+  check_fused_activation(op, act);
+  return names[residual][!act ? 0 : *act == Activation::relu ? 1 : 2];
+}
+}  // namespace
 const char* batch_norm_name(bool residual, std::optional<Activation> act) {
-  check_batch_norm_activation("batch_norm", act);
-  static constexpr const char* kNames[2][3] = {{"batch_norm", "batch_norm+relu", "batch_norm+relu6"},
-                                               {"batch_norm+add", "batch_norm+add+relu", "batch_norm+add+relu6"}};
-  return kNames[residual][!act ? 0 : *act == Activation::relu ? 1 : 2];
+  static constexpr EpilogueNames kNames = {{"batch_norm", "batch_norm+relu", "batch_norm+relu6"},
+                                           {"batch_norm+add", "batch_norm+add+relu", "batch_norm+add+relu6"}};
+  return epilogue_name("batch_norm", kNames, residual, act);
 }
 const char* conv2d_name(bool residual, std::optional<Activation> act) {
-  check_batch_norm_activation("conv2d", act);
-  static constexpr const char* kNames[2][3] = {{"conv2d", "conv2d+relu", "conv2d+relu6"},
-                                               {"conv2d+add", "conv2d+add+relu", "conv2d+add+relu6"}};
-  return kNames[residual][!act ? 0 : *act == Activation::relu ? 1 : 2];
+  static constexpr EpilogueNames kNames = {{"conv2d", "conv2d+relu", "conv2d+relu6"},
+                                           {"conv2d+add", "conv2d+add+relu", "conv2d+add+relu6"}};
+  return epilogue_name("conv2d", kNames, residual, act);
 }
 
 const char* batch_norm_backward_name(std::optional<Activation> act) {
-  check_batch_norm_activation("batch_norm_backward", act);
+  check_fused_activation("batch_norm_backward", act);
   if (!act) return "batch_norm.backward";
   return *act == Activation::relu ? "batch_norm+relu.backward" : "batch_norm+relu6.backward";
 }

@@ -61,10 +61,10 @@ struct BatchNormParams {
   // backend recomputes the output, x and the statistics: fuses_batch_norm_activation_backward).
   std::optional<Activation> act;
 };
-// True for the activations batch_norm can fuse (relu, relu6); the check throws, naming `who`, for
-// any other (and costs a comparison otherwise: it runs on every batch norm call).
+// True for the activations batch_norm and conv2d can fuse (relu, relu6); the check throws, naming
+// `who`, for any other (and costs a comparison otherwise: it runs on every batch norm call).
 bool batch_norm_fuses(Activation a);
-void check_batch_norm_activation(const char* who, std::optional<Activation> act);
+void check_fused_activation(const char* who, std::optional<Activation> act);
 // The fused op's name in reports: "batch_norm", "batch_norm+relu6", "batch_norm+add+relu", ...
 const char* batch_norm_name(bool residual, std::optional<Activation> act);
 // The same for a convolution's epilogue (the same activations): "conv2d", "conv2d+add+relu", ...

@@ -124,7 +124,7 @@ void with_gate(std::optional<Activation> act, const float* mean, const float* sc
   if (!act) f(PassGradient{});
   else if (*act == Activation::relu) f(ActivationGate<T, ActivationFn<Activation::relu>>{mean, scale, beta});
   else if (*act == Activation::relu6) f(ActivationGate<T, ActivationFn<Activation::relu6>>{mean, scale, beta});
-  else check_batch_norm_activation("batch_norm_backward on backend 'cpu'", act);  // throws
+  else check_fused_activation("batch_norm_backward on backend 'cpu'", act);  // throws
 }
 
 // Per-channel sums over R rows of C of centred values: s = sum(a - ka), q = sum((a - ka) * (b - kb))
@@ -210,7 +210,7 @@ void with_flags(bool res, std::optional<Activation> act, F&& f) {
   if (!act) with_res(NoActivation{});
   else if (*act == Activation::relu) with_res(ActivationFn<Activation::relu>{});
   else if (*act == Activation::relu6) with_res(ActivationFn<Activation::relu6>{});
-  else check_batch_norm_activation("batch_norm on backend 'cpu'", act);  // throws
+  else check_fused_activation("batch_norm on backend 'cpu'", act);  // throws
 }
 
 // y = (x - mean[c]) * scale[c] + beta[c] over every plane, plus r (the residual) when there is

@@ -334,18 +334,17 @@ constexpr const char* kOwnDepthwise = "duet:depthwise_nhwc";
 
 void run_conv_forward(ConvAlgo a, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual,
                       const Tensor& y, const Conv2dParams& p) {
-  // duet's own kernels and the matrix products fuse a ReLU at most; the rest of an epilogue runs
-  // as passes after them.
+  // The matrix products fuse a ReLU without a residual; the rest of an epilogue runs as passes
+  // after them.
   const bool gemm_relu = p.act == Activation::relu && !residual.defined();
-  const auto after = [&] { conv_epilogue_passes(cpu_backend(), y, residual, gemm_relu ? std::nullopt : p.act); };
+  const std::optional<Activation> act_after = gemm_relu ? std::nullopt : p.act;
   switch (a) {
-    case ConvAlgo::matmul: pointwise_forward(x, w, bias, y, gemm_relu); return after();
-    case ConvAlgo::tap_matmul: {
-      Conv2dParams q = p;
-      if (!gemm_relu) q.act.reset();
-      tap_forward(x, w, bias, y, q);
-      return after();
-    }
+    case ConvAlgo::matmul:
+      pointwise_forward(x, w, bias, y, gemm_relu);
+      return conv_epilogue_passes(cpu_backend(), y, residual, act_after);
+    case ConvAlgo::tap_matmul:
+      tap_forward(x, w, bias, y, p, gemm_relu);
+      return conv_epilogue_passes(cpu_backend(), y, residual, act_after);
     case ConvAlgo::own_depthwise:
       profiler::note_impl(kOwnDepthwise);
       depthwise_forward(x, w, bias, y, p);

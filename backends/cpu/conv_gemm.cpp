@@ -176,9 +176,9 @@ MatrixOperand matrix(const Tensor& m, bool transposed) {
 }  // namespace
 
 // y = x W_tap^T (+ bias) (then ReLU); x and y as [N, C] and [N, O] matrices
-void tap_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv2dParams& p) {
+void tap_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv2dParams& p, bool relu) {
   const Tensor tap = tap_of(w, p).contiguous();
-  gemm("conv2d", matrix(x, false), matrix(tap, true), matrix(y, false), bias, p.act == Activation::relu);
+  gemm("conv2d", matrix(x, false), matrix(tap, true), matrix(y, false), bias, relu);
 }
 // dx = dy W_tap
 void tap_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p) {

@@ -44,7 +44,7 @@ void im2col_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw,
 void col2im_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p);
 // A KxK kernel over a 1x1 map (planner.h's single_tap): the passes with tap (th, tw) alone; the
 // weight gradient is zero at every other tap.
-void tap_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv2dParams& p);
+void tap_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv2dParams& p, bool relu);
 void tap_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p);
 void tap_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& dbias,
                          const Conv2dParams& p);

@@ -118,7 +118,7 @@ Tensor BatchNorm2d::run(const Tensor& x, std::optional<Activation> act, const Te
              x.defined() ? shape_str(x.shape()) : std::string("undefined"));
   DUET_CHECK(x.size(1) == weight.size(0), "BatchNorm2d({}): input has {} channels (shape {}), expected {}",
              weight.size(0), x.size(1), shape_str(x.shape()), weight.size(0));
-  check_batch_norm_activation("BatchNorm2d", act);
+  check_fused_activation("BatchNorm2d", act);
   const bool training = is_training();
   if (training) {
     // Kept for torchvision compatibility only (PyTorch reads it when momentum is None).

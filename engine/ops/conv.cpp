@@ -10,7 +10,7 @@ namespace duet {
 using namespace detail;
 
 Tensor conv2d(const Tensor& x_in, const Tensor& w, const Tensor& bias, const Conv2dParams& p, const Tensor& residual) {
-  check_batch_norm_activation("conv2d", p.act);
+  check_fused_activation("conv2d", p.act);
   // Under autocast: cast f32 input, weight and bias to the low dtype and convolve there. Where the
   // backend keeps low-precision activations the output stays low and the epilogue stays fused (the
   // residual cast too); elsewhere the output goes back to f32 and the epilogue runs after it as

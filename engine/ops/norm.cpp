@@ -10,7 +10,7 @@ using namespace detail;
 Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                   const Tensor& running_var, const BatchNormParams& p, const Tensor& residual) {
   check_float_or_half("batch_norm", "input", x_in);
-  check_batch_norm_activation("batch_norm", p.act);
+  check_fused_activation("batch_norm", p.act);
   DUET_CHECK(x_in.dim() == 4 || x_in.dim() == 2, "batch_norm: input has shape {}, expected [N, C, H, W] or [N, C]",
              shape_str(x_in.shape()));
   if (residual.defined()) {
