@@ -345,6 +345,7 @@ TABLES = {
     "train_accuracy": (accuracy, (), {}),
     "dist_hosts": (dist_hosts, ("dist_hosts.json",), {}),
     "inference_amx": (inference, ("infer_throughput_amx_2b97e85.json",), {}),
+    "inference_fold_amx": (inference, ("infer_throughput_amx_33acfea.json",), {}),
 }
 
 
