@@ -310,6 +310,12 @@ std::vector<Case> conv_cases() {
       c.ins[0].layout = Layout::plain;
       if (residual) c.ins.back().layout = Layout::plain;
       v.push_back(c);
+      if (!residual) continue;
+      // A residual laid out unlike y: the kernels that read it as y's own layout (a matrix
+      // product's pixel rows) must add it as a pass instead.
+      c.name = fmt::format("conv_{}_{}_nhwc_plain_residual", tag, s.name);
+      c.ins[0].layout = Layout::channels_last;
+      v.push_back(c);
     }
   }
   // Frozen weight: only dx (and a bias-only gradient through the sum path).

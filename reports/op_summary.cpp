@@ -29,19 +29,20 @@ void merge_text(std::string& into, const std::string& v, bool first) {
   else if (into != v) into.clear();
 }
 
-// Appends v to a sep-joined list unless present; past max_items the list ends in "...".
-void add_distinct(std::string& list, const std::string& v, char sep, size_t max_items) {
+// Appends v to a sep-joined list unless present; past max_items the list ends in "...". The
+// separator must not occur in the items: implementation names hold commas ("pointwise, 64 rows").
+void add_distinct(std::string& list, const std::string& v, const std::string& sep, size_t max_items) {
   if (v.empty()) return;
   std::vector<std::string> items;
   for (size_t start = 0; !list.empty();) {
     const size_t end = list.find(sep, start);
     items.push_back(list.substr(start, end == std::string::npos ? std::string::npos : end - start));
     if (end == std::string::npos) break;
-    start = end + 1;
+    start = end + sep.size();
   }
   if (std::find(items.begin(), items.end(), v) != items.end() || (!items.empty() && items.back() == "...")) return;
-  if (items.size() >= max_items) list += std::string(1, sep) + "...";
-  else list += list.empty() ? v : std::string(1, sep) + v;
+  if (items.size() >= max_items) list += sep + "...";
+  else list += list.empty() ? v : sep + v;
 }
 
 void add_record(TableRow& row, const OpRecord& r, bool first) {
@@ -49,8 +50,8 @@ void add_record(TableRow& row, const OpRecord& r, bool first) {
   row.first_start_ns = std::min(row.first_start_ns, r.first_start_ns);
   merge_text(row.backend, r.backend, first);
   merge_text(row.shapes, r.shapes, first);
-  add_distinct(row.impl, r.impl, ',', 3);
-  add_distinct(row.ops, r.name, '+', 4);
+  add_distinct(row.impl, r.impl, " | ", 3);
+  add_distinct(row.ops, r.name, "+", 4);
   row.calls += r.calls;
   row.self_ns += r.self_ns;
   row.total_ns += r.total_ns;

@@ -530,7 +530,7 @@ TEST(Freeze, FrozenModelRefusesTrainingAndLoading) {
 }
 
 namespace {
-// resnet-like: a 3x3 convolution with enough pixels for Winograd, a pointwise one and a linear head.
+// resnet-like: a 3x3 convolution with enough pixels for Winograd and a pointwise one.
 class FreezeNet : public nn::Module {
 public:
   FreezeNet() {
@@ -582,6 +582,7 @@ TEST(Freeze, KeptWeightCopiesGiveTheSameBitsAndNeverStaleOnes) {
     // A changed weight under a new freeze: the result must be the new weight's, as unfrozen.
     net.unfreeze();
     net.c2->weight.fill_(bf16 ? 0.02 : 0.01);
+    net.c3->weight.fill_(bf16 ? 0.03 : 0.04);  // the pointwise one: a matrix product's packed weights
     const Tensor changed_plain = forward();
     net.freeze();
     const Tensor changed_frozen = forward();

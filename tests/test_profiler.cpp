@@ -436,6 +436,35 @@ TEST(ProfilerTables, GroupBySortAndTopN) {
   EXPECT_NE(csv.find(",per-op\n"), std::string::npos) << "every row names its timing mode";
 }
 
+// Two layers of one shape that ran the same implementation give one name in the shape row, even
+// when the name holds commas (the planner's reasons do); a third and a fourth are listed, then "...".
+TEST(ProfilerTables, ShapeRowListsEachImplementationOnce) {
+  const json r = small_training_report();
+  const auto basis = profiler::basis_of(r);
+  profiler::OpRecord a;
+  a.name = "conv2d";
+  a.phase = "forward";
+  a.backend = "cpu";
+  a.dtype = "f32";
+  a.device = "cpu";
+  a.shapes = "[1, 64, 8, 8] [256, 64, 1, 1]";
+  a.impl = "matmul/brg:avx512_core [matrix product: pointwise, 64 rows <= 1024]";
+  a.calls = 1;
+  a.self_ns = a.total_ns = 1000;
+  std::vector<profiler::OpRecord> records{a, a};
+  records[1].scope = "layer2";
+  auto rows = profiler::op_table(records, basis, std::nullopt, {.by_shape = true});
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].impl, a.impl);
+  for (const char* other : {"jit:avx512_core", "brgconv:avx512_core", "gemm:jit"}) {
+    records.push_back(a);
+    records.back().impl = other;
+  }
+  rows = profiler::op_table(records, basis, std::nullopt, {.by_shape = true});
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].impl, a.impl + " | jit:avx512_core | brgconv:avx512_core | ...");
+}
+
 TEST(ProfilerTables, BoundAgainstCeilings) {
   profiler::Ceilings c;
   c.gemm_gflops = 100;

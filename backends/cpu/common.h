@@ -99,6 +99,14 @@ void note(const PD& pd) {
   if (profiler::enabled()) profiler::note_impl(pd.impl_info_str());
 }
 
+// An activation a kernel applies to its output tile as a oneDNN post-op: relu, or relu6 as clip to
+// [0, 6] (the only two a convolution or matrix product fuses: check_fused_activation).
+inline void append_activation(dnnl::post_ops& ops, Activation act) {
+  if (act == Activation::relu) return ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+  if (act == Activation::relu6) return ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, 0.0f, 6.0f);
+  throw Error("cpu backend: only relu and relu6 run as a kernel's post-op");
+}
+
 // ---- memory descriptors --------------------------------------------------------------------------
 
 using tag = dnnl::memory::format_tag;

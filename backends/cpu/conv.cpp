@@ -87,8 +87,7 @@ dnnl::convolution_forward::primitive_desc forward_pd(const dnnl::memory::desc& x
     dnnl::post_ops ops;
     if (epi.residual == ResidualBy::sum) ops.append_sum(1.0f);
     if (epi.residual == ResidualBy::binary) ops.append_binary(dnnl::algorithm::binary_add, y);
-    if (epi.act == Activation::relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-    if (epi.act == Activation::relu6) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, 0.0f, 6.0f);
+    if (epi.act) append_activation(ops, *epi.act);
     attr.set_post_ops(ops);
   }
   dnnl::convolution_forward::primitive_desc pd(d, attr, engine());
@@ -334,17 +333,9 @@ constexpr const char* kOwnDepthwise = "duet:depthwise_nhwc";
 
 void run_conv_forward(ConvAlgo a, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual,
                       const Tensor& y, const Conv2dParams& p) {
-  // The matrix products fuse a ReLU without a residual; the rest of an epilogue runs as passes
-  // after them.
-  const bool gemm_relu = p.act == Activation::relu && !residual.defined();
-  const std::optional<Activation> act_after = gemm_relu ? std::nullopt : p.act;
   switch (a) {
-    case ConvAlgo::matmul:
-      pointwise_forward(x, w, bias, y, gemm_relu);
-      return conv_epilogue_passes(cpu_backend(), y, residual, act_after);
-    case ConvAlgo::tap_matmul:
-      tap_forward(x, w, bias, y, p, gemm_relu);
-      return conv_epilogue_passes(cpu_backend(), y, residual, act_after);
+    case ConvAlgo::matmul: return pointwise_forward(x, w, bias, residual, y, p.act);
+    case ConvAlgo::tap_matmul: return tap_forward(x, w, bias, residual, y, p);
     case ConvAlgo::own_depthwise:
       profiler::note_impl(kOwnDepthwise);
       depthwise_forward(x, w, bias, y, p);

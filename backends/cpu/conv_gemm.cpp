@@ -7,6 +7,7 @@
 #include "backends/cpu/common.h"
 #include "backends/cpu/conv_kernels.h"
 #include "backends/cpu/gemm.h"
+#include "engine/conv_epilogue.h"
 #include "engine/half.h"
 
 namespace duet::cpu {
@@ -55,15 +56,32 @@ void im2col_nhwc(const Tensor& x, const Tensor& col, int64_t OH, int64_t OW, int
   });
 }
 
+// c = a @ b + bias, then y's epilogue: inside the product when the residual lies in memory as y
+// does (as_matrix gives both the same matrix view), else as passes after it. The passes add the
+// residual to the rounded product, the post-op to the f32 accumulator; in f32 the two agree to
+// rounding, in bf16 by one rounding of the output.
+template <class AsMatrix>
+void product_with_epilogue(const char* op, const MatrixOperand& a, const MatrixOperand& b, const Tensor& y,
+                           AsMatrix as_matrix, const Tensor& bias, const Tensor& residual, std::optional<Activation> act) {
+  const MatrixOperand c = as_matrix(y);
+  if (!residual.defined() || same_layout(residual, y)) {
+    const MatrixOperand r = residual.defined() ? as_matrix(residual) : c;
+    return gemm(op, a, b, c, bias, {residual.defined() ? &r : nullptr, act});
+  }
+  gemm(op, a, b, c, bias);
+  conv_epilogue_passes(cpu_backend(), y, residual, act);
+}
+
 }  // namespace
 
-// y = x W^T (+ bias) (then ReLU)
-void pointwise_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, bool relu) {
-  gemm("conv2d", pixel_rows(x), weight_matrix(w, true), pixel_rows(y), bias, relu);
+// y = act(x W^T + bias + residual)
+void pointwise_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual, const Tensor& y,
+                       std::optional<Activation> act) {
+  product_with_epilogue("conv2d", pixel_rows(x), weight_matrix(w, true), y, pixel_rows, bias, residual, act);
 }
 // dx = dy W
 void pointwise_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx) {
-  gemm("conv2d_backward_data", pixel_rows(dy), weight_matrix(w, false), pixel_rows(dx), Tensor(), false);
+  gemm("conv2d_backward_data", pixel_rows(dy), weight_matrix(w, false), pixel_rows(dx));
 }
 // dW = dy^T x, a sum over the P = N*H*W pixel rows. oneDNN's matmul splits a product's work by
 // blocks of its result and not along its sum, so a long sum into a small [O, C] result (ResNet-50
@@ -76,7 +94,7 @@ void pointwise_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& 
   MatrixOperand xr = pixel_rows(x), dyr = pixel_rows(dy);
   const int64_t P = xr.rows, chunks = weight_gradient_chunks(P);
   if (chunks == 1)
-    return gemm("conv2d_backward_weight", transposed(dyr), xr, weight_matrix(dw, false), Tensor(), false);
+    return gemm("conv2d_backward_weight", transposed(dyr), xr, weight_matrix(dw, false));
   const int64_t rows = P / chunks, O = dw.size(0), C = dw.size(1);
   xr.rows = dyr.rows = rows;
   xr.batch_stride = rows * C;
@@ -110,7 +128,7 @@ void im2col_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw,
   const Tensor ohwi = dw.permute({0, 2, 3, 1});
   const bool in_place = ohwi.is_contiguous();
   const Tensor out = in_place ? dw : Tensor::empty({O, KH, KW, C}, TensorOptions(dw.dtype()));
-  gemm("conv2d_backward_weight", transposed(pixel_rows(dy)), {col, P, K, K, 1}, {out, O, K, K, 1}, Tensor(), false);
+  gemm("conv2d_backward_weight", transposed(pixel_rows(dy)), {col, P, K, K, 1}, {out, O, K, K, 1});
   if (!in_place) cpu_backend().copy(out, ohwi);
 }
 
@@ -126,7 +144,7 @@ void col2im_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, c
   const Tensor ohwi = w.permute({0, 2, 3, 1});
   const Tensor wm = ohwi.is_contiguous() ? ohwi : ohwi.contiguous();
   const Tensor col = Tensor::empty({N * OH * OW, K}, TensorOptions(DType::f32));
-  gemm("conv2d_backward_data", pixel_rows(dy), {wm, O, K, K, 1}, {col, N * OH * OW, K, K, 1}, Tensor(), false);
+  gemm("conv2d_backward_data", pixel_rows(dy), {wm, O, K, K, 1}, {col, N * OH * OW, K, K, 1});
   const float* cols = col.data<float>();
   const bool bf16 = dx.dtype() == DType::bf16;
   const int64_t image = H * W * C;
@@ -175,21 +193,23 @@ MatrixOperand matrix(const Tensor& m, bool transposed) {
 }
 }  // namespace
 
-// y = x W_tap^T (+ bias) (then ReLU); x and y as [N, C] and [N, O] matrices
-void tap_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv2dParams& p, bool relu) {
+// y = act(x W_tap^T + bias + residual); x, y and the residual as [N, C] and [N, O] matrices
+void tap_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual, const Tensor& y,
+                 const Conv2dParams& p) {
   const Tensor tap = tap_of(w, p).contiguous();
-  gemm("conv2d", matrix(x, false), matrix(tap, true), matrix(y, false), bias, relu);
+  product_with_epilogue("conv2d", matrix(x, false), matrix(tap, true), y, [](const Tensor& t) { return matrix(t, false); },
+                        bias, residual, p.act);
 }
 // dx = dy W_tap
 void tap_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p) {
   const Tensor tap = tap_of(w, p).contiguous();
-  gemm("conv2d_backward_data", matrix(dy, false), matrix(tap, false), matrix(dx, false), Tensor(), false);
+  gemm("conv2d_backward_data", matrix(dy, false), matrix(tap, false), matrix(dx, false));
 }
 // dW is zero but at the tap, where it is dy^T x; the bias gradient sums dy over the N rows.
 void tap_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& dbias,
                          const Conv2dParams& p) {
   const Tensor tap = Tensor::empty({dw.size(0), dw.size(1)}, TensorOptions(dw.dtype()));
-  gemm("conv2d_backward_weight", matrix(dy, true), matrix(x, false), matrix(tap, false), Tensor(), false);
+  gemm("conv2d_backward_weight", matrix(dy, true), matrix(x, false), matrix(tap, false));
   cpu_backend().fill(dw, 0.0);
   cpu_backend().copy(tap, tap_of(dw, p));
   if (!dbias.defined()) return;

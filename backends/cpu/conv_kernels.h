@@ -12,8 +12,9 @@ namespace duet::cpu {
 
 // One pass with algorithm `a` (any of ConvAlgo). A backward pass may be handed dy already in the
 // layout its oneDNN primitive wants (`dy_ready`, from shared_dy()).
-void run_conv_forward(ConvAlgo a, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
-                      const Conv2dParams& p);
+// The forward computes conv2d's whole epilogue, act(conv + bias + residual) (engine/ops.def).
+void run_conv_forward(ConvAlgo a, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual,
+                      const Tensor& y, const Conv2dParams& p);
 void run_conv_backward_data(ConvAlgo a, const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p,
                             const std::optional<dnnl::memory>& dy_ready = std::nullopt);
 void run_conv_backward_weight(ConvAlgo a, const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& dbias,
@@ -35,7 +36,10 @@ std::string onednn_conv_impl(ConvAlgo a, ConvPass pass, const Tensor& x, const T
 
 // ---- conv_gemm.cpp: the passes as matrix products ---------------------------------------------------
 // Pointwise convolutions on the [N*H*W, C] pixel rows of channels-last maps and the [O, C] weights.
-void pointwise_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, bool relu);
+// The forwards apply the epilogue inside the product where the residual is laid out as y is
+// (channels-last pixel rows), else as passes after it (engine/conv_epilogue.h).
+void pointwise_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual, const Tensor& y,
+                       std::optional<Activation> act);
 void pointwise_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx);
 void pointwise_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw);
 // dW = dy^T im2col(x), for kernels larger than 1x1.
@@ -44,7 +48,8 @@ void im2col_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw,
 void col2im_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p);
 // A KxK kernel over a 1x1 map (planner.h's single_tap): the passes with tap (th, tw) alone; the
 // weight gradient is zero at every other tap.
-void tap_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv2dParams& p, bool relu);
+void tap_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual, const Tensor& y,
+                 const Conv2dParams& p);
 void tap_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p);
 void tap_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& dbias,
                          const Conv2dParams& p);

@@ -4,6 +4,8 @@
 // operand is the same memory with its two strides swapped and needs no copy.
 #pragma once
 #include <cstdint>
+#include <optional>
+#include "engine/op_params.h"
 #include "engine/tensor.h"
 
 namespace duet::cpu {
@@ -14,12 +16,22 @@ struct MatrixOperand {
   int64_t batch_stride = 0;  // elements between the matrices of a batched product (gemm_batched)
 };
 
+// What the product does to each tile of c before storing it (oneDNN post-ops): adds `residual`, a
+// matrix of c's shape in any strides, then applies `act` (relu or relu6).
+struct GemmEpilogue {
+  const MatrixOperand* residual = nullptr;
+  std::optional<Activation> act;
+};
+
 // c = a @ b, plus bias[j] on every row when bias is defined (a vector of c.cols elements, any
-// stride), then max(0, .) when relu. The primitive is cached per shape, strides and dtypes; bf16
-// operands accumulate in f32 and c may be bf16 or f32. `op` names the caller in error messages;
-// the profiler reports the implementation as "matmul/<oneDNN's kernel>".
-void gemm(const char* op, const MatrixOperand& a, const MatrixOperand& b, const MatrixOperand& c, const Tensor& bias,
-          bool relu);
+// stride), then the epilogue. The primitive is cached per shape, strides and dtypes; bf16
+// operands accumulate in f32 and c may be bf16 or f32. A frozen b (an inference model's weights:
+// Tensor::freeze) is packed once into the layout the kernel reads and the packed copy kept
+// (engine/frozen_copies.h); any other b is read as it lies, which oneDNN's brgemm kernel packs
+// again at every call. `op` names the caller in error messages; the profiler reports the
+// implementation as "matmul/<oneDNN's kernel>".
+void gemm(const char* op, const MatrixOperand& a, const MatrixOperand& b, const MatrixOperand& c,
+          const Tensor& bias = Tensor(), const GemmEpilogue& epilogue = {});
 // c[i] = a[i] @ b[i] for i < batch, each operand's i-th matrix batch_stride elements after the last.
 void gemm_batched(const char* op, int64_t batch, const MatrixOperand& a, const MatrixOperand& b,
                   const MatrixOperand& c);

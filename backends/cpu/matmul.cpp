@@ -9,6 +9,7 @@
 #include "backends/cpu/common.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/small_gemm.h"
+#include "engine/frozen_copies.h"
 
 namespace duet {
 using namespace cpu;
@@ -16,9 +17,11 @@ using namespace cpu;
 namespace {
 
 struct MatmulEntry {
+  std::string key;  // the primitive cache's key (names a frozen b's packed copy)
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul prim;
-  dnnl::memory::desc a, b, bias, c;
+  dnnl::memory::desc a, b, bias, c, residual;
+  bool pack_b = false;  // b in the kernel's own layout (pd.weights_desc()), packed once per freeze
 };
 
 // [B, rows, cols] contiguous, read as [B, M, K] (trans = false) or its transpose.
@@ -47,24 +50,34 @@ Key& add_operand(Key& k, const MatrixOperand& m) {
 }
 
 void run_gemm(const char* op, int64_t batch, const MatrixOperand& a, const MatrixOperand& b, const MatrixOperand& c,
-              const Tensor& bias, bool relu) {
+              const Tensor& bias, const GemmEpilogue& epi) {
+  const MatrixOperand* res = epi.residual;
   guarded(op, {&a.t, &b.t, &c.t}, [&] {
+    const bool pack_b = batch == 1 && b.t.is_frozen();
     Key key("gemm");
     add_operand(add_operand(add_operand(key, a), b), c);
-    key.add(batch).add(bias.defined() ? bias.stride(0) : int64_t(-1)).add(int64_t(relu));
+    key.add(batch).add(bias.defined() ? bias.stride(0) : int64_t(-1)).add(epi.act ? 1 + static_cast<int64_t>(*epi.act) : 0);
     if (bias.defined()) key.add(static_cast<int64_t>(bias.dtype()));
+    if (res) add_operand(key, *res);
+    key.add(int64_t(pack_b));
     auto e = cached<MatmulEntry>(key, [&] {
       MatmulEntry r;
+      r.key = key.s;
+      r.pack_b = pack_b;
       r.a = matrix_md(a, batch);
       r.b = matrix_md(b, batch);
       r.c = matrix_md(c, batch);
+      if (res) r.residual = matrix_md(*res, batch);
+      const dnnl::memory::desc b_kernel =
+          pack_b ? dnnl::memory::desc(r.b.dims(), r.b.data_type(), dnnl::memory::format_tag::any) : r.b;
       if (bias.defined())
         r.bias = dnnl::memory::desc({1, c.cols}, dt_of(bias.dtype()), dims{c.cols * bias.stride(0), bias.stride(0)});
-      const auto d = bias.defined() ? dnnl::matmul::desc(r.a, r.b, r.bias, r.c) : dnnl::matmul::desc(r.a, r.b, r.c);
+      const auto d = bias.defined() ? dnnl::matmul::desc(r.a, b_kernel, r.bias, r.c) : dnnl::matmul::desc(r.a, b_kernel, r.c);
       dnnl::primitive_attr attr;
-      if (relu) {
+      if (res || epi.act) {
         dnnl::post_ops ops;
-        ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+        if (res) ops.append_binary(dnnl::algorithm::binary_add, r.residual);
+        if (epi.act) append_activation(ops, *epi.act);
         attr.set_post_ops(ops);
       }
       r.pd = dnnl::matmul::primitive_desc(d, attr, engine());
@@ -73,9 +86,19 @@ void run_gemm(const char* op, int64_t batch, const MatrixOperand& a, const Matri
     });
     // Named as a matmul, so that a profile shows which convolutions ran as one.
     if (profiler::enabled()) profiler::note_impl(std::string("matmul/") + e->pd.impl_info_str());
-    std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_SRC, mem(e->a, a.t)}, {DNNL_ARG_WEIGHTS, mem(e->b, b.t)}, {DNNL_ARG_DST, mem(e->c, c.t)}};
+    dnnl::memory bm = mem(e->b, b.t);
+    if (e->pack_b && e->pd.weights_desc() != e->b) {
+      const Tensor packed = frozen_copy(b.t, "onednn matmul weights " + e->key, [&] {
+        const Tensor buf = Tensor::empty({static_cast<int64_t>(e->pd.weights_desc().get_size())}, TensorOptions(DType::u8));
+        dnnl::memory pm = mem(e->pd.weights_desc(), buf.raw_data());
+        dnnl::reorder(bm, pm).execute(stream(), bm, pm);
+        return buf;
+      });
+      bm = mem(e->pd.weights_desc(), packed.raw_data());
+    }
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, mem(e->a, a.t)}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, mem(e->c, c.t)}};
     if (bias.defined()) args.emplace(DNNL_ARG_BIAS, mem(e->bias, bias));
+    if (res) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, mem(e->residual, res->t));
     e->prim.execute(stream(), args);
   });
 }
@@ -84,12 +107,12 @@ void run_gemm(const char* op, int64_t batch, const MatrixOperand& a, const Matri
 
 namespace cpu {
 void gemm(const char* op, const MatrixOperand& a, const MatrixOperand& b, const MatrixOperand& c, const Tensor& bias,
-          bool relu) {
-  run_gemm(op, 1, a, b, c, bias, relu);
+          const GemmEpilogue& epilogue) {
+  run_gemm(op, 1, a, b, c, bias, epilogue);
 }
 void gemm_batched(const char* op, int64_t batch, const MatrixOperand& a, const MatrixOperand& b,
                   const MatrixOperand& c) {
-  run_gemm(op, batch, a, b, c, Tensor(), false);
+  run_gemm(op, batch, a, b, c, Tensor(), {});
 }
 }  // namespace cpu
 
@@ -130,7 +153,7 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bias, co
   DUET_CHECK(x.is_contiguous() && w.is_contiguous() && y.is_contiguous(),
              "linear on backend 'cpu': x, weight and y must be contiguous");
   // w [O, I] row-major, read as [I, O]
-  gemm("linear", {x, N, I, I, 1}, {w, I, O, 1, I}, {y, N, O, O, 1}, bias, false);
+  gemm("linear", {x, N, I, I, 1}, {w, I, O, 1, I}, {y, N, O, O, 1}, bias);
 }
 
 }  // namespace duet
