@@ -1,6 +1,7 @@
 #include "engine/frozen_copies.h"
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <unordered_map>
 #include <fmt/format.h>
 #include "engine/allocator.h"
@@ -9,20 +10,36 @@ namespace duet {
 
 namespace {
 // What a copy is of: the source storage under one freeze, at an offset, and what was made of it.
+// Looked up without copying `what` (KeyView: C++20's heterogeneous lookup), since a frozen model's
+// inference looks up a few copies per layer per forward.
+struct KeyView {
+  uint64_t storage = 0, freeze = 0;
+  int64_t offset = 0;
+  std::string_view what;
+};
 struct Key {
   uint64_t storage = 0, freeze = 0;
   int64_t offset = 0;
   std::string what;
-  bool operator==(const Key& o) const {
-    return storage == o.storage && freeze == o.freeze && offset == o.offset && what == o.what;
-  }
+  KeyView view() const { return {storage, freeze, offset, what}; }
 };
 struct KeyHash {
-  size_t operator()(const Key& k) const {
-    size_t h = std::hash<std::string>{}(k.what);
+  using is_transparent = void;
+  size_t operator()(const KeyView& k) const {
+    size_t h = std::hash<std::string_view>{}(k.what);
     for (const uint64_t v : {k.storage, k.freeze, static_cast<uint64_t>(k.offset)}) h = h * 1000003u ^ std::hash<uint64_t>{}(v);
     return h;
   }
+  size_t operator()(const Key& k) const { return (*this)(k.view()); }
+};
+struct KeyEqual {
+  using is_transparent = void;
+  static bool same(const KeyView& a, const KeyView& b) {
+    return a.storage == b.storage && a.freeze == b.freeze && a.offset == b.offset && a.what == b.what;
+  }
+  bool operator()(const Key& a, const Key& b) const { return same(a.view(), b.view()); }
+  bool operator()(const KeyView& a, const Key& b) const { return same(a, b.view()); }
+  bool operator()(const Key& a, const KeyView& b) const { return same(a.view(), b); }
 };
 struct Entry {
   std::weak_ptr<Storage> source;
@@ -31,7 +48,7 @@ struct Entry {
 };
 struct Copies {
   std::mutex mu;
-  std::unordered_map<Key, Entry, KeyHash> map;
+  std::unordered_map<Key, Entry, KeyHash, KeyEqual> map;
 };
 Copies& copies() {
   static Copies c;
@@ -46,7 +63,7 @@ bool stale(const Entry& e) {
 Tensor frozen_copy(const Tensor& t, const std::string& what, const std::function<Tensor()>& make) {
   const uint64_t freeze = t.freeze_number();
   DUET_CHECK(freeze != 0, "frozen_copy({}): the tensor of shape {} is not frozen", what, shape_str(t.shape()));
-  const Key key{t.storage()->id, freeze, t.offset(), what};
+  const KeyView key{t.storage()->id, freeze, t.offset(), what};
   Copies& c = copies();
   {
     std::lock_guard<std::mutex> lock(c.mu);
@@ -59,7 +76,7 @@ Tensor frozen_copy(const Tensor& t, const std::string& what, const std::function
   }
   std::lock_guard<std::mutex> lock(c.mu);
   for (auto it = c.map.begin(); it != c.map.end();) it = stale(it->second) ? c.map.erase(it) : std::next(it);
-  return c.map.emplace(key, Entry{t.storage(), freeze, copy}).first->second.copy;
+  return c.map.emplace(Key{key.storage, key.freeze, key.offset, what}, Entry{t.storage(), freeze, copy}).first->second.copy;
 }
 
 size_t frozen_copies_kept() {

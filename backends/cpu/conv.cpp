@@ -175,9 +175,9 @@ dnnl::memory input_mem(const Reordered& r, const Tensor& t, int slot) {
 // (inference: nn::Module::freeze), reordered once and the copy kept (engine/frozen_copies.h) under
 // the primitive's cache key, which fixes both layouts. At batch 1 the reorders were a third of a
 // resnet18_cifar forward.
-dnnl::memory weights_mem(const Reordered& r, const Tensor& w, const std::string& key) {
+dnnl::memory weights_mem(const Reordered& r, const Tensor& w, const std::string& kept_name) {
   if (!r.needed || !w.is_frozen()) return input_mem(r, w, 0);
-  const Tensor kept = frozen_copy(w, "onednn weights " + key, [&] {
+  const Tensor kept = frozen_copy(w, kept_name, [&] {
     const Tensor buf = Tensor::empty({static_cast<int64_t>(r.prim.get_size())}, TensorOptions(DType::u8));
     dnnl::memory pm = mem(r.prim, buf.raw_data());
     reorder_into(r, w, pm);
@@ -210,7 +210,7 @@ dnnl::memory::desc activation_md(const Tensor& t, bool blocked, DType compute) {
 }
 
 struct ConvFwd {
-  std::string key;  // the primitive cache's key (names the kept weights of a frozen model)
+  std::string kept_weights;  // a frozen weight's kept copy in the primitive's layout: named by the cache key
   // The residual and activation inside the primitive, or both as passes after it where y is
   // reordered out of the primitive's layout (conv_epilogue.h).
   FusedEpilogue fused;
@@ -220,7 +220,7 @@ struct ConvFwd {
   Reordered x, w, bias, y;
 };
 struct ConvBwdData {
-  std::string key;
+  std::string kept_weights;
   dnnl::convolution_backward_data::primitive_desc pd;
   dnnl::convolution_backward_data prim;
   Reordered dy, w, dx;
@@ -247,7 +247,7 @@ std::shared_ptr<const ConvFwd> forward_entry(ConvAlgo a, const Tensor& x, const 
   key.add(p.act ? 1 + static_cast<int64_t>(*p.act) : 0).add(int64_t(residual)).add(static_cast<int64_t>(a));
   return cached<ConvFwd>(key, [&] {
     ConvFwd r;
-    r.key = key.s;
+    r.kept_weights = "onednn weights " + key.s;
     const dnnl::algorithm alg = onednn_algorithm(a);
     const bool blocked = a != ConvAlgo::direct;
     const DType t = compute_dtype(alg, x.dtype());
@@ -280,7 +280,7 @@ std::shared_ptr<const ConvBwdData> data_entry(ConvAlgo a, const Tensor& dy, cons
   key.add(static_cast<int64_t>(a));
   return cached<ConvBwdData>(key, [&] {
     ConvBwdData r;
-    r.key = key.s;
+    r.kept_weights = "onednn weights " + key.s;
     const ConvGeometry g = geometry(p);
     const dnnl::algorithm alg = onednn_algorithm(a);
     const bool blocked = a != ConvAlgo::direct;
@@ -351,7 +351,7 @@ void run_conv_forward(ConvAlgo a, const Tensor& x, const Tensor& w, const Tensor
   if (e->fused.residual == ResidualBy::sum) cpu_backend().copy(residual, y);  // the sum post-op adds y's old contents
   dnnl::memory ym = output_mem(e->y, y, kDySlot);
   std::unordered_map<int, dnnl::memory> args{
-      {DNNL_ARG_SRC, input_mem(e->x, x, 1)}, {DNNL_ARG_WEIGHTS, weights_mem(e->w, w, e->key)}, {DNNL_ARG_DST, ym}};
+      {DNNL_ARG_SRC, input_mem(e->x, x, 1)}, {DNNL_ARG_WEIGHTS, weights_mem(e->w, w, e->kept_weights)}, {DNNL_ARG_DST, ym}};
   if (bias.defined()) args.emplace(DNNL_ARG_BIAS, input_mem(e->bias, bias, kConvBiasSlot));
   if (e->fused.residual == ResidualBy::binary)
     args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, mem(md_of(residual), residual));
@@ -407,7 +407,7 @@ void run_conv_backward_data(ConvAlgo a, const Tensor& dy, const Tensor& w, const
   note(e->pd);
   dnnl::memory dxm = output_mem(e->dx, dx, 1);
   e->prim.execute(stream(), {{DNNL_ARG_DIFF_DST, dy_ready ? *dy_ready : input_mem(e->dy, dy, kDySlot)},
-                             {DNNL_ARG_WEIGHTS, weights_mem(e->w, w, e->key)},
+                             {DNNL_ARG_WEIGHTS, weights_mem(e->w, w, e->kept_weights)},
                              {DNNL_ARG_DIFF_SRC, dxm}});
   finish_output(e->dx, dxm, dx);
 }

@@ -17,7 +17,7 @@ using namespace cpu;
 namespace {
 
 struct MatmulEntry {
-  std::string key;  // the primitive cache's key (names a frozen b's packed copy)
+  std::string packed_b;  // a frozen b's kept packed copy: named by the cache key
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul prim;
   dnnl::memory::desc a, b, bias, c, residual;
@@ -62,7 +62,7 @@ void run_gemm(const char* op, int64_t batch, const MatrixOperand& a, const Matri
     key.add(int64_t(pack_b));
     auto e = cached<MatmulEntry>(key, [&] {
       MatmulEntry r;
-      r.key = key.s;
+      r.packed_b = "onednn matmul weights " + key.s;
       r.pack_b = pack_b;
       r.a = matrix_md(a, batch);
       r.b = matrix_md(b, batch);
@@ -88,7 +88,7 @@ void run_gemm(const char* op, int64_t batch, const MatrixOperand& a, const Matri
     if (profiler::enabled()) profiler::note_impl(std::string("matmul/") + e->pd.impl_info_str());
     dnnl::memory bm = mem(e->b, b.t);
     if (e->pack_b && e->pd.weights_desc() != e->b) {
-      const Tensor packed = frozen_copy(b.t, "onednn matmul weights " + e->key, [&] {
+      const Tensor packed = frozen_copy(b.t, e->packed_b, [&] {
         const Tensor buf = Tensor::empty({static_cast<int64_t>(e->pd.weights_desc().get_size())}, TensorOptions(DType::u8));
         dnnl::memory pm = mem(e->pd.weights_desc(), buf.raw_data());
         dnnl::reorder(bm, pm).execute(stream(), bm, pm);

@@ -1,5 +1,4 @@
 #include "engine/nn/conv_bn.h"
-#include <fmt/format.h>
 #include "engine/autograd.h"
 #include "engine/frozen_copies.h"
 #include "engine/profiler/events.h"
@@ -12,11 +11,16 @@ std::vector<const Tensor*> folded_from(const Conv2d& conv, const BatchNorm2d& bn
   return {&conv.weight, &conv.bias, &bn.weight, &bn.bias, &bn.running_mean, &bn.running_var};
 }
 
-// The key part that names what a folded copy was computed from: each source's storage and freeze.
-std::string fold_sources(const Conv2d& conv, const BatchNorm2d& bn) {
-  std::string s = "folded batch norm";
+// The key part that names what a folded copy was computed from: each source's storage and freeze,
+// as raw bytes (this runs for every layer of every inference forward, where formatting them as
+// text was a measurable part of a batch-1 pass).
+std::string fold_sources(const Conv2d& conv, const BatchNorm2d& bn, const char* part) {
+  std::string s = "folded batch norm ";
+  s += part;
+  s.reserve(s.size() + 6 * 2 * sizeof(uint64_t));
   for (const Tensor* t : folded_from(conv, bn))
-    if (t->defined()) s += fmt::format(" {}@{}", t->storage()->id, t->freeze_number());
+    for (const uint64_t v : {t->defined() ? t->storage()->id : 0, t->defined() ? t->freeze_number() : 0})
+      s.append(reinterpret_cast<const char*>(&v), sizeof v);
   return s;
 }
 
@@ -31,9 +35,8 @@ struct Folded {
 };
 
 Folded folded(const Conv2d& conv, const BatchNorm2d& bn) {
-  const std::string from = fold_sources(conv, bn);
   const Tensor& w = conv.weight;
-  const Tensor weight = frozen_copy(w, from + " weight", [&] {
+  const Tensor weight = frozen_copy(w, fold_sources(conv, bn, "weight"), [&] {
     const int64_t O = w.size(0);
     const Tensor f = mul(w.to(DType::f64), fold_scale(bn).view({O, 1, 1, 1}))
                          .to(w.dtype())
@@ -41,7 +44,7 @@ Folded folded(const Conv2d& conv, const BatchNorm2d& bn) {
     f.freeze();
     return f;
   });
-  const Tensor bias = frozen_copy(w, from + " bias", [&] {
+  const Tensor bias = frozen_copy(w, fold_sources(conv, bn, "bias"), [&] {
     const Tensor mean = bn.running_mean.to(DType::f64);
     const Tensor shift = conv.bias.defined() ? sub(conv.bias.to(DType::f64), mean) : mul(mean, -1.0);
     const Tensor b = add(bn.bias.to(DType::f64), mul(shift, fold_scale(bn))).to(w.dtype());
