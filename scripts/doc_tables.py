@@ -291,6 +291,21 @@ def inference(rel):
             f"{d.get('date', 'date not recorded')}; {source(rel)}."]
 
 
+# ---- one build against another (bench/compare_builds.py) ----
+def compare_builds(rel):
+    """Two builds of duet alternated on the same rows: the median step of each and their ratio."""
+    d = load(rel)
+    body = [[r["model"], str(r["batch"]), f"{r['a_median_s'] * 1e3:.2f}", f"{r['b_median_s'] * 1e3:.2f}",
+             ratio(r["a_over_b"], bold=r["a_over_b"] >= 1.05)] for r in d["rows"]]
+    loads = [x for r in d["rows"] for x in (r["load_before"], r["load_after"])]
+    what = "eval-mode forward passes" if d["inference"] else "training steps"
+    return table(["model", "batch", f"{d['a']} ms", f"{d['b']} ms", f"{d['a']} / {d['b']}"],
+                 ["---", "---:", "---:", "---:", "---:"], body) + [
+        "", f"{what.capitalize()} ({'bf16' if d['amp'] == 'bf16' else 'f32'}), `duet profile --mode throughput`, the "
+            f"median over {d['rounds']} alternated rounds of each build's median step, {d['threads']} threads; "
+            f"{machine_name(d.get('machine'))}; load average {min(loads):.1f}-{max(loads):.1f}; {source(rel)}."]
+
+
 # ---- accuracy in 10 minutes (bench/train_accuracy.py) ----
 def accuracy(rel="train_accuracy/summary.json"):
     d = load(rel)
@@ -346,6 +361,8 @@ TABLES = {
     "dist_hosts": (dist_hosts, ("dist_hosts.json",), {}),
     "inference_amx": (inference, ("infer_throughput_amx_2b97e85.json",), {}),
     "inference_fold_amx": (inference, ("infer_throughput_amx_33acfea.json",), {}),
+    "inference_pack_amx": (inference, ("infer_throughput_amx_b6b2de2.json",), {}),
+    "compare_pack_amx": (compare_builds, ("compare_amx_dd73c2a_b6b2de2_infer.json",), {}),
 }
 
 
