@@ -362,6 +362,7 @@ TABLES = {
     "inference_amx": (inference, ("infer_throughput_amx_2b97e85.json",), {}),
     "inference_fold_amx": (inference, ("infer_throughput_amx_33acfea.json",), {}),
     "inference_pack_amx": (inference, ("infer_throughput_amx_b6b2de2.json",), {}),
+    "inference_bf16_amx": (inference, ("infer_throughput_amx_bf16_77e36f9.json",), {}),
     "compare_pack_amx": (compare_builds, ("compare_amx_dd73c2a_b6b2de2_infer.json",), {}),
 }
 
