@@ -17,26 +17,17 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_throughput import MODELS, machine  # noqa: E402
+from train_throughput import MODELS, duet_profile, machine  # noqa: E402
 
 
 def median_step_s(duet, model, batch, a):
     size, classes = MODELS[model]
-    with tempfile.TemporaryDirectory() as d:
-        report = os.path.join(d, "r.json")
-        cmd = [duet, "profile", "--model", model, "--image-size", str(size), "--classes", str(classes), "--batch",
-               str(batch), "--steps", str(a.steps or (200 if batch == 1 else 10)), "--warmup", str(a.warmup),
-               "--mode", "throughput", "--threads", str(a.threads), "--amp", a.amp, "--out", report]
-        if a.inference:
-            cmd.append("--inference")
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        with open(report) as f:
-            return json.load(f)["phases"]["median_step_ns"] * 1e-9
+    r, _ = duet_profile(duet, model, size, classes, batch, a.steps or (200 if batch == 1 else 10), a.warmup, a.threads,
+                        a.amp, inference=a.inference)
+    return r["phases"]["median_step_ns"] * 1e-9
 
 
 def main():

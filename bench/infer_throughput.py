@@ -30,7 +30,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_throughput import MODELS, machine, run_measured, torch_model  # noqa: E402
+from train_throughput import MODELS, duet_profile, machine, run_measured, torch_model  # noqa: E402
 
 
 # ---- the PyTorch and ONNX Runtime sides (child processes) ----
@@ -81,15 +81,9 @@ def loadavg():
 
 
 def duet_side(a, model, size, classes, batch, dtype):
-    with tempfile.TemporaryDirectory() as d:
-        report = os.path.join(d, "r.json")
-        cmd = [a.duet, "profile", "--inference", "--model", model, "--image-size", str(size), "--classes",
-               str(classes), "--batch", str(batch), "--steps", str(a.steps), "--warmup", str(a.warmup), "--mode",
-               "throughput", "--threads", str(a.threads), "--amp", "bf16" if dtype == "bf16" else "off",
-               "--out", report]
-        run_measured(cmd)
-        with open(report) as f:
-            return json.load(f)["phases"]["median_step_ns"] * 1e-9
+    r, _ = duet_profile(a.duet, model, size, classes, batch, a.steps, a.warmup, a.threads,
+                        "bf16" if dtype == "bf16" else "off", inference=True)
+    return r["phases"]["median_step_ns"] * 1e-9
 
 
 def child(a, worker, extra, timeout=None):

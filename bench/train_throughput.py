@@ -160,15 +160,25 @@ def run_measured(cmd, env=None, timeout=None):
         return out.read(), ru.ru_maxrss * 1024  # Linux reports KiB
 
 
-def duet_side(a, model, image_size, classes, env=None, amp="off"):
+def duet_profile(duet, model, image_size, classes, batch, steps, warmup, threads, amp="off", inference=False,
+                 device="cpu", env=None):
+    """One `duet profile --mode throughput` run (eval-mode passes with inference=True): its duet.profile/1
+    report, whose phases.median_step_ns is the median step, and the process's peak RSS in bytes."""
     with tempfile.TemporaryDirectory() as d:
         report = os.path.join(d, "r.json")
-        cmd = [a.duet, "profile", "--model", model, "--image-size", str(image_size), "--classes", str(classes),
-               "--batch", str(a.batch), "--steps", str(a.steps), "--warmup", str(a.warmup), "--mode", "throughput",
-               "--threads", str(a.threads), "--device", a.device, "--amp", amp, "--out", report]
+        cmd = [duet, "profile", "--model", model, "--image-size", str(image_size), "--classes", str(classes),
+               "--batch", str(batch), "--steps", str(steps), "--warmup", str(warmup), "--mode", "throughput",
+               "--threads", str(threads), "--device", device, "--amp", amp, "--out", report]
+        if inference:
+            cmd.append("--inference")
         _, rss = run_measured(cmd, env)
         with open(report) as f:
-            r = json.load(f)
+            return json.load(f), rss
+
+
+def duet_side(a, model, image_size, classes, env=None, amp="off"):
+    r, rss = duet_profile(a.duet, model, image_size, classes, a.batch, a.steps, a.warmup, a.threads, amp,
+                          device=a.device, env=env)
     peak = next(m["peak"] for m in r["memory"]["devices"] if m["device"].startswith(a.device))
     return {"median_step_s": r["phases"]["median_step_ns"] * 1e-9, "parameters": r["run_config"]["parameters"],
             "peak_rss": rss, "allocator_peak": peak}

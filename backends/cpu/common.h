@@ -14,6 +14,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include "backends/cpu/cpu_backend.h"
 #include "engine/error.h"
+#include "engine/frozen_copies.h"
 #include "engine/profiler/events.h"
 #include "engine/tensor.h"
 
@@ -161,6 +162,20 @@ inline dnnl::memory mem(const dnnl::memory::desc& d, const Tensor& t) {
   return dnnl::memory(d, engine(), t.raw_data());
 }
 inline dnnl::memory mem(const dnnl::memory::desc& d, void* p) { return dnnl::memory(d, engine(), p); }
+
+// A frozen weight (inference: Tensor::freeze) in a kernel's own layout `layout`: written by
+// fill(dst) the first time under the current freeze, then kept (engine/frozen_copies.h) under
+// `name`, which must say which layouts it converts between (a primitive's cache key does).
+inline dnnl::memory kept_in_layout(const Tensor& w, const std::string& name, const dnnl::memory::desc& layout,
+                                   const std::function<void(dnnl::memory&)>& fill) {
+  const Tensor kept = frozen_copy(w, name, [&] {
+    const Tensor buf = Tensor::empty({static_cast<int64_t>(layout.get_size())}, TensorOptions(DType::u8));
+    dnnl::memory dst = mem(layout, buf.raw_data());
+    fill(dst);
+    return buf;
+  });
+  return mem(layout, kept.raw_data());
+}
 
 // Scratch buffer on the host, 64-byte aligned, reused per thread: the blocked copies of weights
 // and activations and other transient buffers a primitive needs between two reorders. Slots

@@ -14,7 +14,6 @@
 #include "backends/cpu/depthwise.h"
 #include "engine/conv_backward.h"
 #include "engine/conv_epilogue.h"
-#include "engine/frozen_copies.h"
 
 namespace duet {
 namespace cpu {
@@ -177,13 +176,7 @@ dnnl::memory input_mem(const Reordered& r, const Tensor& t, int slot) {
 // resnet18_cifar forward.
 dnnl::memory weights_mem(const Reordered& r, const Tensor& w, const std::string& kept_name) {
   if (!r.needed || !w.is_frozen()) return input_mem(r, w, 0);
-  const Tensor kept = frozen_copy(w, kept_name, [&] {
-    const Tensor buf = Tensor::empty({static_cast<int64_t>(r.prim.get_size())}, TensorOptions(DType::u8));
-    dnnl::memory pm = mem(r.prim, buf.raw_data());
-    reorder_into(r, w, pm);
-    return buf;
-  });
-  return mem(r.prim, kept.raw_data());
+  return kept_in_layout(w, kept_name, r.prim, [&](dnnl::memory& dst) { reorder_into(r, w, dst); });
 }
 dnnl::memory output_mem(const Reordered& r, const Tensor& t, int slot) {
   return r.needed ? mem(r.prim, scratch(r.prim.get_size(), slot)) : mem(r.user, t);

@@ -9,7 +9,6 @@
 #include "backends/cpu/common.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/small_gemm.h"
-#include "engine/frozen_copies.h"
 
 namespace duet {
 using namespace cpu;
@@ -21,7 +20,7 @@ struct MatmulEntry {
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul prim;
   dnnl::memory::desc a, b, bias, c, residual;
-  bool pack_b = false;  // b in the kernel's own layout (pd.weights_desc()), packed once per freeze
+  bool pack_b = false;  // b frozen and the kernel's layout (pd.weights_desc()) not b's own: packed once per freeze
 };
 
 // [B, rows, cols] contiguous, read as [B, M, K] (trans = false) or its transpose.
@@ -63,7 +62,6 @@ void run_gemm(const char* op, int64_t batch, const MatrixOperand& a, const Matri
     auto e = cached<MatmulEntry>(key, [&] {
       MatmulEntry r;
       r.packed_b = "onednn matmul weights " + key.s;
-      r.pack_b = pack_b;
       r.a = matrix_md(a, batch);
       r.b = matrix_md(b, batch);
       r.c = matrix_md(c, batch);
@@ -82,20 +80,16 @@ void run_gemm(const char* op, int64_t batch, const MatrixOperand& a, const Matri
       }
       r.pd = dnnl::matmul::primitive_desc(d, attr, engine());
       r.prim = dnnl::matmul(r.pd);
+      r.pack_b = pack_b && r.pd.weights_desc() != r.b;
       return r;
     });
     // Named as a matmul, so that a profile shows which convolutions ran as one.
     if (profiler::enabled()) profiler::note_impl(std::string("matmul/") + e->pd.impl_info_str());
-    dnnl::memory bm = mem(e->b, b.t);
-    if (e->pack_b && e->pd.weights_desc() != e->b) {
-      const Tensor packed = frozen_copy(b.t, e->packed_b, [&] {
-        const Tensor buf = Tensor::empty({static_cast<int64_t>(e->pd.weights_desc().get_size())}, TensorOptions(DType::u8));
-        dnnl::memory pm = mem(e->pd.weights_desc(), buf.raw_data());
-        dnnl::reorder(bm, pm).execute(stream(), bm, pm);
-        return buf;
-      });
-      bm = mem(e->pd.weights_desc(), packed.raw_data());
-    }
+    const auto pack = [&](dnnl::memory& dst) {
+      dnnl::memory src = mem(e->b, b.t);
+      dnnl::reorder(src, dst).execute(stream(), src, dst);
+    };
+    const dnnl::memory bm = e->pack_b ? kept_in_layout(b.t, e->packed_b, e->pd.weights_desc(), pack) : mem(e->b, b.t);
     std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, mem(e->a, a.t)}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, mem(e->c, c.t)}};
     if (bias.defined()) args.emplace(DNNL_ARG_BIAS, mem(e->bias, bias));
     if (res) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, mem(e->residual, res->t));

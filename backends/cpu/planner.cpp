@@ -100,7 +100,8 @@ bool flipped_data_gradient_applicable(const Tensor& dx, const Tensor& w, const T
          p.pad_w <= p.dilation_w * (w.size(3) - 1) && dy.size(1) > 0;
 }
 
-bool col2im_data_gradient_applicable(const Tensor& dx, const Tensor& w, const Tensor& dy, const Conv2dParams& p) {
+bool col2im_data_gradient_applicable(const Tensor& dx, const Tensor& /*w: one signature for the rules*/, const Tensor& dy,
+                                     const Conv2dParams& p) {
   return p.groups == 1 && (dx.dtype() == DType::f32 || dx.dtype() == DType::bf16) &&
          dx.is_contiguous(MemoryFormat::channels_last) && dy.is_contiguous(MemoryFormat::channels_last);
 }

@@ -1,4 +1,5 @@
 #include "engine/nn/conv_bn.h"
+#include <array>
 #include "engine/autograd.h"
 #include "engine/frozen_copies.h"
 #include "engine/profiler/events.h"
@@ -7,17 +8,16 @@ namespace duet::nn {
 
 namespace {
 
-std::vector<const Tensor*> folded_from(const Conv2d& conv, const BatchNorm2d& bn) {
+std::array<const Tensor*, 6> folded_from(const Conv2d& conv, const BatchNorm2d& bn) {
   return {&conv.weight, &conv.bias, &bn.weight, &bn.bias, &bn.running_mean, &bn.running_var};
 }
 
 // The key part that names what a folded copy was computed from: each source's storage and freeze,
-// as raw bytes (this runs for every layer of every inference forward, where formatting them as
-// text was a measurable part of a batch-1 pass).
+// as raw bytes (it is built for every layer of every inference forward, so nothing is formatted).
 std::string fold_sources(const Conv2d& conv, const BatchNorm2d& bn, const char* part) {
   std::string s = "folded batch norm ";
   s += part;
-  s.reserve(s.size() + 6 * 2 * sizeof(uint64_t));
+  s.reserve(s.size() + folded_from(conv, bn).size() * 2 * sizeof(uint64_t));
   for (const Tensor* t : folded_from(conv, bn))
     for (const uint64_t v : {t->defined() ? t->storage()->id : 0, t->defined() ? t->freeze_number() : 0})
       s.append(reinterpret_cast<const char*>(&v), sizeof v);
