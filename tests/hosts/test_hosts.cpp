@@ -249,6 +249,12 @@ FaultRun run_with_fault(Fault fault, const std::string& dir) {
       if (f.lost_ranks_end < 0 && duet_ranks_on(2) == 0) f.lost_ranks_end = since();
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
+    // Host 1's ranks end moments before mpirun does; on a busy machine that can fall between
+    // two looks above. Look on (bounded) so their end is measured, at worst as seen after mpirun's.
+    for (int i = 0; f.healthy_ranks_end < 0 && i < 200; ++i) {
+      if (duet_ranks_on(1) == 0) f.healthy_ranks_end = since();
+      else std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
   });
   runner.join();
   f.job_end = since();
