@@ -63,18 +63,36 @@ TEST(Allocator, PeakSeesTemporariesOfOneStep) {
   EXPECT_GE(a.stats().peak - base, 3 * 4000);
 }
 
-// The cache of large host blocks: a freed block of a size class is handed out again for the next
-// request of that class, counted as cached while it waits, and released on demand.
-TEST(Allocator, CachesLargeBlocksBySizeClass) {
+// The cache of host blocks (4 KiB and more): a freed block of a size class is handed out again for
+// the next request of that class, counted as cached while it waits, and released on demand.
+TEST(Allocator, CachesBlocksBySizeClass) {
   CpuAllocator& a = cpu_allocator();
   if (!a.caching()) GTEST_SKIP() << "the host block cache is off in this build (sanitizers or DUET_CPU_CACHE=0)";
   a.release_cached();
   EXPECT_EQ(a.stats().cached, 0);
   EXPECT_EQ(CpuAllocator::size_class(100), 128u);                   // small: 64-byte rounding only
-  EXPECT_EQ(CpuAllocator::size_class(64 << 10), size_t{64} << 10);   // classes start at 64 KiB
+  EXPECT_EQ(CpuAllocator::size_class(4 << 10), size_t{4} << 10);     // classes start at 4 KiB
+  EXPECT_EQ(CpuAllocator::size_class((4 << 10) + 1), size_t{5} << 10);
+  EXPECT_EQ(CpuAllocator::size_class(64 << 10), size_t{64} << 10);
   EXPECT_EQ(CpuAllocator::size_class((64 << 10) + 1), size_t{80} << 10);
   EXPECT_EQ(CpuAllocator::size_class(1000000), size_t{1048576});     // 960 KiB < 1e6 <= 1 MiB
   EXPECT_EQ(CpuAllocator::size_class(1048577), size_t{1310720});    // next quarter step: 1.25 MiB
+
+  // A batch-1 activation (16,000 bytes: class 16 KiB) is kept and reused as a large one is.
+  const void* small = nullptr;
+  {
+    Tensor s = Tensor::empty({4000});
+    small = s.raw_data();
+  }
+  EXPECT_EQ(a.stats().cached, 16384);
+  {
+    Tensor t = Tensor::empty({4096});  // 16,384 bytes: the same class, the same block
+    EXPECT_EQ(t.raw_data(), small);
+    EXPECT_EQ(a.stats().cached, 0);
+  }
+  { Tensor tiny = Tensor::empty({100}); }  // 400 bytes: below the classes, back to glibc
+  EXPECT_EQ(a.stats().cached, 16384);
+  a.release_cached();
 
   const void* first = nullptr;
   {

@@ -66,15 +66,20 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, c
   const MemoryFormat f = x_in.suggest_memory_format();
   const Tensor x = in_format(x_in.detach(), f);
   const Tensor r = residual.defined() ? in_format(residual.detach(), f) : Tensor();
+  // The saved statistics serve only the backward: a pass that records no graph (inference) asks
+  // for none, and the backends leave them unwritten.
+  const bool recording = should_record({&x_in, &gamma, &beta, &residual});
   Tensor y, save_mean, save_invstd;
   {
     Dispatch<OpId::batch_norm> kernel(backend_of(x), {&x, &r});
     y = x.dim() == 4 ? Tensor::empty(x.shape(), opts, f) : Tensor::empty(x.shape(), opts);
-    save_mean = Tensor::empty({C}, param_opts);
-    save_invstd = Tensor::empty({C}, param_opts);
+    if (recording) {
+      save_mean = Tensor::empty({C}, param_opts);
+      save_invstd = Tensor::empty({C}, param_opts);
+    }
     kernel(x, gamma.detach(), beta.detach(), rm, rv, r, y, save_mean, save_invstd, p);
   }
-  if (should_record({&x_in, &gamma, &beta, &residual})) {
+  if (recording) {
     const bool need_x = x_in.requires_grad(), need_g = gamma.requires_grad(), need_b = beta.requires_grad();
     const bool need_r = residual.defined() && residual.requires_grad();
     const Tensor gd = gamma.detach();
