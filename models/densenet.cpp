@@ -38,10 +38,14 @@ DenseBlock::DenseBlock(int64_t num_layers, int64_t in, int64_t bn_size, int64_t 
 // (relu1 saves it) and relu1's output (conv1 saves it for its weight gradient): three tensors of
 // the running width per layer, so a block's activation memory grows with the square of its depth.
 // torchvision's memory_efficient=True recomputes these in backward; duet keeps them.
+//
+// The running concatenation is built one layer at a time, cat(previous, y_i), rather than from
+// all pieces at every layer: the same bytes are copied, in two pieces instead of i + 1 (the
+// pieces' count is what a batch-1 pass pays for).
 Tensor DenseBlock::forward(const Tensor& x) {
-  std::vector<Tensor> features{x};
-  for (const auto& layer : layers) features.push_back((*layer)(features.size() == 1 ? x : cat(features, 1)));
-  return cat(features, 1);
+  Tensor features = x;
+  for (const auto& layer : layers) features = cat({features, (*layer)(features)}, 1);
+  return features;
 }
 
 DenseNet::DenseNet(const DenseNetConfig& cfg) : config(cfg) {
