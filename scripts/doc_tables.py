@@ -365,6 +365,8 @@ TABLES = {
     "inference_pack_amx": (inference, ("infer_throughput_amx_b6b2de2.json",), {}),
     "inference_bf16_amx": (inference, ("infer_throughput_amx_bf16_77e36f9.json",), {}),
     "compare_pack_amx": (compare_builds, ("compare_amx_dd73c2a_b6b2de2_infer.json",), {}),
+    "inference_overhead_amx": (inference, ("infer_throughput_amx_16fc1a1.json",), {}),
+    "compare_overhead_amx": (compare_builds, ("compare_amx_b7a9d60_16fc1a1_infer.json",), {}),
 }
 
 
