@@ -1,5 +1,7 @@
 #include "engine/autocast.h"
 #include <initializer_list>
+#include <iterator>
+#include <string_view>
 #include <fmt/format.h>
 #include "engine/autograd.h"
 #include "engine/backend.h"
@@ -38,12 +40,15 @@ Tensor autocast_input(const Tensor& t, DType low) {
   if (!t.defined() || t.dtype() != DType::f32) return t;
   // A frozen weight (inference: nn::Module::freeze) is cast once and its copy kept, unless a
   // gradient must flow through the cast to it.
-  if (t.is_frozen() && !(grad_mode_enabled() && t.requires_grad()))
-    return frozen_copy(t, fmt::format("cast to {}", dtype_name(low)), [&] {
+  if (t.is_frozen() && !(grad_mode_enabled() && t.requires_grad())) {
+    fmt::basic_memory_buffer<char, 32> what;  // on the stack: this runs for every weight of every op
+    fmt::format_to(std::back_inserter(what), "cast to {}", dtype_name(low));
+    return frozen_copy(t, std::string_view(what.data(), what.size()), [&] {
       const Tensor c = t.detach().to(low);
       c.freeze();
       return c;
     });
+  }
   return t.to(low);
 }
 

@@ -60,7 +60,8 @@ bool stale(const Entry& e) {
 }
 }  // namespace
 
-Tensor frozen_copy(const Tensor& t, const std::string& what, const std::function<Tensor()>& make) {
+namespace detail {
+Tensor frozen_copy(const Tensor& t, std::string_view what, Tensor (*make)(void*), void* make_state) {
   const uint64_t freeze = t.freeze_number();
   DUET_CHECK(freeze != 0, "frozen_copy({}): the tensor of shape {} is not frozen", what, shape_str(t.shape()));
   const KeyView key{t.storage()->id, freeze, t.offset(), what};
@@ -72,12 +73,14 @@ Tensor frozen_copy(const Tensor& t, const std::string& what, const std::function
   Tensor copy;
   {
     MemTagGuard tag(MemTag::parameter);
-    copy = make();
+    copy = make(make_state);
   }
   std::lock_guard<std::mutex> lock(c.mu);
   for (auto it = c.map.begin(); it != c.map.end();) it = stale(it->second) ? c.map.erase(it) : std::next(it);
-  return c.map.emplace(Key{key.storage, key.freeze, key.offset, what}, Entry{t.storage(), freeze, copy}).first->second.copy;
+  return c.map.emplace(Key{key.storage, key.freeze, key.offset, std::string(what)}, Entry{t.storage(), freeze, copy})
+      .first->second.copy;
 }
+}  // namespace detail
 
 size_t frozen_copies_kept() {
   Copies& c = copies();

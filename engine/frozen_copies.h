@@ -7,15 +7,26 @@
 // taken for contents that may have changed and none outlives its source for long. The copies count
 // as parameter memory in the allocator.
 #pragma once
-#include <functional>
-#include <string>
+#include <string_view>
+#include <type_traits>
 #include "engine/tensor.h"
 
 namespace duet {
 
+namespace detail {
+Tensor frozen_copy(const Tensor& t, std::string_view what, Tensor (*make)(void*), void* make_state);
+}
+
 // The copy of frozen `t` named `what` (a cast's dtype, a layout's description), made by make() the
-// first time under the current freeze. `t` must be frozen.
-Tensor frozen_copy(const Tensor& t, const std::string& what, const std::function<Tensor()>& make);
+// first time under the current freeze. `t` must be frozen. Looked up for every frozen weight of
+// every inference op, so neither `what` nor `make` is copied to the heap: make is called through a
+// plain function pointer, not a std::function.
+template <class Make>
+Tensor frozen_copy(const Tensor& t, std::string_view what, Make&& make) {
+  using F = std::remove_reference_t<Make>;
+  return detail::frozen_copy(t, what, [](void* f) -> Tensor { return (*static_cast<F*>(f))(); },
+                             const_cast<void*>(static_cast<const void*>(&make)));
+}
 // How many copies are kept now (tests).
 size_t frozen_copies_kept();
 

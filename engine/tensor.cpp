@@ -2,6 +2,7 @@
 // copies between layouts, dtypes and devices, and printing.
 #include "engine/tensor.h"
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -187,33 +188,51 @@ void* Tensor::raw_data() const {
   return static_cast<char*>(storage()->data) + offset() * static_cast<int64_t>(dtype_size(dtype()));
 }
 
-static bool strides_match(const Shape& shape, const Shape& strides, const Shape& expected) {
-  for (size_t i = 0; i < shape.size(); ++i)
-    if (shape[i] != 1 && strides[i] != expected[i]) return false;  // size-1 dims may have any stride
-  return true;
-}
-
+// These two run several times per op (the front ends and the backends ask them of every operand),
+// so they compare strides as they go instead of allocating the expected strides or a sorted copy:
+// batch-1 inference pays every per-op cost like this on every layer.
 bool Tensor::is_contiguous(MemoryFormat f) const {
+  const Shape& sh = shape();
+  const Shape& st = strides();
+  const auto matches = [&](size_t d, int64_t& expected) {  // size-1 dims may have any stride
+    const bool ok = sh[d] == 1 || st[d] == expected;
+    expected *= std::max<int64_t>(sh[d], 1);
+    return ok;
+  };
+  int64_t expected = 1;
   if (f == MemoryFormat::channels_last) {
-    if (dim() != 4) return false;
-    return strides_match(shape(), strides(), channels_last_strides(shape()));
+    if (sh.size() != 4) return false;
+    for (const size_t d : {size_t(1), size_t(3), size_t(2), size_t(0)})  // C, W, H, N: innermost first
+      if (!matches(d, expected)) return false;
+    return true;
   }
-  return strides_match(shape(), strides(), contiguous_strides(shape()));
+  for (size_t d = sh.size(); d-- > 0;)
+    if (!matches(d, expected)) return false;
+  return true;
 }
 
 bool Tensor::is_dense() const {
   // Sort the non-trivial dims by stride: dense iff each stride equals the product of the sizes
-  // of the dims inner to it.
-  std::vector<std::pair<int64_t, int64_t>> sd;  // (stride, size)
-  for (int64_t i = 0; i < dim(); ++i) {
-    if (shape()[i] == 0) return true;
-    if (shape()[i] != 1) sd.emplace_back(strides()[i], shape()[i]);
+  // of the dims inner to it. An insertion sort into a fixed array (tensors have a few dims).
+  const Shape& sh = shape();
+  const Shape& st = strides();
+  using StrideSize = std::pair<int64_t, int64_t>;
+  std::array<StrideSize, 8> inline_dims;
+  std::vector<StrideSize> many_dims(sh.size() > inline_dims.size() ? sh.size() : 0);
+  StrideSize* sd = many_dims.empty() ? inline_dims.data() : many_dims.data();
+  size_t n = 0;
+  for (size_t i = 0; i < sh.size(); ++i) {
+    if (sh[i] == 0) return true;
+    if (sh[i] == 1) continue;
+    const StrideSize d{st[i], sh[i]};
+    size_t j = n++;
+    for (; j > 0 && sd[j - 1] > d; --j) sd[j] = sd[j - 1];
+    sd[j] = d;
   }
-  std::sort(sd.begin(), sd.end());
   int64_t expected = 1;
-  for (auto [st, sz] : sd) {
-    if (st != expected) return false;
-    expected *= sz;
+  for (size_t k = 0; k < n; ++k) {
+    if (sd[k].first != expected) return false;
+    expected *= sd[k].second;
   }
   return true;
 }

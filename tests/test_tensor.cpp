@@ -1,4 +1,7 @@
 // Tensor metadata, views sharing storage, layouts, copies and printing.
+#include <algorithm>
+#include <numeric>
+#include <random>
 #include "tests/test_support.h"
 
 using namespace duet;
@@ -24,6 +27,71 @@ TEST(Tensor, CreationAndMetadata) {
   EXPECT_EQ(Tensor::full({2}, 7.5, DType::f64).to_vector<double>(), (std::vector<double>{7.5, 7.5}));
   EXPECT_EQ(Tensor::scalar(3).item(), 3.0);
   EXPECT_EQ(Tensor::arange(4, DType::i64).to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3}));
+}
+
+// is_contiguous and is_dense compare strides in place (no vectors built); checked here against
+// their definitions on permutations and slices of up to 10 dims (past is_dense's 8 inline slots).
+TEST(Tensor, LayoutChecksMatchTheirDefinitions) {
+  const auto dense_by_definition = [](const Tensor& t) {  // every element a distinct offset, spanning numel
+    std::vector<int64_t> offs{0};
+    for (int64_t d = 0; d < t.dim(); ++d) {
+      std::vector<int64_t> next;
+      for (int64_t o : offs)
+        for (int64_t i = 0; i < t.size(d); ++i) next.push_back(o + i * t.stride(d));
+      offs = next;
+    }
+    std::sort(offs.begin(), offs.end());
+    for (size_t i = 0; i < offs.size(); ++i)
+      if (offs[i] != offs[0] + static_cast<int64_t>(i)) return false;
+    return true;
+  };
+  const auto strides_match = [](const Tensor& t, const Shape& expected) {
+    for (int64_t d = 0; d < t.dim(); ++d)
+      if (t.size(d) != 1 && t.stride(d) != expected[static_cast<size_t>(d)]) return false;
+    return true;
+  };
+  std::mt19937 g(7);
+  int checked_dense = 0, checked_not = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t nd = 1 + trial % 10;
+    Shape shape;
+    for (int64_t d = 0; d < nd; ++d) shape.push_back(1 + static_cast<int64_t>(g() % (nd > 6 ? 2 : 3)));
+    Tensor t = Tensor::empty(shape);
+    std::vector<int64_t> perm(static_cast<size_t>(nd));
+    std::iota(perm.begin(), perm.end(), 0);
+    for (size_t i = perm.size(); i > 1; --i) std::swap(perm[i - 1], perm[g() % i]);
+    t = t.permute(perm);
+    if (trial % 2 == 0) {  // a strided slice of one dim
+      const int64_t d = static_cast<int64_t>(g() % static_cast<uint32_t>(nd));
+      t = t.slice(d, 0, t.size(d), 2);
+    }
+    const bool dense = dense_by_definition(t);
+    EXPECT_EQ(t.is_dense(), dense) << shape_str(t.shape()) << " strides " << shape_str(t.strides());
+    EXPECT_EQ(t.is_contiguous(), strides_match(t, contiguous_strides(t.shape()))) << shape_str(t.strides());
+    if (t.dim() == 4)
+      EXPECT_EQ(t.is_contiguous(MemoryFormat::channels_last), strides_match(t, channels_last_strides(t.shape())))
+          << shape_str(t.shape()) << " strides " << shape_str(t.strides());
+    ++(dense ? checked_dense : checked_not);
+  }
+  EXPECT_GT(checked_dense, 50);
+  EXPECT_GT(checked_not, 50);
+}
+
+// A copy walks at most 16 dims that do not merge; more is a duet::Error naming the limit, not a
+// write past the walk's fixed arrays.
+TEST(Tensor, CopyOfManyUnmergeableDimsIsBoundedWithAClearError) {
+  const auto reversed = [](int64_t nd) {  // [2, ..., 2] with its dims in reverse order: none merge
+    std::vector<int64_t> perm(static_cast<size_t>(nd));
+    std::iota(perm.rbegin(), perm.rend(), 0);
+    return Tensor::zeros(Shape(static_cast<size_t>(nd), 2)).permute(perm);
+  };
+  EXPECT_EQ(reversed(16).contiguous().numel(), int64_t(1) << 16);
+  try {
+    reversed(17).contiguous();
+    ADD_FAILURE() << "a walk over 17 unmergeable dims ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than 16 dims"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Tensor, ViewsShareStorage) {

@@ -1,5 +1,7 @@
 #include "engine/nn/conv_bn.h"
 #include <array>
+#include <cstring>
+#include <string_view>
 #include "engine/autograd.h"
 #include "engine/frozen_copies.h"
 #include "engine/profiler/events.h"
@@ -13,16 +15,29 @@ std::array<const Tensor*, 6> folded_from(const Conv2d& conv, const BatchNorm2d& 
 }
 
 // The key part that names what a folded copy was computed from: each source's storage and freeze,
-// as raw bytes (it is built for every layer of every inference forward, so nothing is formatted).
-std::string fold_sources(const Conv2d& conv, const BatchNorm2d& bn, const char* part) {
-  std::string s = "folded batch norm ";
-  s += part;
-  s.reserve(s.size() + folded_from(conv, bn).size() * 2 * sizeof(uint64_t));
-  for (const Tensor* t : folded_from(conv, bn))
-    for (const uint64_t v : {t->defined() ? t->storage()->id : 0, t->defined() ? t->freeze_number() : 0})
-      s.append(reinterpret_cast<const char*>(&v), sizeof v);
-  return s;
-}
+// as raw bytes in a buffer on the stack (it is built for every layer of every inference forward, so
+// nothing is formatted or allocated).
+class FoldSources {
+public:
+  FoldSources(const Conv2d& conv, const BatchNorm2d& bn, std::string_view part) {
+    append("folded batch norm ", 18);
+    DUET_CHECK(part.size() <= kPartMax, "fold_sources: part name '{}' is longer than {} characters", part, kPartMax);
+    append(part.data(), part.size());
+    for (const Tensor* t : folded_from(conv, bn))
+      for (const uint64_t v : {t->defined() ? t->storage()->id : 0, t->defined() ? t->freeze_number() : 0})
+        append(&v, sizeof v);
+  }
+  std::string_view view() const { return {bytes_.data(), size_}; }
+
+private:
+  static constexpr size_t kPartMax = 16;
+  void append(const void* p, size_t n) {
+    std::memcpy(bytes_.data() + size_, p, n);
+    size_ += n;
+  }
+  std::array<char, 18 + kPartMax + 6 * 2 * sizeof(uint64_t)> bytes_;
+  size_t size_ = 0;
+};
 
 // s = gamma / sqrt(var + eps) per output channel, in f64 whatever the parameters' dtype, so the
 // folded weights are rounded once.
@@ -36,7 +51,7 @@ struct Folded {
 
 Folded folded(const Conv2d& conv, const BatchNorm2d& bn) {
   const Tensor& w = conv.weight;
-  const Tensor weight = frozen_copy(w, fold_sources(conv, bn, "weight"), [&] {
+  const Tensor weight = frozen_copy(w, FoldSources(conv, bn, "weight").view(), [&] {
     const int64_t O = w.size(0);
     const Tensor f = mul(w.to(DType::f64), fold_scale(bn).view({O, 1, 1, 1}))
                          .to(w.dtype())
@@ -44,7 +59,7 @@ Folded folded(const Conv2d& conv, const BatchNorm2d& bn) {
     f.freeze();
     return f;
   });
-  const Tensor bias = frozen_copy(w, fold_sources(conv, bn, "bias"), [&] {
+  const Tensor bias = frozen_copy(w, FoldSources(conv, bn, "bias").view(), [&] {
     const Tensor mean = bn.running_mean.to(DType::f64);
     const Tensor shift = conv.bias.defined() ? sub(conv.bias.to(DType::f64), mean) : mul(mean, -1.0);
     const Tensor b = add(bn.bias.to(DType::f64), mul(shift, fold_scale(bn))).to(w.dtype());

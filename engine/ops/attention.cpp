@@ -39,7 +39,7 @@ Tensor attention(const Tensor& qkv_in, int64_t heads, double dropout_p, bool tra
 
   const int64_t N = qkv_in.size(0), S = qkv_in.size(1), D = qkv_in.size(2) / 3;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D / heads));
-  const Tensor qkv = qkv_in.detach().contiguous();
+  const Tensor qkv = untracked(qkv_in).contiguous();
   const TensorOptions opts = TensorOptions(qkv.dtype()).with_device(qkv.device());
   Tensor out, probs;
   {

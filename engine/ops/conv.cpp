@@ -57,9 +57,9 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w, const Tensor& bias, const Con
   }
 
   const MemoryFormat f = x_in.suggest_memory_format();
-  const Tensor x = in_format(x_in.detach(), f);
-  const Tensor wk = w.is_dense() ? w.detach() : w.detach().contiguous();
-  const Tensor r = residual.defined() ? in_format(residual.detach(), f) : Tensor();
+  const Tensor x = in_format(untracked(x_in), f);
+  const Tensor wk = w.is_dense() ? untracked(w) : untracked(w).contiguous();
+  const Tensor r = residual.defined() ? in_format(untracked(residual), f) : Tensor();
   Tensor y;
   {
     Dispatch<OpId::conv2d> kernel(backend_of(x), {&x, &w, &r});

@@ -51,7 +51,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
     const bool keep_b = (op == BinaryOp::mul && need_a) || op == BinaryOp::div || op == BinaryOp::maximum ||
                         op == BinaryOp::minimum;
     const bool keep_out = op == BinaryOp::div && need_b;
-    const Tensor ad = keep_a ? a.detach() : Tensor(), bd = keep_b ? b.detach() : Tensor(),
+    const Tensor ad = keep_a ? untracked(a) : Tensor(), bd = keep_b ? untracked(b) : Tensor(),
                  od = keep_out ? out.detach() : Tensor();
     record(name, {&a, &b}, {&out}, [=](const std::vector<Tensor>& gs) {
       const Tensor& g = gs[0];
@@ -124,7 +124,7 @@ Tensor scalar_op(ScalarOp op, const Tensor& x_in, double s) {
     // As in binary(): keep only what the gradient reads.
     const bool keep_x = op == ScalarOp::pow || op == ScalarOp::rdiv || op == ScalarOp::maximum ||
                         op == ScalarOp::minimum;
-    const Tensor xd = keep_x ? x.detach() : Tensor(), od = op == ScalarOp::rdiv ? out.detach() : Tensor();
+    const Tensor xd = keep_x ? untracked(x) : Tensor(), od = op == ScalarOp::rdiv ? out.detach() : Tensor();
     record(name, {&x_in}, {&out}, [=](const std::vector<Tensor>& gs) {
       const Tensor& g = gs[0];
       Tensor gx;
@@ -172,7 +172,7 @@ Tensor unary(UnaryOp op, const Tensor& x_in) {
     // As in binary(): keep only what the gradient reads (the input or the output, never both).
     const bool from_out = op == UnaryOp::exp || op == UnaryOp::sqrt || op == UnaryOp::rsqrt || op == UnaryOp::tanh;
     const bool from_x = op == UnaryOp::log || op == UnaryOp::abs || op == UnaryOp::square;
-    const Tensor xd = from_x ? x.detach() : Tensor(), od = from_out ? out.detach() : Tensor();
+    const Tensor xd = from_x ? untracked(x) : Tensor(), od = from_out ? out.detach() : Tensor();
     record(name, {&x_in}, {&out}, [=](const std::vector<Tensor>& gs) {
       const Tensor& g = gs[0];
       Tensor gx;
@@ -224,7 +224,7 @@ Tensor activation(Activation act, const Tensor& x_in, std::optional<double> alph
     // the input (a batch norm's output in a ResNet) is freed after the forward, as PyTorch's
     // in-place ReLU achieves: one activation less per conv-bn-relu.
     const bool from_output = act == Activation::relu || act == Activation::relu6;
-    const Tensor xd = from_output ? out.detach() : x.detach();
+    const Tensor xd = from_output ? out.detach() : untracked(x);
     record(name, {&x_in}, {&out}, [=](const std::vector<Tensor>& gs) {
       return std::vector<Tensor>{activation_backward_op(act, xd, gs[0], alpha)};
     });

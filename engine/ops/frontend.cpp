@@ -79,7 +79,7 @@ Tensor dense(const Tensor& t) { return t.is_dense() ? t : t.contiguous(); }
 
 Tensor same_layout(const Tensor& t, const Tensor& ref) {
   if (t.strides() == ref.strides()) return t;
-  return copy_into(t.detach(), ref.device(), [&] {
+  return copy_into(untracked(t), ref.device(), [&] {
     Tensor out = empty_like_layout(ref, ref.shape());
     if (out.strides() != ref.strides()) out = Tensor::empty(ref.shape(), TensorOptions(ref.dtype()).with_device(ref.device()));
     return out;

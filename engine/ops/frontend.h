@@ -36,6 +36,14 @@ void check_shape(const char* op, const char* arg, const Tensor& t, const Shape& 
 // t may be written in place: not frozen (Tensor::freeze).
 void check_writable(const char* op, const Tensor& t);
 
+// t without autograd history, for a kernel's operand or a tensor a backward keeps: t itself when
+// no history can be recorded from it (grad mode off, or a tensor outside autograd), else
+// t.detach(). Inference would otherwise make a new TensorImpl for every operand of every op. An
+// op's own output is detached with detach(): it is about to get a history.
+inline Tensor untracked(const Tensor& t) {
+  return grad_mode_enabled() && t.defined() && (t.requires_grad() || t.grad_fn()) ? t.detach() : t;
+}
+
 // An uninitialised tensor of `shape` with t's dtype and device, laid out like t when t is dense
 // and has that shape (same stride order), else contiguous.
 Tensor empty_like_layout(const Tensor& t, const Shape& shape);

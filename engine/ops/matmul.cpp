@@ -90,7 +90,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   Tensor out = matmul_impl(a, b, "matmul");
   if (should_record({&a, &b})) {
     const bool need_a = a.requires_grad(), need_b = b.requires_grad();
-    const Tensor ad = a.detach(), bd = b.detach();
+    const Tensor ad = untracked(a), bd = untracked(b);
     const Shape sa = a.shape(), sb = b.shape();
     record("matmul", {&a, &b}, {&out}, [=](const std::vector<Tensor>& gs) {
       // A strided gradient (attention's, through the permute that puts the heads side by side)
@@ -132,8 +132,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   const int64_t in = w.size(1), outf = w.size(0);
   Shape out_shape = x.shape();
   out_shape.back() = outf;
-  const Tensor x2 = x.detach().reshape({-1, in}).contiguous();
-  const Tensor w2 = w.is_contiguous() ? w : w.detach().contiguous();
+  const Tensor x2 = untracked(x).reshape({-1, in}).contiguous();
+  const Tensor w2 = w.is_contiguous() ? w : untracked(w).contiguous();
   Tensor y;
   {
     Dispatch<OpId::linear> kernel(backend_of(x), {&x2, &w, &bias});
@@ -143,7 +143,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   y = y.view(out_shape);
   if (should_record({&x, &w, &bias})) {
     const bool need_x = x.requires_grad(), need_w = w.requires_grad(), need_b = bias.defined() && bias.requires_grad();
-    const Tensor wd = w2.detach();
+    const Tensor wd = untracked(w2);
     const Shape xs = x.shape();
     record("linear", {&x, &w, &bias}, {&y}, [=](const std::vector<Tensor>& gs) {
       const Tensor g2 = gs[0].reshape({-1, outf});

@@ -64,8 +64,8 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, c
                shape_str(x_in.shape()));
   }
   const MemoryFormat f = x_in.suggest_memory_format();
-  const Tensor x = in_format(x_in.detach(), f);
-  const Tensor r = residual.defined() ? in_format(residual.detach(), f) : Tensor();
+  const Tensor x = in_format(untracked(x_in), f);
+  const Tensor r = residual.defined() ? in_format(untracked(residual), f) : Tensor();
   // The saved statistics serve only the backward: a pass that records no graph (inference) asks
   // for none, and the backends leave them unwritten.
   const bool recording = should_record({&x_in, &gamma, &beta, &residual});
@@ -77,19 +77,19 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, c
       save_mean = Tensor::empty({C}, param_opts);
       save_invstd = Tensor::empty({C}, param_opts);
     }
-    kernel(x, gamma.detach(), beta.detach(), rm, rv, r, y, save_mean, save_invstd, p);
+    kernel(x, untracked(gamma), untracked(beta), rm, rv, r, y, save_mean, save_invstd, p);
   }
   if (recording) {
     const bool need_x = x_in.requires_grad(), need_g = gamma.requires_grad(), need_b = beta.requires_grad();
     const bool need_r = residual.defined() && residual.requires_grad();
-    const Tensor gd = gamma.detach();
+    const Tensor gd = untracked(gamma);
     const bool training = p.training;
     // Without a residual the backend may recompute the activation's mask from x in the backward
     // (a pass over y, dy and the masked gradient less); else the op keeps its output for the mask
     // (the next layer keeps y anyway).
     const bool act_in_backward =
         p.act && !r.defined() && training && routing(backend_of(x)).fuses_batch_norm_activation_backward(x);
-    const Tensor bd = act_in_backward ? beta.detach() : Tensor();
+    const Tensor bd = act_in_backward ? untracked(beta) : Tensor();
     const Tensor yd = p.act && !act_in_backward ? y.detach() : Tensor();
     record("batch_norm", {&x_in, &gamma, &beta, &residual}, {&y}, [=](const std::vector<Tensor>& gs) {
       Tensor dx, dgamma, dbeta;
@@ -138,9 +138,9 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, d
     check_shape("layer_norm", "bias", beta, {D});
   }
   const TensorOptions opts = TensorOptions(x_in.dtype()).with_device(x_in.device());
-  const Tensor x = x_in.detach().contiguous();
+  const Tensor x = untracked(x_in).contiguous();
   const int64_t rows = x.numel() / std::max<int64_t>(D, 1);
-  const Tensor gd = gamma.defined() ? gamma.detach() : Tensor(), bd = beta.defined() ? beta.detach() : Tensor();
+  const Tensor gd = gamma.defined() ? untracked(gamma) : Tensor(), bd = beta.defined() ? untracked(beta) : Tensor();
   Tensor y, mean, rstd;
   {
     Dispatch<OpId::layer_norm> kernel(backend_of(x), {&x});

@@ -26,7 +26,7 @@ Shape pooled_shape(const char* op, const Tensor& x, const Pool2dParams& p) {
 Tensor max_pool2d(const Tensor& x_in, const Pool2dParams& p) {
   const Shape ys = pooled_shape("max_pool2d", x_in, p);
   const MemoryFormat f = x_in.suggest_memory_format();
-  const Tensor x = in_format(x_in.detach(), f);
+  const Tensor x = in_format(untracked(x_in), f);
   const bool grad = should_record({&x_in});
   BackendImpl& be = backend_of(x);
   // Training on a backend that keeps the argmax: the forward writes it (u8 window offsets, so for
@@ -59,7 +59,7 @@ Tensor max_pool2d(const Tensor& x_in, const Pool2dParams& p) {
 Tensor avg_pool2d(const Tensor& x_in, const Pool2dParams& p) {
   const Shape ys = pooled_shape("avg_pool2d", x_in, p);
   const MemoryFormat f = x_in.suggest_memory_format();
-  const Tensor x = in_format(x_in.detach(), f);
+  const Tensor x = in_format(untracked(x_in), f);
   Tensor y;
   {
     Dispatch<OpId::avg_pool2d> kernel(backend_of(x), {&x});
@@ -85,7 +85,7 @@ Tensor adaptive_avg_pool2d(const Tensor& x_in, int64_t out_h, int64_t out_w) {
   check_dim("adaptive_avg_pool2d", "input", x_in, 4);
   DUET_CHECK(out_h >= 1 && out_w >= 1, "adaptive_avg_pool2d: output size {}x{} must be >= 1", out_h, out_w);
   const MemoryFormat f = x_in.suggest_memory_format();
-  const Tensor x = in_format(x_in.detach(), f);
+  const Tensor x = in_format(untracked(x_in), f);
   const Shape ys{x.size(0), x.size(1), out_h, out_w};
   Tensor y;
   {

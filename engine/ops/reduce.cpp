@@ -52,7 +52,7 @@ Tensor reduce_impl(ReduceOp op, const Tensor& x_in, std::vector<int64_t> dims_in
     kernel(op, x, dims, out);
   }
   if (should_record({&x_in})) {
-    const Tensor xd = x.detach(), od = out.detach();
+    const Tensor xd = untracked(x), od = out.detach();
     const double count = static_cast<double>(x.numel()) / std::max<double>(1.0, static_cast<double>(out.numel()));
     record(name, {&x_in}, {&out}, [=](const std::vector<Tensor>& gs) {
       const Tensor g = gs[0].reshape(keep);

@@ -47,7 +47,7 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
   for (const Tensor& t : xs) all_cl = all_cl && t.suggest_memory_format() == MemoryFormat::channels_last;
   std::vector<Tensor> inputs;
   inputs.reserve(xs.size());
-  for (const Tensor& t : xs) inputs.push_back(t.detach());
+  for (const Tensor& t : xs) inputs.push_back(untracked(t));
   Tensor out;
   {
     Dispatch<OpId::concat> kernel(backend_of(first), {&first});

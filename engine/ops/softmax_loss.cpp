@@ -10,7 +10,7 @@ Tensor softmax_impl(const Tensor& x_in, int64_t dim, bool log) {
   const char* name = log ? "log_softmax" : "softmax";
   check_float_or_half(name, "input", x_in);
   dim = wrap_dim(dim, x_in.dim(), name);
-  const Tensor x = x_in.detach().contiguous();
+  const Tensor x = untracked(x_in).contiguous();
   Tensor y;
   {
     Dispatch<OpId::softmax> kernel(backend_of(x), {&x});
@@ -50,7 +50,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in, double la
   DUET_CHECK(logits_in.size(0) > 0, "cross_entropy: empty batch (logits shape {})", shape_str(logits_in.shape()));
   DUET_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
              "cross_entropy: label_smoothing must be in [0, 1], got {}", label_smoothing);
-  const Tensor logits = logits_in.detach().contiguous();
+  const Tensor logits = untracked(logits_in).contiguous();
   const Tensor target = target_in.contiguous();
   Tensor loss;
   {
@@ -74,7 +74,7 @@ Tensor dropout(const Tensor& x_in, double p, bool training, Generator* g) {
   check_float_or_half("dropout", "input", x_in);
   DUET_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability must be in [0, 1], got {}", p);
   if (!training || p == 0.0) return x_in;
-  const Tensor x = dense(x_in.detach());
+  const Tensor x = dense(untracked(x_in));
   Generator& gen = g ? *g : default_generator();
   const uint64_t offset = gen.reserve(static_cast<uint64_t>(x.numel()));
   Tensor y, mask;
