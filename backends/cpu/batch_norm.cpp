@@ -2,6 +2,7 @@
 // the row layouts), oneDNN's primitives (jit AVX-512) on other layouts, given the variance 1/invstd^2
 // with epsilon 0 so that their backward reproduces the forward's invstd exactly. Layer norm: layer_norm.cpp.
 #include <cmath>
+#include <span>
 #include <type_traits>
 #include "backends/cpu/common.h"
 #include "backends/cpu/norm_common.h"
@@ -315,8 +316,8 @@ BnBackwardCoeffs bn_backward_coeffs(const std::vector<double>& sdy, const std::v
 }
 
 // The running statistics from the batch's mean and biased variance (engine/scalar_math.h has the rule).
-void update_running_stats(const Tensor& running_mean, const Tensor& running_var, const std::vector<float>& mean,
-                          const std::vector<float>& var, int64_t count, double momentum) {
+void update_running_stats(const Tensor& running_mean, const Tensor& running_var, std::span<const float> mean,
+                          std::span<const float> var, int64_t count, double momentum) {
   if (!running_mean.defined() || !running_var.defined()) return;
   float* rm = running_mean.data<float>();
   float* rv = running_var.data<float>();
@@ -369,8 +370,10 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
   if (const BnLoops loops = bn_loops(x, {&y, &residual}); loops != BnLoops::none) {
     note_loops(loops);
     const int64_t HW = x.dim() == 4 ? x.size(2) * x.size(3) : 1, N = x.size(0), R = N * HW;
-    std::vector<float> gbuf, bbuf, mean(static_cast<size_t>(C)), var(static_cast<size_t>(C)),
-        invstd(static_cast<size_t>(C)), scale(static_cast<size_t>(C));
+    // The four per-channel vectors in one block: this runs for every batch norm of every pass.
+    std::vector<float> gbuf, bbuf, stats(static_cast<size_t>(4 * C));
+    const size_t n = static_cast<size_t>(C);
+    const std::span<float> mean(stats.data(), n), var(mean.end(), n), invstd(var.end(), n), scale(invstd.end(), n);
     const float* g = contiguous_vec(gamma, gbuf);
     const float* b = contiguous_vec(beta, bbuf);
     if (p.training) {
@@ -442,19 +445,19 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
     std::vector<float> gbuf, bbuf, mbuf, vbuf;
     const float* g = contiguous_vec(gamma, gbuf);
     const float* b = contiguous_vec(beta, bbuf);
-    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, mem(e->x, x)},
-                                               {DNNL_ARG_DST, mem(e->y, y)},
-                                               {DNNL_ARG_SCALE, mem(e->vec, const_cast<float*>(g))},
-                                               {DNNL_ARG_SHIFT, mem(e->vec, const_cast<float*>(b))}};
+    ExecArgs args{{DNNL_ARG_SRC, mem(e->x, x)},
+                  {DNNL_ARG_DST, mem(e->y, y)},
+                  {DNNL_ARG_SCALE, mem(e->vec, const_cast<float*>(g))},
+                  {DNNL_ARG_SHIFT, mem(e->vec, const_cast<float*>(b))}};
     if (p.training) {
       std::vector<float> mean(static_cast<size_t>(C)), var(static_cast<size_t>(C));
-      args.emplace(DNNL_ARG_MEAN, mem(e->vec, mean.data()));
-      args.emplace(DNNL_ARG_VARIANCE, mem(e->vec, var.data()));
+      args.add(DNNL_ARG_MEAN, mem(e->vec, mean.data()));
+      args.add(DNNL_ARG_VARIANCE, mem(e->vec, var.data()));
       if (fuse_relu) {
         const dnnl::memory::desc ws = e->pd.workspace_desc();
-        args.emplace(DNNL_ARG_WORKSPACE, mem(ws, scratch(ws.get_size(), 0)));
+        args.add(DNNL_ARG_WORKSPACE, mem(ws, scratch(ws.get_size(), 0)));
       }
-      e->prim.execute(stream(), args);
+      execute(e->prim, args);
       std::vector<float> invstd(static_cast<size_t>(C));
       for (int64_t c = 0; c < C; ++c) invstd[c] = static_cast<float>(inv_std(var[c], p.eps));
       if (save_mean.defined()) store_vec(save_mean, mean.data());
@@ -464,9 +467,9 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
     } else {
       const float* m = contiguous_vec(running_mean, mbuf);
       const float* v = contiguous_vec(running_var, vbuf);
-      args.emplace(DNNL_ARG_MEAN, mem(e->vec, const_cast<float*>(m)));
-      args.emplace(DNNL_ARG_VARIANCE, mem(e->vec, const_cast<float*>(v)));
-      e->prim.execute(stream(), args);
+      args.add(DNNL_ARG_MEAN, mem(e->vec, const_cast<float*>(m)));
+      args.add(DNNL_ARG_VARIANCE, mem(e->vec, const_cast<float*>(v)));
+      execute(e->prim, args);
       // The eval-mode gradient (written by the front-end with elementwise ops) reads these.
       std::vector<float> invstd(static_cast<size_t>(C));
       for (int64_t c = 0; c < C; ++c) invstd[c] = static_cast<float>(inv_std(v[c], p.eps));
@@ -562,7 +565,7 @@ void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Te
         shift(static_cast<size_t>(C), 0.f);
     for (int64_t c = 0; c < C; ++c) var[c] = static_cast<float>(1.0 / (double(inv[c]) * double(inv[c])));
     void* dxp = dx.defined() ? dx.raw_data() : scratch(x.nbytes(), 3);
-    e->prim.execute(stream(), {{DNNL_ARG_SRC, mem(e->x, x)},
+    execute(e->prim, {{DNNL_ARG_SRC, mem(e->x, x)},
                                {DNNL_ARG_DIFF_DST, mem(e->x, dy)},
                                {DNNL_ARG_MEAN, mem(e->vec, const_cast<float*>(m))},
                                {DNNL_ARG_VARIANCE, mem(e->vec, var.data())},

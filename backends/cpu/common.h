@@ -3,12 +3,14 @@
 // OpenMP helpers. Kept header-only so every kernel file inlines it.
 #pragma once
 #include <omp.h>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -57,39 +59,63 @@ void dispatch_float(DType t, const char* op, F&& f) {
 // ---- the primitive cache -----------------------------------------------------------------------
 
 // A binary key: raw bytes of every value appended. Cheaper than formatting and unambiguous as long
-// as each op starts its key with a distinct tag.
-struct Key {
-  std::string s;
+// as each op starts its key with a distinct tag. Built for every kernel call, so its bytes live on
+// the stack (a convolution's key is about 450 bytes) and only a longer one moves to the heap.
+class Key {
+public:
   // The thread count is part of every key: oneDNN sizes its blocking for the team it will run on.
   explicit Key(const char* tag) {
-    s.reserve(160);
-    s += tag;
-    s += '\0';
+    append(tag, std::strlen(tag) + 1);
     add(static_cast<int64_t>(omp_get_max_threads()));
   }
-  Key& add(int64_t v) { s.append(reinterpret_cast<const char*>(&v), sizeof v); return *this; }
+  Key& add(int64_t v) { append(&v, sizeof v); return *this; }
   Key& add(const Shape& v) { add(static_cast<int64_t>(v.size())); for (int64_t x : v) add(x); return *this; }
-  Key& add(double v) { s.append(reinterpret_cast<const char*>(&v), sizeof v); return *this; }
+  Key& add(double v) { append(&v, sizeof v); return *this; }
   Key& add(const Tensor& t) {  // shape, strides, dtype; undefined tensors add a marker
     if (!t.defined()) return add(int64_t(-1));
     add(t.shape());
     add(t.strides());
     return add(static_cast<int64_t>(t.dtype()));
   }
+  std::string_view view() const { return {spilled_.empty() ? inline_.data() : spilled_.data(), size_}; }
+  std::string str() const { return std::string(view()); }
+
+private:
+  void append(const void* p, size_t n) {
+    if (spilled_.empty() && size_ + n <= inline_.size()) {
+      std::memcpy(inline_.data() + size_, p, n);
+    } else {
+      if (spilled_.empty()) spilled_.assign(inline_.data(), size_);
+      spilled_.append(static_cast<const char*>(p), n);
+    }
+    size_ += n;
+  }
+  std::array<char, 768> inline_;
+  std::string spilled_;  // all bytes, once they outgrow inline_
+  size_t size_ = 0;
 };
 
+// A hash for maps keyed by std::string that looks up a std::string_view (a Key's bytes) without
+// making a string of it (C++20 heterogeneous lookup).
+struct StringViewHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+template <class V>
+using KeyedBy = std::unordered_map<std::string, V, StringViewHash, std::equal_to<>>;
+
 namespace detail {
-std::shared_ptr<void> cache_find(const std::string& key);
-void cache_insert(const std::string& key, std::shared_ptr<void> value);
+std::shared_ptr<void> cache_find(std::string_view key);
+void cache_insert(std::string_view key, std::shared_ptr<void> value);
 }  // namespace detail
 
 // The entry of type E for key, built by make() on the first use. Entries are immutable once
 // built, so concurrent users only share the lookup lock.
 template <class E, class Make>
 std::shared_ptr<const E> cached(const Key& key, Make&& make) {
-  if (auto p = detail::cache_find(key.s)) return std::static_pointer_cast<const E>(p);
+  if (auto p = detail::cache_find(key.view())) return std::static_pointer_cast<const E>(p);
   auto e = std::make_shared<E>(make());
-  detail::cache_insert(key.s, e);
+  detail::cache_insert(key.view(), e);
   return e;
 }
 
@@ -163,11 +189,38 @@ inline dnnl::memory mem(const dnnl::memory::desc& d, const Tensor& t) {
 }
 inline dnnl::memory mem(const dnnl::memory::desc& d, void* p) { return dnnl::memory(d, engine(), p); }
 
+// The arguments of one primitive execution, run through oneDNN's C API. dnnl::primitive::execute
+// takes a std::unordered_map and copies it to a std::vector: a few heap blocks per call, which
+// batch-1 inference pays on every layer. Here they sit in fixed arrays; each memory object is held
+// until the execution returns.
+class ExecArgs {
+public:
+  ExecArgs(std::initializer_list<std::pair<int, dnnl::memory>> args) {
+    for (const auto& [arg, m] : args) add(arg, m);
+  }
+  ExecArgs& add(int arg, const dnnl::memory& m) {
+    DUET_CHECK(n_ < mems_.size(), "cpu backend: a primitive given more than {} arguments", mems_.size());
+    mems_[n_] = m;
+    args_[n_++] = {arg, m.get()};
+    return *this;
+  }
+  void execute(const dnnl::primitive& p) const {
+    dnnl::error::wrap_c_api(dnnl_primitive_execute(p.get(), stream().get(), static_cast<int>(n_), args_.data()),
+                            "could not execute a primitive");
+  }
+
+private:
+  std::array<dnnl::memory, 12> mems_;  // a batch norm backward takes 9
+  std::array<dnnl_exec_arg_t, 12> args_{};
+  size_t n_ = 0;
+};
+inline void execute(const dnnl::primitive& p, const ExecArgs& args) { args.execute(p); }
+
 // A frozen weight (inference: Tensor::freeze) in a kernel's own layout `layout`: written by
 // fill(dst) the first time under the current freeze, then kept (engine/frozen_copies.h) under
 // `name`, which must say which layouts it converts between (a primitive's cache key does).
-inline dnnl::memory kept_in_layout(const Tensor& w, const std::string& name, const dnnl::memory::desc& layout,
-                                   const std::function<void(dnnl::memory&)>& fill) {
+template <class Fill>
+dnnl::memory kept_in_layout(const Tensor& w, std::string_view name, const dnnl::memory::desc& layout, Fill&& fill) {
   const Tensor kept = frozen_copy(w, name, [&] {
     const Tensor buf = Tensor::empty({static_cast<int64_t>(layout.get_size())}, TensorOptions(DType::u8));
     dnnl::memory dst = mem(layout, buf.raw_data());

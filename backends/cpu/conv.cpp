@@ -161,7 +161,7 @@ void reorder_into(const Reordered& r, const Tensor& t, dnnl::memory& pm) {
                       d[2] * d[3]);
   } else {
     dnnl::memory um = mem(r.user, t);
-    r.reorder.execute(stream(), um, pm);
+    execute(r.reorder, {{DNNL_ARG_FROM, um}, {DNNL_ARG_TO, pm}});
   }
 }
 dnnl::memory input_mem(const Reordered& r, const Tensor& t, int slot) {
@@ -184,7 +184,7 @@ dnnl::memory output_mem(const Reordered& r, const Tensor& t, int slot) {
 void finish_output(const Reordered& r, dnnl::memory& pm, const Tensor& t) {
   if (!r.needed) return;
   dnnl::memory um = mem(r.user, t);
-  r.reorder.execute(stream(), pm, um);
+  execute(r.reorder, {{DNNL_ARG_FROM, pm}, {DNNL_ARG_TO, um}});
 }
 
 // The scratch slots of the convolution's reorders (common.h's scratch): 0 weights, 1 the input
@@ -240,7 +240,7 @@ std::shared_ptr<const ConvFwd> forward_entry(ConvAlgo a, const Tensor& x, const 
   key.add(p.act ? 1 + static_cast<int64_t>(*p.act) : 0).add(int64_t(residual)).add(static_cast<int64_t>(a));
   return cached<ConvFwd>(key, [&] {
     ConvFwd r;
-    r.kept_weights = "onednn weights " + key.s;
+    r.kept_weights = "onednn weights " + key.str();
     const dnnl::algorithm alg = onednn_algorithm(a);
     const bool blocked = a != ConvAlgo::direct;
     const DType t = compute_dtype(alg, x.dtype());
@@ -273,7 +273,7 @@ std::shared_ptr<const ConvBwdData> data_entry(ConvAlgo a, const Tensor& dy, cons
   key.add(static_cast<int64_t>(a));
   return cached<ConvBwdData>(key, [&] {
     ConvBwdData r;
-    r.kept_weights = "onednn weights " + key.s;
+    r.kept_weights = "onednn weights " + key.str();
     const ConvGeometry g = geometry(p);
     const dnnl::algorithm alg = onednn_algorithm(a);
     const bool blocked = a != ConvAlgo::direct;
@@ -343,12 +343,12 @@ void run_conv_forward(ConvAlgo a, const Tensor& x, const Tensor& w, const Tensor
   note(e->pd);
   if (e->fused.residual == ResidualBy::sum) cpu_backend().copy(residual, y);  // the sum post-op adds y's old contents
   dnnl::memory ym = output_mem(e->y, y, kDySlot);
-  std::unordered_map<int, dnnl::memory> args{
+  ExecArgs args{
       {DNNL_ARG_SRC, input_mem(e->x, x, 1)}, {DNNL_ARG_WEIGHTS, weights_mem(e->w, w, e->kept_weights)}, {DNNL_ARG_DST, ym}};
-  if (bias.defined()) args.emplace(DNNL_ARG_BIAS, input_mem(e->bias, bias, kConvBiasSlot));
+  if (bias.defined()) args.add(DNNL_ARG_BIAS, input_mem(e->bias, bias, kConvBiasSlot));
   if (e->fused.residual == ResidualBy::binary)
-    args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, mem(md_of(residual), residual));
-  e->prim.execute(stream(), args);
+    args.add(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, mem(md_of(residual), residual));
+  execute(e->prim, args);
   finish_output(e->y, ym, y);
   if (e->epilogue_after) conv_epilogue_passes(cpu_backend(), y, residual, p.act);
 }
@@ -399,7 +399,7 @@ void run_conv_backward_data(ConvAlgo a, const Tensor& dy, const Tensor& w, const
   const auto e = data_entry(a, dy, w, dx, p);
   note(e->pd);
   dnnl::memory dxm = output_mem(e->dx, dx, 1);
-  e->prim.execute(stream(), {{DNNL_ARG_DIFF_DST, dy_ready ? *dy_ready : input_mem(e->dy, dy, kDySlot)},
+  execute(e->prim, {{DNNL_ARG_DIFF_DST, dy_ready ? *dy_ready : input_mem(e->dy, dy, kDySlot)},
                              {DNNL_ARG_WEIGHTS, weights_mem(e->w, w, e->kept_weights)},
                              {DNNL_ARG_DIFF_SRC, dxm}});
   finish_output(e->dx, dxm, dx);
@@ -423,12 +423,12 @@ void run_conv_backward_weight(ConvAlgo a, const Tensor& x, const Tensor& dy, con
   if (profiler::enabled())
     profiler::note_impl(std::string(e->pd.impl_info_str()) + (dy_ready ? " (dy as reordered for backward_data)" : ""));
   dnnl::memory dwm = output_mem(e->dw, dw, 0);
-  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, input_mem(e->x, x, 1)},
+  ExecArgs args{{DNNL_ARG_SRC, input_mem(e->x, x, 1)},
                                              {DNNL_ARG_DIFF_DST, dy_ready ? *dy_ready : input_mem(e->dy, dy, kDySlot)},
                                              {DNNL_ARG_DIFF_WEIGHTS, dwm}};
   dnnl::memory dbm = dbias.defined() ? output_mem(e->dbias, dbias, kConvBiasSlot) : dnnl::memory();
-  if (dbias.defined()) args.emplace(DNNL_ARG_DIFF_BIAS, dbm);
-  e->prim.execute(stream(), args);
+  if (dbias.defined()) args.add(DNNL_ARG_DIFF_BIAS, dbm);
+  execute(e->prim, args);
   finish_output(e->dw, dwm, dw);
   if (dbias.defined()) finish_output(e->dbias, dbm, dbias);
 }

@@ -90,7 +90,7 @@ std::string shapes_str(std::initializer_list<const Tensor*> ts) {
 namespace {
 struct Cache {
   std::mutex mu;
-  std::unordered_map<std::string, std::shared_ptr<void>> map;
+  KeyedBy<std::shared_ptr<void>> map;
   int64_t hits = 0, misses = 0;
 };
 Cache& cache() {
@@ -100,7 +100,7 @@ Cache& cache() {
 }  // namespace
 
 namespace detail {
-std::shared_ptr<void> cache_find(const std::string& key) {
+std::shared_ptr<void> cache_find(std::string_view key) {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
   auto it = c.map.find(key);
@@ -111,10 +111,10 @@ std::shared_ptr<void> cache_find(const std::string& key) {
   ++c.hits;
   return it->second;
 }
-void cache_insert(const std::string& key, std::shared_ptr<void> value) {
+void cache_insert(std::string_view key, std::shared_ptr<void> value) {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
-  c.map.emplace(key, std::move(value));
+  c.map.emplace(std::string(key), std::move(value));
 }
 }  // namespace detail
 

@@ -67,7 +67,7 @@ void eltwise_forward(const char* op, dnnl::algorithm alg, float alpha, float bet
     });
     note(e->pd);
     const auto md = md_flat(n);
-    e->prim.execute(stream(), {{DNNL_ARG_SRC, mem(md, x)}, {DNNL_ARG_DST, mem(md, out)}});
+    execute(e->prim, {{DNNL_ARG_SRC, mem(md, x)}, {DNNL_ARG_DST, mem(md, out)}});
   });
 }
 
@@ -88,8 +88,7 @@ void eltwise_backward(const char* op, dnnl::algorithm alg, float alpha, float be
     });
     note(e->pd);
     const auto md = md_flat(n);
-    e->prim.execute(stream(),
-                    {{DNNL_ARG_SRC, mem(md, x)}, {DNNL_ARG_DIFF_DST, mem(md, dy)}, {DNNL_ARG_DIFF_SRC, mem(md, dx)}});
+    execute(e->prim, {{DNNL_ARG_SRC, mem(md, x)}, {DNNL_ARG_DIFF_DST, mem(md, dy)}, {DNNL_ARG_DIFF_SRC, mem(md, dx)}});
   });
 }
 

@@ -55,13 +55,13 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
     float* var = static_cast<float*>(scratch(static_cast<size_t>(rows) * sizeof(float), 4));
     float* mp = mean.defined() && mean.is_contiguous() ? mean.data<float>()
                                                        : (mean_buf.resize(static_cast<size_t>(rows)), mean_buf.data());
-    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, mem(e->data, x)},
+    ExecArgs args{{DNNL_ARG_SRC, mem(e->data, x)},
                                                {DNNL_ARG_DST, mem(e->data, y)},
                                                {DNNL_ARG_MEAN, mem(e->stat, mp)},
                                                {DNNL_ARG_VARIANCE, mem(e->stat, var)}};
-    if (has_g) args.emplace(DNNL_ARG_SCALE, mem(e->vec, const_cast<float*>(contiguous_vec(gamma, gbuf))));
-    if (has_b) args.emplace(DNNL_ARG_SHIFT, mem(e->vec, const_cast<float*>(contiguous_vec(beta, bbuf))));
-    e->prim.execute(stream(), args);
+    if (has_g) args.add(DNNL_ARG_SCALE, mem(e->vec, const_cast<float*>(contiguous_vec(gamma, gbuf))));
+    if (has_b) args.add(DNNL_ARG_SHIFT, mem(e->vec, const_cast<float*>(contiguous_vec(beta, bbuf))));
+    execute(e->prim, args);
     if (mean.defined() && !mean.is_contiguous()) store_vec(mean, mp);
     if (rstd.defined()) {
       float* pr = rstd.data<float>();

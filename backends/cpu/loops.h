@@ -10,10 +10,38 @@
 
 namespace duet::cpu {
 
+// Up to kMax dims, kept in place: a walk is simplified for every copy and elementwise call, and
+// heap-allocated vectors here were a tenth of batch-1 DenseNet's allocations (its concatenations).
+template <size_t kMax>
+class SmallDims {
+public:
+  static constexpr size_t capacity = kMax;
+  SmallDims() = default;
+  SmallDims(std::initializer_list<int64_t> v) {
+    for (int64_t x : v) push_back(x);
+  }
+  void push_back(int64_t x) {
+    DUET_CHECK(n_ < kMax, "cpu backend: a strided walk over more than {} dims", kMax);
+    v_[n_++] = x;
+  }
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  int64_t& operator[](size_t i) { return v_[i]; }
+  int64_t operator[](size_t i) const { return v_[i]; }
+  int64_t back() const { return v_[n_ - 1]; }
+
+private:
+  std::array<int64_t, kMax> v_{};
+  size_t n_ = 0;
+};
+
+// What is left after merging: the odometer below keeps an index per dim on the stack.
+using WalkDims = SmallDims<16>;
+
 template <size_t K>
 struct Walk {
-  Shape shape;                 // outer ... inner
-  std::array<Shape, K> st;     // strides per operand, same order
+  WalkDims shape;                 // outer ... inner
+  std::array<WalkDims, K> st;     // strides per operand, same order
   int64_t numel = 1;
 };
 
@@ -22,7 +50,7 @@ template <size_t K>
 Walk<K> simplify(const Shape& shape, const std::array<const Shape*, K>& strides) {
   Walk<K> w;
   const int64_t nd = static_cast<int64_t>(shape.size());
-  std::vector<int64_t> order;
+  SmallDims<64> order;  // the dims that are not 1, before merging
   for (int64_t d = 0; d < nd; ++d) {
     w.numel *= shape[d];
     if (shape[d] != 1) order.push_back(d);
@@ -33,9 +61,11 @@ Walk<K> simplify(const Shape& shape, const std::array<const Shape*, K>& strides)
     return w;
   }
   // Output memory order: outer (largest stride) first; stable keeps logical order on ties.
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t a, int64_t b) { return (*strides[0])[a] > (*strides[0])[b]; });
-  for (int64_t d : order) {
+  // (An insertion sort: stable, and there are a few dims.)
+  for (size_t i = 1; i < order.size(); ++i)
+    for (size_t j = i; j > 0 && (*strides[0])[order[j - 1]] < (*strides[0])[order[j]]; --j) std::swap(order[j - 1], order[j]);
+  for (size_t i = 0; i < order.size(); ++i) {
+    const int64_t d = order[i];
     const size_t m = w.shape.size();
     bool merge = m > 0;
     for (size_t k = 0; k < K && merge; ++k)
@@ -52,7 +82,6 @@ Walk<K> simplify(const Shape& shape, const std::array<const Shape*, K>& strides)
     w.shape = {1};
     for (size_t k = 0; k < K; ++k) w.st[k] = {1};
   }
-  DUET_CHECK(w.shape.size() <= 16, "cpu backend: a strided walk over {} non-mergeable dims (at most 16)", w.shape.size());
   return w;
 }
 
@@ -84,7 +113,7 @@ void for_each_row(const Walk<K>& w, F&& row) {
     const int64_t pieces = (nt + rows - 1) / rows;  // per row
     parallel_for(rows * pieces, w.numel, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
-        int64_t idx[16];
+        int64_t idx[WalkDims::capacity];
         std::array<int64_t, K> off = start_of(t / pieces, idx);
         int64_t b, e;
         split_range(len, static_cast<int>(pieces), static_cast<int>(t % pieces), b, e);
@@ -96,7 +125,7 @@ void for_each_row(const Walk<K>& w, F&& row) {
     return;
   }
   parallel_for(rows, w.numel, [&](int64_t r0, int64_t r1) {
-    int64_t idx[16] = {0};
+    int64_t idx[WalkDims::capacity] = {0};
     std::array<int64_t, K> off = start_of(r0, idx);
     for (int64_t r = r0; r < r1; ++r) {
       row(off, len, inner);

@@ -61,7 +61,7 @@ void run_gemm(const char* op, int64_t batch, const MatrixOperand& a, const Matri
     key.add(int64_t(pack_b));
     auto e = cached<MatmulEntry>(key, [&] {
       MatmulEntry r;
-      r.packed_b = "onednn matmul weights " + key.s;
+      r.packed_b = "onednn matmul weights " + key.str();
       r.a = matrix_md(a, batch);
       r.b = matrix_md(b, batch);
       r.c = matrix_md(c, batch);
@@ -87,13 +87,13 @@ void run_gemm(const char* op, int64_t batch, const MatrixOperand& a, const Matri
     if (profiler::enabled()) profiler::note_impl(std::string("matmul/") + e->pd.impl_info_str());
     const auto pack = [&](dnnl::memory& dst) {
       dnnl::memory src = mem(e->b, b.t);
-      dnnl::reorder(src, dst).execute(stream(), src, dst);
+      execute(dnnl::reorder(src, dst), {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}});
     };
     const dnnl::memory bm = e->pack_b ? kept_in_layout(b.t, e->packed_b, e->pd.weights_desc(), pack) : mem(e->b, b.t);
-    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, mem(e->a, a.t)}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, mem(e->c, c.t)}};
-    if (bias.defined()) args.emplace(DNNL_ARG_BIAS, mem(e->bias, bias));
-    if (res) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, mem(e->residual, res->t));
-    e->prim.execute(stream(), args);
+    ExecArgs args{{DNNL_ARG_SRC, mem(e->a, a.t)}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, mem(e->c, c.t)}};
+    if (bias.defined()) args.add(DNNL_ARG_BIAS, mem(e->bias, bias));
+    if (res) args.add(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, mem(e->residual, res->t));
+    execute(e->prim, args);
   });
 }
 
@@ -136,7 +136,7 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, boo
       return r;
     });
     note(e->pd);
-    e->prim.execute(stream(), {{DNNL_ARG_SRC, mem(e->a, a)}, {DNNL_ARG_WEIGHTS, mem(e->b, b)}, {DNNL_ARG_DST, mem(e->c, out)}});
+    execute(e->prim, {{DNNL_ARG_SRC, mem(e->a, a)}, {DNNL_ARG_WEIGHTS, mem(e->b, b)}, {DNNL_ARG_DST, mem(e->c, out)}});
   });
 }
 

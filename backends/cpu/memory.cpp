@@ -78,7 +78,7 @@ void copy_strided(const Strided& src, const Strided& dst) {
       return r;
     });
     dnnl::memory ms = mem(e->src, src.data), md = mem(e->dst, dst.data);
-    e->prim.execute(stream(), ms, md);
+    execute(e->prim, {{DNNL_ARG_FROM, ms}, {DNNL_ARG_TO, md}});
     return;
   }
   dispatch_any(dst.dtype, [&](auto dtag) {

@@ -349,7 +349,7 @@ std::vector<ConvAlgo> candidates(const ConvProblem& pb) {
 
 // What a plan depends on: the tensors' shapes, strides and dtypes, the attributes, the pass, the
 // thread count (Key adds it), and every policy and the autotune switch (tests flip them at run time).
-std::string plan_key(const ConvProblem& pb) {
+Key plan_key(const ConvProblem& pb) {
   Key k("plan");
   k.add(pb.x).add(pb.w).add(pb.y);
   const Conv2dParams& p = pb.p;
@@ -358,7 +358,8 @@ std::string plan_key(const ConvProblem& pb) {
   for (KernelPolicy pol : {winograd_policy(), pointwise_gemm_policy(), im2col_weight_gradient_policy(),
                            flipped_data_gradient_policy(), col2im_data_gradient_policy(), depthwise_policy()})
     k.add(static_cast<int64_t>(pol));
-  return k.add(int64_t(conv_autotune())).s;
+  k.add(int64_t(conv_autotune()));
+  return k;
 }
 
 // The fastest candidate on this machine for this shape, timed on the call's own tensors; a
@@ -398,15 +399,15 @@ ConvPlan autotuned(const ConvProblem& pb, const ConvPlan& rule, const std::funct
 // previous one formats no reason and asks oneDNN nothing. Entries are never removed, so the
 // references handed out stay valid.
 std::mutex g_plans_mutex;
-std::unordered_map<std::string, ConvPlan> g_plans;  // guarded by g_plans_mutex
+KeyedBy<ConvPlan> g_plans;  // guarded by g_plans_mutex
 
 }  // namespace
 
 const ConvPlan& plan_conv(const ConvProblem& pb, const std::function<void(ConvAlgo)>& run) {
-  const std::string key = plan_key(pb);
+  const Key key = plan_key(pb);
   {
     std::lock_guard<std::mutex> lock(g_plans_mutex);
-    if (auto it = g_plans.find(key); it != g_plans.end()) return it->second;
+    if (auto it = g_plans.find(key.view()); it != g_plans.end()) return it->second;
   }
   ConvPlan plan = rule_plan(pb);
   // A single tap and duet's depthwise loops answer what no candidate of oneDNN's can; they are
@@ -414,7 +415,7 @@ const ConvPlan& plan_conv(const ConvProblem& pb, const std::function<void(ConvAl
   if (conv_autotune() && plan.algo != ConvAlgo::tap_matmul && plan.algo != ConvAlgo::own_depthwise)
     plan = autotuned(pb, plan, run);
   std::lock_guard<std::mutex> lock(g_plans_mutex);
-  return g_plans.emplace(key, std::move(plan)).first->second;
+  return g_plans.emplace(key.str(), std::move(plan)).first->second;
 }
 
 }  // namespace duet::cpu

@@ -87,7 +87,7 @@ void pool_forward(const char* op, dnnl::algorithm alg, const Tensor& x, const Te
       return r;
     });
     note(e->pd);
-    e->prim.execute(stream(), {{DNNL_ARG_SRC, mem(e->x, x)}, {DNNL_ARG_DST, mem(e->y, y)}});
+    execute(e->prim, {{DNNL_ARG_SRC, mem(e->x, x)}, {DNNL_ARG_DST, mem(e->y, y)}});
   });
 }
 
@@ -269,7 +269,7 @@ void CpuBackend::max_pool2d(const Tensor& x, const Tensor& y, const Tensor& indi
       return r;
     });
     note(e->pd);
-    e->prim.execute(stream(), {{DNNL_ARG_SRC, mem(e->x, x)},
+    execute(e->prim, {{DNNL_ARG_SRC, mem(e->x, x)},
                                {DNNL_ARG_DST, mem(e->y, y)},
                                {DNNL_ARG_WORKSPACE, mem(e->pd.workspace_desc(), indices.raw_data())}});
   });
@@ -309,9 +309,9 @@ void CpuBackend::max_pool2d_backward(const Tensor& x, const Tensor& y, const Ten
     } else {
       ws = mem(ws_md, scratch(ws_md.get_size(), 3));
       dnnl::memory ym = mem(e->y, scratch(e->y.get_size(), 4));  // recomputed y, discarded
-      e->fwd.execute(stream(), {{DNNL_ARG_SRC, mem(e->x, x)}, {DNNL_ARG_DST, ym}, {DNNL_ARG_WORKSPACE, ws}});
+      execute(e->fwd, {{DNNL_ARG_SRC, mem(e->x, x)}, {DNNL_ARG_DST, ym}, {DNNL_ARG_WORKSPACE, ws}});
     }
-    e->prim.execute(stream(), {{DNNL_ARG_DIFF_DST, mem(e->dy, dy)}, {DNNL_ARG_WORKSPACE, ws}, {DNNL_ARG_DIFF_SRC, mem(e->dx, dx)}});
+    execute(e->prim, {{DNNL_ARG_DIFF_DST, mem(e->dy, dy)}, {DNNL_ARG_WORKSPACE, ws}, {DNNL_ARG_DIFF_SRC, mem(e->dx, dx)}});
   });
 }
 
@@ -344,7 +344,7 @@ void CpuBackend::avg_pool2d_backward(const Tensor& dy, const Tensor& dx, const P
       return r;
     });
     note(e->pd);
-    e->prim.execute(stream(), {{DNNL_ARG_DIFF_DST, mem(e->dy, dy)}, {DNNL_ARG_DIFF_SRC, mem(e->dx, dx)}});
+    execute(e->prim, {{DNNL_ARG_DIFF_DST, mem(e->dy, dy)}, {DNNL_ARG_DIFF_SRC, mem(e->dx, dx)}});
   });
 }
 

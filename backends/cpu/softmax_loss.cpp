@@ -122,7 +122,7 @@ void CpuBackend::softmax(const Tensor& x, const Tensor& y, int64_t dim, bool log
       return r;
     });
     note(e->pd);
-    e->prim.execute(stream(), {{DNNL_ARG_SRC, mem(e->md, x)}, {DNNL_ARG_DST, mem(e->md, y)}});
+    execute(e->prim, {{DNNL_ARG_SRC, mem(e->md, x)}, {DNNL_ARG_DST, mem(e->md, y)}});
   });
 }
 
@@ -145,8 +145,7 @@ void CpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, const Tenso
       return r;
     });
     note(e->pd);
-    e->prim.execute(stream(),
-                    {{DNNL_ARG_DST, mem(e->md, y)}, {DNNL_ARG_DIFF_DST, mem(e->md, dy)}, {DNNL_ARG_DIFF_SRC, mem(e->md, dx)}});
+    execute(e->prim, {{DNNL_ARG_DST, mem(e->md, y)}, {DNNL_ARG_DIFF_DST, mem(e->md, dy)}, {DNNL_ARG_DIFF_SRC, mem(e->md, dx)}});
   });
 }
 
