@@ -566,14 +566,14 @@ void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Te
     for (int64_t c = 0; c < C; ++c) var[c] = static_cast<float>(1.0 / (double(inv[c]) * double(inv[c])));
     void* dxp = dx.defined() ? dx.raw_data() : scratch(x.nbytes(), 3);
     execute(e->prim, {{DNNL_ARG_SRC, mem(e->x, x)},
-                               {DNNL_ARG_DIFF_DST, mem(e->x, dy)},
-                               {DNNL_ARG_MEAN, mem(e->vec, const_cast<float*>(m))},
-                               {DNNL_ARG_VARIANCE, mem(e->vec, var.data())},
-                               {DNNL_ARG_SCALE, mem(e->vec, const_cast<float*>(g))},
-                               {DNNL_ARG_SHIFT, mem(e->vec, shift.data())},
-                               {DNNL_ARG_DIFF_SRC, mem(e->x, dxp)},
-                               {DNNL_ARG_DIFF_SCALE, mem(e->vec, dg.data())},
-                               {DNNL_ARG_DIFF_SHIFT, mem(e->vec, db.data())}});
+                      {DNNL_ARG_DIFF_DST, mem(e->x, dy)},
+                      {DNNL_ARG_MEAN, mem(e->vec, const_cast<float*>(m))},
+                      {DNNL_ARG_VARIANCE, mem(e->vec, var.data())},
+                      {DNNL_ARG_SCALE, mem(e->vec, const_cast<float*>(g))},
+                      {DNNL_ARG_SHIFT, mem(e->vec, shift.data())},
+                      {DNNL_ARG_DIFF_SRC, mem(e->x, dxp)},
+                      {DNNL_ARG_DIFF_SCALE, mem(e->vec, dg.data())},
+                      {DNNL_ARG_DIFF_SHIFT, mem(e->vec, db.data())}});
     if (dgamma.defined()) store_vec(dgamma, dg.data());
     if (dbeta.defined()) store_vec(dbeta, db.data());
   });

@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 #include <oneapi/dnnl/dnnl.hpp>
 #include "backends/cpu/cpu_backend.h"

@@ -343,8 +343,9 @@ void run_conv_forward(ConvAlgo a, const Tensor& x, const Tensor& w, const Tensor
   note(e->pd);
   if (e->fused.residual == ResidualBy::sum) cpu_backend().copy(residual, y);  // the sum post-op adds y's old contents
   dnnl::memory ym = output_mem(e->y, y, kDySlot);
-  ExecArgs args{
-      {DNNL_ARG_SRC, input_mem(e->x, x, 1)}, {DNNL_ARG_WEIGHTS, weights_mem(e->w, w, e->kept_weights)}, {DNNL_ARG_DST, ym}};
+  ExecArgs args{{DNNL_ARG_SRC, input_mem(e->x, x, 1)},
+                {DNNL_ARG_WEIGHTS, weights_mem(e->w, w, e->kept_weights)},
+                {DNNL_ARG_DST, ym}};
   if (bias.defined()) args.add(DNNL_ARG_BIAS, input_mem(e->bias, bias, kConvBiasSlot));
   if (e->fused.residual == ResidualBy::binary)
     args.add(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, mem(md_of(residual), residual));
@@ -400,8 +401,8 @@ void run_conv_backward_data(ConvAlgo a, const Tensor& dy, const Tensor& w, const
   note(e->pd);
   dnnl::memory dxm = output_mem(e->dx, dx, 1);
   execute(e->prim, {{DNNL_ARG_DIFF_DST, dy_ready ? *dy_ready : input_mem(e->dy, dy, kDySlot)},
-                             {DNNL_ARG_WEIGHTS, weights_mem(e->w, w, e->kept_weights)},
-                             {DNNL_ARG_DIFF_SRC, dxm}});
+                    {DNNL_ARG_WEIGHTS, weights_mem(e->w, w, e->kept_weights)},
+                    {DNNL_ARG_DIFF_SRC, dxm}});
   finish_output(e->dx, dxm, dx);
 }
 
@@ -424,8 +425,8 @@ void run_conv_backward_weight(ConvAlgo a, const Tensor& x, const Tensor& dy, con
     profiler::note_impl(std::string(e->pd.impl_info_str()) + (dy_ready ? " (dy as reordered for backward_data)" : ""));
   dnnl::memory dwm = output_mem(e->dw, dw, 0);
   ExecArgs args{{DNNL_ARG_SRC, input_mem(e->x, x, 1)},
-                                             {DNNL_ARG_DIFF_DST, dy_ready ? *dy_ready : input_mem(e->dy, dy, kDySlot)},
-                                             {DNNL_ARG_DIFF_WEIGHTS, dwm}};
+                {DNNL_ARG_DIFF_DST, dy_ready ? *dy_ready : input_mem(e->dy, dy, kDySlot)},
+                {DNNL_ARG_DIFF_WEIGHTS, dwm}};
   dnnl::memory dbm = dbias.defined() ? output_mem(e->dbias, dbias, kConvBiasSlot) : dnnl::memory();
   if (dbias.defined()) args.add(DNNL_ARG_DIFF_BIAS, dbm);
   execute(e->prim, args);

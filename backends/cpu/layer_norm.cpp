@@ -56,9 +56,9 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
     float* mp = mean.defined() && mean.is_contiguous() ? mean.data<float>()
                                                        : (mean_buf.resize(static_cast<size_t>(rows)), mean_buf.data());
     ExecArgs args{{DNNL_ARG_SRC, mem(e->data, x)},
-                                               {DNNL_ARG_DST, mem(e->data, y)},
-                                               {DNNL_ARG_MEAN, mem(e->stat, mp)},
-                                               {DNNL_ARG_VARIANCE, mem(e->stat, var)}};
+                  {DNNL_ARG_DST, mem(e->data, y)},
+                  {DNNL_ARG_MEAN, mem(e->stat, mp)},
+                  {DNNL_ARG_VARIANCE, mem(e->stat, var)}};
     if (has_g) args.add(DNNL_ARG_SCALE, mem(e->vec, const_cast<float*>(contiguous_vec(gamma, gbuf))));
     if (has_b) args.add(DNNL_ARG_SHIFT, mem(e->vec, const_cast<float*>(contiguous_vec(beta, bbuf))));
     execute(e->prim, args);

@@ -11,7 +11,8 @@
 namespace duet::cpu {
 
 // Up to kMax dims, kept in place: a walk is simplified for every copy and elementwise call, and
-// heap-allocated vectors here were a tenth of batch-1 DenseNet's allocations (its concatenations).
+// vectors here were a sixth of batch-1 DenseNet's heap allocations (its concatenations; the
+// journal, 2026-11-29, late morning).
 template <size_t kMax>
 class SmallDims {
 public:
@@ -40,8 +41,8 @@ using WalkDims = SmallDims<16>;
 
 template <size_t K>
 struct Walk {
-  WalkDims shape;                 // outer ... inner
-  std::array<WalkDims, K> st;     // strides per operand, same order
+  WalkDims shape;               // outer ... inner
+  std::array<WalkDims, K> st;   // strides per operand, same order
   int64_t numel = 1;
 };
 
@@ -63,7 +64,8 @@ Walk<K> simplify(const Shape& shape, const std::array<const Shape*, K>& strides)
   // Output memory order: outer (largest stride) first; stable keeps logical order on ties.
   // (An insertion sort: stable, and there are a few dims.)
   for (size_t i = 1; i < order.size(); ++i)
-    for (size_t j = i; j > 0 && (*strides[0])[order[j - 1]] < (*strides[0])[order[j]]; --j) std::swap(order[j - 1], order[j]);
+    for (size_t j = i; j > 0 && (*strides[0])[order[j - 1]] < (*strides[0])[order[j]]; --j)
+      std::swap(order[j - 1], order[j]);
   for (size_t i = 0; i < order.size(); ++i) {
     const int64_t d = order[i];
     const size_t m = w.shape.size();

@@ -270,8 +270,8 @@ void CpuBackend::max_pool2d(const Tensor& x, const Tensor& y, const Tensor& indi
     });
     note(e->pd);
     execute(e->prim, {{DNNL_ARG_SRC, mem(e->x, x)},
-                               {DNNL_ARG_DST, mem(e->y, y)},
-                               {DNNL_ARG_WORKSPACE, mem(e->pd.workspace_desc(), indices.raw_data())}});
+                      {DNNL_ARG_DST, mem(e->y, y)},
+                      {DNNL_ARG_WORKSPACE, mem(e->pd.workspace_desc(), indices.raw_data())}});
   });
 }
 

@@ -20,8 +20,8 @@ std::array<const Tensor*, 6> folded_from(const Conv2d& conv, const BatchNorm2d& 
 class FoldSources {
 public:
   FoldSources(const Conv2d& conv, const BatchNorm2d& bn, std::string_view part) {
-    append("folded batch norm ", 18);
-    DUET_CHECK(part.size() <= kPartMax, "fold_sources: part name '{}' is longer than {} characters", part, kPartMax);
+    append(kPrefix.data(), kPrefix.size());
+    DUET_CHECK(part.size() <= kPartMax, "FoldSources: part name '{}' is longer than {} characters", part, kPartMax);
     append(part.data(), part.size());
     for (const Tensor* t : folded_from(conv, bn))
       for (const uint64_t v : {t->defined() ? t->storage()->id : 0, t->defined() ? t->freeze_number() : 0})
@@ -30,12 +30,13 @@ public:
   std::string_view view() const { return {bytes_.data(), size_}; }
 
 private:
+  static constexpr std::string_view kPrefix = "folded batch norm ";
   static constexpr size_t kPartMax = 16;
   void append(const void* p, size_t n) {
     std::memcpy(bytes_.data() + size_, p, n);
     size_ += n;
   }
-  std::array<char, 18 + kPartMax + 6 * 2 * sizeof(uint64_t)> bytes_;
+  std::array<char, kPrefix.size() + kPartMax + 6 * 2 * sizeof(uint64_t)> bytes_;
   size_t size_ = 0;
 };
 
