@@ -367,6 +367,8 @@ TABLES = {
     "compare_pack_amx": (compare_builds, ("compare_amx_dd73c2a_b6b2de2_infer.json",), {}),
     "inference_overhead_amx": (inference, ("infer_throughput_amx_16fc1a1.json",), {}),
     "compare_overhead_amx": (compare_builds, ("compare_amx_b7a9d60_16fc1a1_infer.json",), {}),
+    "inference_alloc_amx": (inference, ("infer_throughput_amx_8b59534.json",), {}),
+    "compare_alloc_amx": (compare_builds, ("compare_amx_78f2bcc_8b59534_infer.json",), {}),
 }
 
 
