@@ -61,10 +61,19 @@ Shape contiguous_strides(const Shape& s) {
   return st;
 }
 
+// The dims of a channels-last [N, C, H, W] tensor from innermost to outermost: C, W, H, N. Written
+// once, for the strides and for the check (Tensor::is_contiguous).
+constexpr std::array<size_t, 4> kChannelsLastInnerFirst{1, 3, 2, 0};
+
 Shape channels_last_strides(const Shape& s) {
   DUET_CHECK(s.size() == 4, "channels-last layout needs a 4-D shape [N, C, H, W], got {}", shape_str(s));
-  const int64_t C = std::max<int64_t>(s[1], 1), H = std::max<int64_t>(s[2], 1), W = std::max<int64_t>(s[3], 1);
-  return {H * W * C, 1, W * C, C};
+  Shape st(4);
+  int64_t acc = 1;
+  for (const size_t d : kChannelsLastInnerFirst) {
+    st[d] = acc;
+    acc *= std::max<int64_t>(s[d], 1);
+  }
+  return st;
 }
 
 Tensor view_in_stride_order(const Tensor& flat, const Shape& shape, const Shape& strides) {
@@ -202,7 +211,7 @@ bool Tensor::is_contiguous(MemoryFormat f) const {
   int64_t expected = 1;
   if (f == MemoryFormat::channels_last) {
     if (sh.size() != 4) return false;
-    for (const size_t d : {size_t(1), size_t(3), size_t(2), size_t(0)})  // C, W, H, N: innermost first
+    for (const size_t d : kChannelsLastInnerFirst)
       if (!matches(d, expected)) return false;
     return true;
   }
