@@ -529,6 +529,41 @@ TEST(Freeze, FrozenModelRefusesTrainingAndLoading) {
   (void)loss;
 }
 
+// A KxK convolution over a 1x1 map runs on the cpu backend as a matrix product with the one tap
+// that sees the input (planner.h). A frozen weight's tap is kept like its other conversions: the
+// second forward copies nothing (it used to copy the tap and pack the copy at every call), the
+// bits are the unfrozen layer's, and after unfreeze, a change and a new freeze the new weights'.
+TEST(Freeze, OneTapConvolutionKeepsItsFrozenTap) {
+  nn::Conv2d conv(32, 16, 3, nn::Conv2dOptions{.padding = 1});
+  conv.eval();
+  const Tensor x = images(4, 32, 1, 1, 3);
+  NoGradGuard no_grad;
+  const Tensor plain = conv(x);
+  conv.freeze();
+  const Tensor first = conv(x);
+  profiler::clear();
+  profiler::enable(true);
+  const Tensor second = conv(x);
+  profiler::enable(false);
+  int copies = 0, one_tap = 0;
+  for (const OpEvent& e : profiler::collect()) {
+    copies += std::string(e.name) == "copy";
+    one_tap += e.impl.find("one tap") != std::string::npos;
+  }
+  profiler::clear();
+  EXPECT_EQ(copies, 0) << "the frozen tap is kept";
+  if (backend_available(Backend::cpu)) EXPECT_EQ(one_tap, 1) << "the cpu backend's planner takes the one-tap path";
+  EXPECT_TRUE(all_close(first, plain, 0, 0));
+  EXPECT_TRUE(all_close(second, plain, 0, 0));
+  conv.unfreeze();
+  conv.weight.fill_(0.01);
+  const Tensor changed_plain = conv(x);
+  conv.freeze();
+  EXPECT_TRUE(all_close(conv(x), changed_plain, 0, 0));
+  EXPECT_FALSE(all_close(changed_plain, plain, 1e-6, 1e-6));
+  conv.unfreeze();
+}
+
 namespace {
 // resnet-like: a 3x3 convolution with enough pixels for Winograd and a pointwise one.
 class FreezeNet : public nn::Module {

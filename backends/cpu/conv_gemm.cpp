@@ -187,6 +187,20 @@ namespace {
 Tensor tap_of(const Tensor& w, const Conv2dParams& p) {
   return w.select(3, p.pad_w / p.dilation_w).select(2, p.pad_h / p.dilation_h);
 }
+// The dense copy of the tap. A frozen weight's (inference) is kept from one call to the next
+// (frozen_copies.h) and frozen itself, so the matrix product also keeps its packed copy of it
+// instead of copying and packing the tap at every call.
+Tensor dense_tap(const Tensor& w, const Conv2dParams& p) {
+  if (!w.is_frozen()) return tap_of(w, p).contiguous();
+  const int64_t th = p.pad_h / p.dilation_h, tw = p.pad_w / p.dilation_w;
+  char name[64];
+  const auto end = fmt::format_to_n(name, sizeof name, "dense tap ({}, {})", th, tw).out;
+  return frozen_copy(w, std::string_view(name, static_cast<size_t>(end - name)), [&] {
+    const Tensor t = tap_of(w, p).contiguous();
+    t.freeze();
+    return t;
+  });
+}
 MatrixOperand matrix(const Tensor& m, bool transposed) {
   return transposed ? MatrixOperand{m, m.size(1), m.size(0), m.stride(1), m.stride(0)}
                     : MatrixOperand{m, m.size(0), m.size(1), m.stride(0), m.stride(1)};
@@ -196,7 +210,7 @@ MatrixOperand matrix(const Tensor& m, bool transposed) {
 // y = act(x W_tap^T + bias + residual); x, y and the residual as [N, C] and [N, O] matrices
 void tap_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual, const Tensor& y,
                  const Conv2dParams& p) {
-  const Tensor tap = tap_of(w, p).contiguous();
+  const Tensor tap = dense_tap(w, p);
   product_with_epilogue("conv2d", matrix(x, false), matrix(tap, true), y, [](const Tensor& t) { return matrix(t, false); },
                         bias, residual, p.act);
 }
