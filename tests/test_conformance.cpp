@@ -19,6 +19,7 @@
 #include "backends/cpu/planner.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/depthwise.h"
+#include "backends/cpu/skinny_gemm.h"
 #include "backends/cpu/small_gemm.h"
 #include "backends/cpu/threads.h"
 #endif
@@ -758,6 +759,86 @@ TEST(CpuBackend, SmallGemmAndOneDnnMatmulsMatchReference) {
     }
     EXPECT_GE(n, 15);
   }
+}
+
+// duet's product of at most four rows (backends/cpu/skinny_gemm.h): batch-1 inference's linear
+// layers and pointwise convolutions on 1x1 and 2x2 maps, with each epilogue it takes (bias,
+// residual, relu, relu6), forced on and forced off (oneDNN's matmul), against the reference
+// backend; K and N around the kernel's 16-float chunks and 4-output blocks. The automatic policy
+// gives it the f32 products of at most four rows, and a NaN goes through its relu as through the
+// reference's.
+TEST(CpuBackend, SkinnyGemmMatchesReferenceAndOneDnn) {
+  if (!backend_available(Backend::cpu)) GTEST_SKIP() << "the cpu backend (oneDNN) is not built into this binary";
+  const bool avx512 = cpu::small_gemm_available();
+  if (!avx512) std::printf("[ NOTE ] no AVX-512 here: the skinny kernel is not run\n");
+  const auto on = [](Backend be, cpu::KernelPolicy p, const std::function<Tensor()>& f) {
+    ScopedPolicy policy(cpu::set_skinny_gemm_policy, p);
+    BackendGuard guard(DeviceType::cpu, be);
+    return f();
+  };
+  const auto impl_of = [](const std::function<Tensor()>& f) {
+    BackendGuard guard(DeviceType::cpu, Backend::cpu);
+    profiler::clear();
+    profiler::enable(true);
+    f();
+    profiler::enable(false);
+    std::string impl;
+    for (const OpEvent& e : profiler::collect()) impl += e.impl;
+    profiler::clear();
+    return impl;
+  };
+  const auto check = [&](const std::string& name, const std::function<Tensor()>& f) {
+    SCOPED_TRACE(name);
+    const Tensor want = on(Backend::reference, cpu::KernelPolicy::automatic, f);
+    EXPECT_TRUE(all_close(on(Backend::cpu, cpu::KernelPolicy::always, f), want, 1e-5, 1e-5));
+    EXPECT_TRUE(all_close(on(Backend::cpu, cpu::KernelPolicy::never, f), want, 1e-5, 1e-5));
+  };
+  uint64_t seed = 1;
+  for (const int64_t M : {1, 2, 3, 4, 5})
+    for (const int64_t K : {1, 15, 16, 33, 200})
+      for (const int64_t N : {1, 4, 6, 37}) {
+        const Tensor x = random_tensor({M, K}, seed++, DType::f32);
+        const Tensor w = random_tensor({N, K}, seed++, DType::f32);
+        const Tensor b = random_tensor({N}, seed++, DType::f32);
+        const auto f = [&] { return linear(x, w, b); };
+        check(fmt::format("linear {}x{} -> {}", M, K, N), f);
+        if (avx512) {
+          EXPECT_EQ(impl_of(f) == "duet:skinny_gemm_avx512", M <= cpu::kSkinnyMaxRows) << impl_of(f);
+        }
+      }
+  for (const int64_t hw : {1, 2})
+    for (const bool residual : {false, true})
+      for (const std::optional<Activation> act : {std::optional<Activation>(), std::optional(Activation::relu),
+                                                   std::optional(Activation::relu6)}) {
+        const Tensor x = random_tensor({1, 40, hw, hw}, seed++, DType::f32, -4, 4).contiguous(MemoryFormat::channels_last);
+        const Tensor w = random_tensor({24, 40, 1, 1}, seed++, DType::f32);
+        const Tensor b = random_tensor({24}, seed++, DType::f32);
+        const Tensor r = random_tensor({1, 24, hw, hw}, seed++, DType::f32).contiguous(MemoryFormat::channels_last);
+        Conv2dParams p;
+        p.act = act;
+        const auto f = [&] { return conv2d(x, w, b, p, residual ? r : Tensor()); };
+        check(fmt::format("pointwise {}x{} residual {} act {}", hw, hw, residual, act ? activation_name(*act) : "none"), f);
+        if (avx512) {
+          EXPECT_EQ(impl_of(f).rfind("duet:skinny_gemm_avx512", 0), 0u) << impl_of(f);
+        }
+      }
+  // A NaN input makes every output NaN, through relu and relu6 too, as on the reference backend.
+  std::vector<float> v(40, 0.5f);
+  v[7] = NAN;
+  const Tensor x = Tensor::from_vector<float>(v, {1, 40, 1, 1});
+  const Tensor w = random_tensor({24, 40, 1, 1}, seed++, DType::f32);
+  for (const Activation act : {Activation::relu, Activation::relu6}) {
+    Conv2dParams p;
+    p.act = act;
+    const auto f = [&] { return conv2d(x, w, Tensor(), p); };
+    for (const Backend be : {Backend::reference, Backend::cpu})
+      for (const float y : on(be, cpu::KernelPolicy::automatic, f).to_vector<float>())
+        EXPECT_TRUE(std::isnan(y)) << activation_name(act) << " on " << backend_name(be);
+  }
+  // Not the kernel's: bf16 (oneDNN's AMX and avx512_bf16 kernels).
+  const Tensor xb = random_tensor({1, 40, 1, 1}, seed++, DType::bf16);
+  const Tensor wb = random_tensor({24, 40, 1, 1}, seed++, DType::bf16);
+  EXPECT_EQ(impl_of([&] { return conv2d(xb, wb, Tensor(), Conv2dParams{}); }).find("skinny"), std::string::npos);
 }
 
 // Attention's products, forward and backward, go to the small-matrix kernel on their own.

@@ -5,6 +5,7 @@
 #include "backends/cpu/common.h"
 #include "backends/cpu/planner.h"
 #include "backends/cpu/depthwise.h"
+#include "backends/cpu/skinny_gemm.h"
 #include "backends/cpu/small_gemm.h"
 #include "backends/cpu/threads.h"
 #include "backends/cpu/cpu_backend.h"
@@ -26,6 +27,7 @@ void cpu_describe_machine(nlohmann::json& m) {
                       {"im2col_wgrad", cpu::policy_name(cpu::im2col_weight_gradient_policy())},
                       {"depthwise", cpu::policy_name(cpu::depthwise_policy())},
                       {"small_gemm", cpu::policy_name(cpu::small_gemm_policy())},
+                      {"skinny_gemm", cpu::policy_name(cpu::skinny_gemm_policy())},
                       {"conv_autotune", cpu::conv_autotune()}};
 }
 

@@ -10,7 +10,7 @@ namespace duet::cpu {
 
 namespace {
 
-std::atomic<KernelPolicy> g_policy{KernelPolicy::automatic};
+std::atomic<KernelPolicy> g_policy{policy_from_env("DUET_DEPTHWISE")};
 
 // Everything the loops need, in elements. Activations are addressed as base + n*sN + h*sH + w*sW
 // + c (channel stride 1), which covers NHWC and the [N, C, 1, 1] tensors whose spatial strides

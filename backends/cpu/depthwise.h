@@ -17,7 +17,8 @@
 namespace duet::cpu {
 
 // Which depthwise convolutions these kernels take: automatic (where oneDNN would use no depthwise
-// kernel of its own), always (every applicable one: tests use it) or never.
+// kernel of its own), always (every applicable one: tests use it) or never; DUET_DEPTHWISE sets it
+// at start-up.
 void set_depthwise_policy(KernelPolicy p);
 KernelPolicy depthwise_policy();
 

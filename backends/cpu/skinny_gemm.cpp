@@ -1,0 +1,147 @@
+// Products with at most four rows (skinny_gemm.h), in AVX-512 intrinsics.
+#include "backends/cpu/skinny_gemm.h"
+
+// GCC 12's AVX-512 headers start some intrinsics from _mm512_undefined_ps() and then warn about
+// it wherever they are inlined (GCC bug 105593, fixed in GCC 13).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+
+#include "backends/cpu/common.h"
+#include "backends/cpu/small_gemm.h"
+
+namespace duet::cpu {
+
+namespace {
+
+std::atomic<KernelPolicy> g_policy{policy_from_env("DUET_SKINNY_GEMM")};
+
+#define DUET_AVX512 __attribute__((target("avx512f")))
+
+// Outputs per block: 4 weight rows streamed at once, 4 x M <= 16 accumulators.
+constexpr int kBlock = 4;
+
+// out[i] = the sum of v[i]'s 16 lanes, for 4 vectors at once: 11 shuffles and adds where four
+// separate reductions take about 40, which at K = 64-96 cost as much as the dot products.
+DUET_AVX512 inline void sum4(const __m512 v[4], float out[4]) {
+  // 128-bit quarters: [v0 q0+q2, v0 q1+q3, v1 q0+q2, v1 q1+q3], the same for v2, v3
+  const __m512 t0 = _mm512_add_ps(_mm512_shuffle_f32x4(v[0], v[1], 0x44), _mm512_shuffle_f32x4(v[0], v[1], 0xEE));
+  const __m512 t1 = _mm512_add_ps(_mm512_shuffle_f32x4(v[2], v[3], 0x44), _mm512_shuffle_f32x4(v[2], v[3], 0xEE));
+  // quarter i: four partial sums of v[i]
+  const __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(t0, t1, 0x88), _mm512_shuffle_f32x4(t0, t1, 0xDD));
+  const __m512 w = _mm512_add_ps(u, _mm512_permute_ps(u, 0x4E));           // lanes (0+2, 1+3, 2+0, 3+1)
+  const __m512 x = _mm512_add_ps(w, _mm512_permute_ps(w, 0xB1));           // every lane of quarter i: the sum
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, x);
+  for (int i = 0; i < 4; ++i) out[i] = lanes[4 * i];
+}
+
+// dots[m][g] = a[m, :] . w[g, :] for M rows of a (row stride lda) and G weight rows (stride ldw),
+// K elements each: 16-float chunks, a masked chunk for the last K % 16.
+template <int M, int G>
+DUET_AVX512 void dot_block(const float* a, int64_t lda, const float* w, int64_t ldw, int64_t K, float dots[][kBlock]) {
+  __m512 acc[M][G];
+  for (int m = 0; m < M; ++m)
+    for (int g = 0; g < G; ++g) acc[m][g] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= K; k += 16) {
+    __m512 wv[G];
+    for (int g = 0; g < G; ++g) wv[g] = _mm512_loadu_ps(w + g * ldw + k);
+    for (int m = 0; m < M; ++m) {
+      const __m512 av = _mm512_loadu_ps(a + m * lda + k);
+      for (int g = 0; g < G; ++g) acc[m][g] = _mm512_fmadd_ps(av, wv[g], acc[m][g]);
+    }
+  }
+  if (k < K) {
+    const __mmask16 lanes = low_lanes(K - k);
+    __m512 wv[G];
+    for (int g = 0; g < G; ++g) wv[g] = _mm512_maskz_loadu_ps(lanes, w + g * ldw + k);
+    for (int m = 0; m < M; ++m) {
+      const __m512 av = _mm512_maskz_loadu_ps(lanes, a + m * lda + k);
+      for (int g = 0; g < G; ++g) acc[m][g] = _mm512_fmadd_ps(av, wv[g], acc[m][g]);
+    }
+  }
+  for (int m = 0; m < M; ++m) {
+    if constexpr (G == kBlock) {
+      sum4(acc[m], dots[m]);
+    } else {
+      for (int g = 0; g < G; ++g) dots[m][g] = _mm512_reduce_add_ps(acc[m][g]);
+    }
+  }
+}
+
+using DotBlock = void (*)(const float*, int64_t, const float*, int64_t, int64_t, float[][kBlock]);
+template <int M>
+constexpr DotBlock kDotBlocks[kBlock] = {dot_block<M, 1>, dot_block<M, 2>, dot_block<M, 3>, dot_block<M, 4>};
+DotBlock dot_block_for(int64_t M, int64_t G) {
+  switch (M) {
+    case 1: return kDotBlocks<1>[G - 1];
+    case 2: return kDotBlocks<2>[G - 1];
+    case 3: return kDotBlocks<3>[G - 1];
+    default: return kDotBlocks<4>[G - 1];
+  }
+}
+
+bool cpu_has_avx512() {
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has;
+}
+
+}  // namespace
+
+void set_skinny_gemm_policy(KernelPolicy p) { g_policy.store(p); }
+KernelPolicy skinny_gemm_policy() { return g_policy.load(); }
+
+bool skinny_gemm_wanted(const MatrixOperand& a, const MatrixOperand& b, const MatrixOperand& c, const Tensor& bias,
+                        const GemmEpilogue& epi) {
+  if (skinny_gemm_policy() == KernelPolicy::never || !cpu_has_avx512()) return false;
+  const auto f32 = [](const Tensor& t) { return t.dtype() == DType::f32; };
+  if (!f32(a.t) || !f32(b.t) || !f32(c.t) || (bias.defined() && !f32(bias))) return false;
+  if (epi.act && *epi.act != Activation::relu && *epi.act != Activation::relu6) return false;
+  if (epi.residual && (!f32(epi.residual->t) || epi.residual->col != 1)) return false;
+  return a.rows >= 1 && a.rows <= kSkinnyMaxRows && a.cols >= 1 && a.col == 1 && b.row == 1 && c.col == 1;
+}
+
+void skinny_gemm_f32(const MatrixOperand& a, const MatrixOperand& b, const MatrixOperand& c, const Tensor& bias,
+                     const GemmEpilogue& epi) {
+  DUET_CHECK(skinny_gemm_wanted(a, b, c, bias, epi),
+             "skinny_gemm_f32: expected f32, at most {} rows with contiguous rows and the weights' rows "
+             "contiguous (skinny_gemm_wanted says so first)",
+             kSkinnyMaxRows);
+  const int64_t M = a.rows, K = a.cols, N = c.cols;
+  const float* ap = static_cast<const float*>(a.t.raw_data());
+  const float* wp = static_cast<const float*>(b.t.raw_data());  // weight row n at wp + n * ldw
+  float* cp = static_cast<float*>(c.t.raw_data());
+  const float* bp = bias.defined() ? static_cast<const float*>(bias.raw_data()) : nullptr;
+  const float* rp = epi.residual ? static_cast<const float*>(epi.residual->t.raw_data()) : nullptr;
+  // Plain locals: the epilogue's loop reads them for every output, and through the references
+  // the compiler would have to reload them after every store.
+  const int64_t lda = a.row, ldw = b.col, ldc = c.row, bias_step = bias.defined() ? bias.stride(0) : 0;
+  const int64_t ldr = epi.residual ? epi.residual->row : 0;
+  const bool relu = epi.act.has_value(), relu6 = relu && *epi.act == Activation::relu6;
+  const int64_t blocks = (N + kBlock - 1) / kBlock;
+  parallel_for(blocks, M * N * K, [=](int64_t b0, int64_t b1) {
+    float dots[kSkinnyMaxRows][kBlock];
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      const int64_t n0 = blk * kBlock, G = std::min<int64_t>(kBlock, N - n0);
+      dot_block_for(M, G)(ap, lda, wp + n0 * ldw, ldw, K, dots);
+      // The epilogue in gemm()'s order (oneDNN's post-ops): bias, residual, activation; the
+      // comparisons let a NaN through, as the reference backend's relu does.
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t g = 0; g < G; ++g) {
+          const int64_t n = n0 + g;
+          float v = dots[m][g];
+          if (bp) v += bp[n * bias_step];
+          if (rp) v += rp[m * ldr + n];
+          if (relu && v < 0.0f) v = 0.0f;
+          if (relu6 && v > 6.0f) v = 6.0f;
+          cp[m * ldc + n] = v;
+        }
+    }
+  });
+}
+
+}  // namespace duet::cpu
