@@ -369,6 +369,8 @@ TABLES = {
     "compare_overhead_amx": (compare_builds, ("compare_amx_b7a9d60_16fc1a1_infer.json",), {}),
     "inference_alloc_amx": (inference, ("infer_throughput_amx_8b59534.json",), {}),
     "compare_alloc_amx": (compare_builds, ("compare_amx_78f2bcc_8b59534_infer.json",), {}),
+    "inference_skinny_amx": (inference, ("infer_throughput_amx_95988e1.json",), {}),
+    "compare_skinny_amx": (compare_builds, ("compare_amx_2cdde74_95988e1_infer.json",), {}),
 }
 
 
