@@ -86,11 +86,6 @@ DotBlock dot_block_for(int64_t M, int64_t G) {
   }
 }
 
-bool cpu_has_avx512() {
-  static const bool has = __builtin_cpu_supports("avx512f");
-  return has;
-}
-
 }  // namespace
 
 void set_skinny_gemm_policy(KernelPolicy p) { g_policy.store(p); }
@@ -98,7 +93,7 @@ KernelPolicy skinny_gemm_policy() { return g_policy.load(); }
 
 bool skinny_gemm_wanted(const MatrixOperand& a, const MatrixOperand& b, const MatrixOperand& c, const Tensor& bias,
                         const GemmEpilogue& epi) {
-  if (skinny_gemm_policy() == KernelPolicy::never || !cpu_has_avx512()) return false;
+  if (skinny_gemm_policy() == KernelPolicy::never || !small_gemm_available()) return false;  // AVX-512
   const auto f32 = [](const Tensor& t) { return t.dtype() == DType::f32; };
   if (!f32(a.t) || !f32(b.t) || !f32(c.t) || (bias.defined() && !f32(bias))) return false;
   if (epi.act && *epi.act != Activation::relu && *epi.act != Activation::relu6) return false;
