@@ -28,8 +28,6 @@ using namespace cpu;
 
 namespace {
 
-#define DUET_AVX512_FN __attribute__((target("avx512f")))
-
 // Where head h of image n finds q, k, v (row stride 3D) and its columns of out (row stride D).
 struct HeadViews {
   int64_t S, D, Dh;
@@ -51,7 +49,7 @@ struct HeadViews {
 // so that no load straddles two cache lines and the last partial vector is masked in a register,
 // not in memory; and each pass over all rows before the next, so that a row's max and sum
 // reductions (serial shuffle chains) overlap with other rows' work instead of stalling their own.
-DUET_AVX512_FN void softmax_rows(float* Z, int64_t ldz, int64_t S, float scale, float* P, float* row_stats) {
+DUET_AVX512 void softmax_rows(float* Z, int64_t ldz, int64_t S, float scale, float* P, float* row_stats) {
   const int64_t vecs = (S + 15) / 16;
   const __mmask16 last = low_lanes(S - 16 * (vecs - 1));
   const __m512 vscale = _mm512_set1_ps(scale);
@@ -86,7 +84,7 @@ DUET_AVX512_FN void softmax_rows(float* Z, int64_t ldz, int64_t S, float scale, 
 // dz := scale * P * (dz - rowsum(P * dz)): the gradient of the scaled scores from that of the
 // probabilities. dz is [S, ldz] as Z above, P the dense [S, S] probabilities; the same two
 // passes over all rows.
-DUET_AVX512_FN void softmax_rows_backward(const float* P, float* dz, int64_t ldz, int64_t S, float scale, float* row_stats) {
+DUET_AVX512 void softmax_rows_backward(const float* P, float* dz, int64_t ldz, int64_t S, float scale, float* row_stats) {
   const int64_t vecs = (S + 15) / 16;
   const __mmask16 last = low_lanes(S - 16 * (vecs - 1));
   for (int64_t i = 0; i < S; ++i) {

@@ -216,7 +216,7 @@ void tap_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Ten
 }
 // dx = dy W_tap
 void tap_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p) {
-  const Tensor tap = tap_of(w, p).contiguous();
+  const Tensor tap = dense_tap(w, p);
   gemm("conv2d_backward_data", matrix(dy, false), matrix(tap, false), matrix(dx, false));
 }
 // dW is zero but at the tap, where it is dy^T x; the bias gradient sums dy over the N rows.

@@ -12,14 +12,13 @@
 
 #include "backends/cpu/common.h"
 #include "backends/cpu/small_gemm.h"
+#include "engine/scalar_math.h"
 
 namespace duet::cpu {
 
 namespace {
 
 std::atomic<KernelPolicy> g_policy{policy_from_env("DUET_SKINNY_GEMM")};
-
-#define DUET_AVX512 __attribute__((target("avx512f")))
 
 // Outputs per block: 4 weight rows streamed at once, 4 x M <= 16 accumulators.
 constexpr int kBlock = 4;
@@ -124,16 +123,16 @@ void skinny_gemm_f32(const MatrixOperand& a, const MatrixOperand& b, const Matri
     for (int64_t blk = b0; blk < b1; ++blk) {
       const int64_t n0 = blk * kBlock, G = std::min<int64_t>(kBlock, N - n0);
       dot_block_for(M, G)(ap, lda, wp + n0 * ldw, ldw, K, dots);
-      // The epilogue in gemm()'s order (oneDNN's post-ops): bias, residual, activation; the
-      // comparisons let a NaN through, as the reference backend's relu does.
+      // The epilogue in gemm()'s order (oneDNN's post-ops): bias, residual, activation, with
+      // scalar_math.h's activations, which let a NaN through as the reference backend's do.
       for (int64_t m = 0; m < M; ++m)
         for (int64_t g = 0; g < G; ++g) {
           const int64_t n = n0 + g;
           float v = dots[m][g];
           if (bp) v += bp[n * bias_step];
           if (rp) v += rp[m * ldr + n];
-          if (relu && v < 0.0f) v = 0.0f;
-          if (relu6 && v > 6.0f) v = 6.0f;
+          if (relu6) v = relu6_of(v);
+          else if (relu) v = ActivationFn<Activation::relu>::value(v, 0.0f);
           cp[m * ldc + n] = v;
         }
     }

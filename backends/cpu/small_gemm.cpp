@@ -45,8 +45,6 @@ bool cpu_has_avx512() {
   return has;
 }
 
-#define DUET_AVX512 __attribute__((target("avx512f")))
-
 // The stored operands of one product: A(i, k) = a[i * sam + k * sak], B(k, n) = b[k * ldb + n]
 // (B is row-major here, packed if it was not), C(i, n) = c[i * ldc + n].
 struct Item {

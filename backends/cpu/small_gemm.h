@@ -45,9 +45,11 @@ int64_t small_gemm_scratch_floats(int64_t K, int64_t N);
 void small_gemm_one(int64_t M, int64_t N, int64_t K, const MatrixView& a, const MatrixView& b, float* c, int64_t ldc,
                     float* scratch);
 
-// Shared by the AVX-512 kernels (small_gemm.cpp, attention.cpp): the first 64-byte boundary at
+// Shared by the AVX-512 kernels (small_gemm.cpp, skinny_gemm.cpp, attention.cpp): the attribute
+// that compiles a function for AVX-512 whatever the build's target, the first 64-byte boundary at
 // or after p (scratch buffers carry 16 floats of slack for it), and the mask (a __mmask16) of the
 // low n lanes of a 16-float vector, all 16 from n >= 16.
+#define DUET_AVX512 __attribute__((target("avx512f")))
 inline float* align64(float* p) { return p + (16 - reinterpret_cast<uintptr_t>(p) / sizeof(float) % 16) % 16; }
 inline uint16_t low_lanes(int64_t n) { return n >= 16 ? uint16_t{0xFFFF} : static_cast<uint16_t>((1u << n) - 1); }
 
