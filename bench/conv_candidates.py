@@ -42,6 +42,10 @@ def profile(a, autotune):
                "--steps", "1", "--warmup", "0", "--threads", str(a.threads), "--out", out]
         if a.inference:
             cmd.append("--inference")
+        if a.image_size:
+            cmd += ["--image-size", str(a.image_size)]
+        if a.classes:
+            cmd += ["--classes", str(a.classes)]
         r = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if r.returncode != 0:
             sys.exit(f"conv_candidates: {' '.join(cmd)} failed:\n{r.stderr[-2000:]}")
@@ -72,6 +76,8 @@ def main():
     ap.add_argument("--duet", default="build/duet")
     ap.add_argument("--model", default="resnet18_cifar")
     ap.add_argument("--amp", default="off", choices=["off", "bf16"])
+    ap.add_argument("--image-size", type=int, help="the model's own default when not given")
+    ap.add_argument("--classes", type=int, help="the model's own default when not given")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)

@@ -452,60 +452,96 @@ TEST(CpuBackend, WinogradConvolutionMatchesReference) {
   EXPECT_GE(n_bf16, 15);
 }
 
+// Every conv case, f32 and bf16, with one of the planner's policies forced on: the cases its
+// algorithm cannot run must still run (on oneDNN's convolution), the others on it. Returns how many
+// case names `counted` accepts.
+int forced_conv_cases_match_reference(void (*set_policy)(cpu::KernelPolicy),
+                                      const std::function<bool(const std::string&)>& counted) {
+  ScopedPolicy always(set_policy, cpu::KernelPolicy::always);
+  int n = 0;
+  for (const Case& c : conv_cases_f32_and_bf16()) {
+    SCOPED_TRACE(c.name);
+    expect_cpu_matches_reference(c);
+    n += counted(c.name);
+  }
+  return n;
+}
+// A case-name test for forced_conv_cases_match_reference: the name contains `part`.
+std::function<bool(const std::string&)> name_has(const char* part) {
+  return [part](const std::string& name) { return name.find(part) != std::string::npos; };
+}
+
 // Pointwise convolutions as matrix products (backends/cpu/planner.h), forced on for every
 // conv case, f32 and bf16: the cases the shape or layout rules out must still run (on oneDNN's
 // convolution), the others on matmul.
 TEST(CpuBackend, PointwiseConvolutionsAsGemmMatchReference) {
-  ScopedPolicy always(cpu::set_pointwise_gemm_policy, cpu::KernelPolicy::always);
-  int n = 0;
-  const std::vector<Case> cases = conv_cases_f32_and_bf16();
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.name);
-    expect_cpu_matches_reference(c);
-    n += c.name.find("1x1") != std::string::npos;
-  }
-  EXPECT_GE(n, 20);
+  EXPECT_GE(forced_conv_cases_match_reference(cpu::set_pointwise_gemm_policy, name_has("1x1")), 20);
 }
 
 // Weight gradients of kernels larger than 1x1 on an im2col matrix (backends/cpu/planner.h),
 // forced on for every conv case, f32 and bf16: the channels-last ones (strided, padded, dilated,
 // any kernel) take it, the others (NCHW, grouped, with a bias gradient) keep oneDNN's kernel.
 TEST(CpuBackend, Im2colWeightGradientsMatchReference) {
-  ScopedPolicy always(cpu::set_im2col_weight_gradient_policy, cpu::KernelPolicy::always);
-  int n = 0;
-  for (const Case& c : conv_cases_f32_and_bf16()) {
-    SCOPED_TRACE(c.name);
-    expect_cpu_matches_reference(c);
-    n += c.name.find("_nhwc") != std::string::npos;
+  EXPECT_GE(forced_conv_cases_match_reference(cpu::set_im2col_weight_gradient_policy, name_has("_nhwc")), 20);
+}
+
+// Forwards of kernels larger than 1x1 as im2col times the weights' [O, KH*KW*C] matrix (planner.h),
+// forced on for every conv case, f32 and bf16: the channels-last ones of one group take it
+// (strided, padded, dilated, with the bias and the fused epilogue), the others keep oneDNN's kernel.
+TEST(CpuBackend, Im2colForwardsMatchReference) {
+  EXPECT_GE(forced_conv_cases_match_reference(cpu::set_im2col_forward_policy, name_has("_nhwc")), 20);
+}
+
+// A frozen weight (inference) in NCHW order runs the im2col forward on its OHWI matrix, copied once
+// per freeze and kept: the second forward copies nothing, and the result is the unfrozen weight's
+// to rounding (the product reads a packed copy of the kept matrix).
+TEST(CpuBackend, Im2colForwardKeepsAFrozenWeightsMatrix) {
+  if (!backend_available(Backend::cpu)) GTEST_SKIP() << "needs the cpu backend";
+  BackendGuard guard(DeviceType::cpu, Backend::cpu);
+  ScopedPolicy always(cpu::set_im2col_forward_policy, cpu::KernelPolicy::always);
+  NoGradGuard no_grad;
+  const Tensor x = random_tensor({2, 32, 4, 4}, 1, DType::f32).contiguous(MemoryFormat::channels_last);
+  const Tensor w = random_tensor({48, 32, 3, 3}, 2, DType::f32);
+  const Tensor b = random_tensor({48}, 3, DType::f32);
+  Conv2dParams p{1, 1, 1, 1};
+  p.act = Activation::relu;
+  const Tensor plain = conv2d(x, w, b, p);
+  w.freeze();
+  const Tensor first = conv2d(x, w, b, p);
+  profiler::clear();
+  profiler::enable(true);
+  const Tensor second = conv2d(x, w, b, p);
+  profiler::enable(false);
+  int copies = 0;
+  std::string impl;
+  for (const OpEvent& e : profiler::collect()) {
+    copies += std::string(e.name) == "copy";
+    if (std::string(e.name).rfind("conv2d", 0) == 0) impl = e.impl;
   }
-  EXPECT_GE(n, 20);
+  profiler::clear();
+  w.unfreeze();
+  EXPECT_EQ(copies, 0) << "the frozen weight's OHWI matrix is kept";
+  EXPECT_EQ(impl.rfind("matmul/", 0), 0u) << impl;
+  EXPECT_NE(impl.find("[im2col: DUET_IM2COL_FORWARD=always]"), std::string::npos) << impl;
+  EXPECT_TRUE(all_close(first, plain, 1e-5, 1e-5));  // sums of 288 products of values in [-1, 1)
+  EXPECT_TRUE(all_close(second, first, 0, 0));
 }
 
 // Data gradients as the forward convolution of dy by the flipped weights (planner.h), forced on
 // for every conv case, f32 and bf16: the stride-1 ones of one group take it (padded, dilated, any
 // kernel, NCHW or channels-last), the others keep oneDNN's backward-data kernel.
 TEST(CpuBackend, FlippedForwardDataGradientsMatchReference) {
-  ScopedPolicy always(cpu::set_flipped_data_gradient_policy, cpu::KernelPolicy::always);
-  int n = 0;
-  for (const Case& c : conv_cases_f32_and_bf16()) {
-    SCOPED_TRACE(c.name);
-    expect_cpu_matches_reference(c);
-    n += c.name.find("stride") == std::string::npos && c.name.find("depthwise") == std::string::npos;
-  }
-  EXPECT_GE(n, 20);
+  const auto stride_1_dense = [](const std::string& name) {
+    return !name_has("stride")(name) && !name_has("depthwise")(name);
+  };
+  EXPECT_GE(forced_conv_cases_match_reference(cpu::set_flipped_data_gradient_policy, stride_1_dense), 20);
 }
 
 // Data gradients as dy W scattered back by col2im (planner.h), forced on for every conv case,
 // f32 and bf16: every channels-last case of one group takes it, strided ones included.
 TEST(CpuBackend, Col2imDataGradientsMatchReference) {
-  ScopedPolicy always(cpu::set_col2im_data_gradient_policy, cpu::KernelPolicy::always);
-  int n = 0;
-  for (const Case& c : conv_cases_f32_and_bf16()) {
-    SCOPED_TRACE(c.name);
-    expect_cpu_matches_reference(c);
-    n += c.name.find("stride") != std::string::npos && c.name.find("_nhwc") != std::string::npos;
-  }
-  EXPECT_GE(n, 4);
+  const auto strided_nhwc = [](const std::string& name) { return name_has("stride")(name) && name_has("_nhwc")(name); };
+  EXPECT_GE(forced_conv_cases_match_reference(cpu::set_col2im_data_gradient_policy, strided_nhwc), 4);
 }
 
 std::string profiled_impl(const std::string& op, const std::function<void()>& run);  // below
@@ -735,10 +771,10 @@ TEST(CpuBackend, AutotunedConvolutionsMatchReferenceAndTuneOnce) {
   const int64_t before = cpu::conv_autotune_runs();
   step();
   const int64_t first = cpu::conv_autotune_runs();
-  // 3x3: direct, blocked and Winograd forward, direct, Winograd, the flipped forward and col2im
-  // backward data, direct, Winograd and im2col + matmul weight gradient; 1x1: direct and matmul
-  // for each pass, and col2im for the data gradient; 4 timed runs each.
-  EXPECT_EQ(first - before, 4 * (3 + 4 + 3 + 2 + 3 + 2));
+  // 3x3: direct, blocked, Winograd and im2col + matmul forward, direct, Winograd, the flipped forward
+  // and col2im backward data, direct, Winograd and im2col + matmul weight gradient; 1x1: direct and
+  // matmul for each pass, and col2im for the data gradient; 4 timed runs each.
+  EXPECT_EQ(first - before, 4 * (4 + 4 + 3 + 2 + 3 + 2));
   step();
   EXPECT_EQ(cpu::conv_autotune_runs(), first) << "the second step timed algorithms again";
 }

@@ -329,11 +329,11 @@ void run_conv_forward(ConvAlgo a, const Tensor& x, const Tensor& w, const Tensor
   switch (a) {
     case ConvAlgo::matmul: return pointwise_forward(x, w, bias, residual, y, p.act);
     case ConvAlgo::tap_matmul: return tap_forward(x, w, bias, residual, y, p);
+    case ConvAlgo::im2col_matmul: return im2col_forward(x, w, bias, residual, y, p);
     case ConvAlgo::own_depthwise:
       profiler::note_impl(kOwnDepthwise);
       depthwise_forward(x, w, bias, y, p);
       return conv_epilogue_passes(cpu_backend(), y, residual, p.act);
-    case ConvAlgo::im2col_matmul:
     case ConvAlgo::flipped_forward:
     case ConvAlgo::col2im_matmul:
       throw Error(fmt::format("conv2d on backend 'cpu': {} runs a gradient, not the forward", algo_name(a)));
@@ -394,7 +394,8 @@ void run_conv_backward_data(ConvAlgo a, const Tensor& dy, const Tensor& w, const
     case ConvAlgo::own_depthwise:
       profiler::note_impl(kOwnDepthwise);
       return depthwise_backward_data(dy, w, dx, p);
-    case ConvAlgo::im2col_matmul: throw Error("conv2d_backward on backend 'cpu': im2col runs weight gradients only");
+    case ConvAlgo::im2col_matmul:
+      throw Error("conv2d_backward on backend 'cpu': im2col runs forwards and weight gradients only");
     default: break;
   }
   const auto e = data_entry(a, dy, w, dx, p);

@@ -72,6 +72,20 @@ void product_with_epilogue(const char* op, const MatrixOperand& a, const MatrixO
   conv_epilogue_passes(cpu_backend(), y, residual, act);
 }
 
+// The weights as the [O, KH*KW*C] matrix of im2col's tap order (OHWI). A channels-last weight is
+// that already. A frozen one (inference) is copied once per freeze and kept, frozen itself so that
+// the matrix product keeps its packed copy of it too; any other is copied at every call.
+Tensor ohwi_weights(const Tensor& w) {
+  const Tensor ohwi = w.permute({0, 2, 3, 1});
+  if (ohwi.is_contiguous()) return ohwi;
+  if (!w.is_frozen()) return ohwi.contiguous();
+  return frozen_copy(w, "ohwi weights", [&] {
+    const Tensor t = ohwi.contiguous();
+    t.freeze();
+    return t;
+  });
+}
+
 }  // namespace
 
 // y = act(x W^T + bias + residual)
@@ -118,6 +132,18 @@ void pointwise_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& 
   cpu_backend().copy(o_first ? total : total.transpose(0, 1), dw.view({O, C}));
 }
 
+// y = act(im2col(x) W^T + bias + residual) (planner.h): each output pixel's receptive field times
+// the weights, with the epilogue of a pointwise forward.
+void im2col_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual, const Tensor& y,
+                    const Conv2dParams& p) {
+  const int64_t O = w.size(0), KH = w.size(2), KW = w.size(3), K = KH * KW * w.size(1);
+  const int64_t OH = y.size(2), OW = y.size(3), P = y.size(0) * OH * OW;
+  const Tensor col = Tensor::empty({P, K}, TensorOptions(x.dtype()));
+  im2col_nhwc(x, col, OH, OW, KH, KW, p);
+  product_with_epilogue("conv2d", {col, P, K, K, 1}, {ohwi_weights(w), K, O, 1, K}, y, pixel_rows, bias, residual,
+                        p.act);
+}
+
 // dW = dy^T im2col(x) (planner.h), straight into a channels-last weight gradient (its
 // memory is the [O, KH*KW*C] matrix), else through a scratch matrix copied into dw's layout.
 void im2col_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const Conv2dParams& p) {
@@ -141,8 +167,7 @@ void im2col_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw,
 void col2im_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p) {
   const int64_t O = w.size(0), C = w.size(1), KH = w.size(2), KW = w.size(3), K = KH * KW * C;
   const int64_t N = dy.size(0), OH = dy.size(2), OW = dy.size(3), H = dx.size(2), W = dx.size(3);
-  const Tensor ohwi = w.permute({0, 2, 3, 1});
-  const Tensor wm = ohwi.is_contiguous() ? ohwi : ohwi.contiguous();
+  const Tensor wm = ohwi_weights(w);
   const Tensor col = Tensor::empty({N * OH * OW, K}, TensorOptions(DType::f32));
   gemm("conv2d_backward_data", pixel_rows(dy), {wm, O, K, K, 1}, {col, N * OH * OW, K, K, 1});
   const float* cols = col.data<float>();

@@ -42,7 +42,9 @@ void pointwise_forward(const Tensor& x, const Tensor& w, const Tensor& bias, con
                        std::optional<Activation> act);
 void pointwise_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx);
 void pointwise_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw);
-// dW = dy^T im2col(x), for kernels larger than 1x1.
+// y = act(im2col(x) W^T + bias + residual) and dW = dy^T im2col(x), for kernels larger than 1x1.
+void im2col_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual, const Tensor& y,
+                    const Conv2dParams& p);
 void im2col_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const Conv2dParams& p);
 // dx = col2im(dy W): each output pixel's contributions to its receptive field, summed onto dx.
 void col2im_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p);

@@ -25,6 +25,7 @@ void cpu_describe_machine(nlohmann::json& m) {
   m["cpu_kernels"] = {{"winograd", cpu::policy_name(cpu::winograd_policy())},
                       {"pointwise_gemm", cpu::policy_name(cpu::pointwise_gemm_policy())},
                       {"im2col_wgrad", cpu::policy_name(cpu::im2col_weight_gradient_policy())},
+                      {"im2col_forward", cpu::policy_name(cpu::im2col_forward_policy())},
                       {"depthwise", cpu::policy_name(cpu::depthwise_policy())},
                       {"small_gemm", cpu::policy_name(cpu::small_gemm_policy())},
                       {"skinny_gemm", cpu::policy_name(cpu::skinny_gemm_policy())},

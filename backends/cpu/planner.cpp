@@ -23,6 +23,7 @@ namespace {
 std::atomic<KernelPolicy> g_winograd{policy_from_env("DUET_WINOGRAD")};
 std::atomic<KernelPolicy> g_pointwise_gemm{policy_from_env("DUET_POINTWISE_GEMM")};
 std::atomic<KernelPolicy> g_im2col_wgrad{policy_from_env("DUET_IM2COL_WGRAD")};
+std::atomic<KernelPolicy> g_im2col_forward{policy_from_env("DUET_IM2COL_FORWARD")};
 std::atomic<KernelPolicy> g_flipped_dgrad{policy_from_env("DUET_FLIPPED_DGRAD")};
 std::atomic<KernelPolicy> g_col2im_dgrad{policy_from_env("DUET_COL2IM_DGRAD")};
 std::atomic<bool> g_autotune{[] {
@@ -38,6 +39,8 @@ void set_pointwise_gemm_policy(KernelPolicy p) { g_pointwise_gemm.store(p); }
 KernelPolicy pointwise_gemm_policy() { return g_pointwise_gemm.load(); }
 void set_im2col_weight_gradient_policy(KernelPolicy p) { g_im2col_wgrad.store(p); }
 KernelPolicy im2col_weight_gradient_policy() { return g_im2col_wgrad.load(); }
+void set_im2col_forward_policy(KernelPolicy p) { g_im2col_forward.store(p); }
+KernelPolicy im2col_forward_policy() { return g_im2col_forward.load(); }
 void set_flipped_data_gradient_policy(KernelPolicy p) { g_flipped_dgrad.store(p); }
 KernelPolicy flipped_data_gradient_policy() { return g_flipped_dgrad.load(); }
 void set_col2im_data_gradient_policy(KernelPolicy p) { g_col2im_dgrad.store(p); }
@@ -92,6 +95,10 @@ bool pointwise_gemm_applicable(const Tensor& x, const Tensor& w, const Tensor& y
 bool im2col_weight_gradient_applicable(const Tensor& x, const Tensor& dw, const Tensor& dy, const Conv2dParams& p) {
   return p.groups == 1 && (dw.size(2) > 1 || dw.size(3) > 1) && (x.dtype() == DType::f32 || x.dtype() == DType::bf16) &&
          x.is_contiguous(MemoryFormat::channels_last) && dy.is_contiguous(MemoryFormat::channels_last);
+}
+
+bool im2col_forward_applicable(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p) {
+  return im2col_weight_gradient_applicable(x, w, y, p);
 }
 
 bool flipped_data_gradient_applicable(const Tensor& dx, const Tensor& w, const Tensor& dy, const Conv2dParams& p) {
@@ -270,6 +277,17 @@ std::string col2im_dgrad_rule(const Tensor& dx, const Tensor& w, const Tensor& d
   return "";
 }
 
+// The forward as im2col(x) times the weights' [O, KH*KW*C] matrix: a candidate of the autotuner and
+// forced with DUET_IM2COL_FORWARD=always, no automatic rule. It ran resnet18_cifar's 512->512 at 4x4
+// for one image about as fast as the blocked direct kernel it would replace (0.36 ms against 0.37
+// direct and 0.40 blocked, bench/results/conv_candidates_amx_r18_infer_b1_winograd.json), and whole
+// batch-1 passes with it on those layers did not differ beyond the host's noise (docs/journal.md).
+std::string im2col_forward_rule(const ConvProblem& pb) {
+  const KernelPolicy pol = im2col_forward_policy();
+  if (pol != KernelPolicy::always || !im2col_forward_applicable(pb.x, pb.w, pb.y, pb.p)) return "";
+  return "im2col: DUET_IM2COL_FORWARD=always";
+}
+
 // The forward of a dense KxK convolution (K > 1) whose output map has at most 16 pixels runs on
 // the blocked layout: oneDNN 2.6 picks brgconv for NHWC there and reaches about half of what its
 // jit kernel does on nChw16c (512->512 at 4x4: 234 against 447 GFLOP/s; 256->512 stride 2 from 8x8
@@ -319,6 +337,8 @@ ConvPlan rule_plan(const ConvProblem& pb) {
     if (std::string r = flipped_dgrad_rule(x, w, y, pb.p); !r.empty()) return {ConvAlgo::flipped_forward, r};
     if (std::string r = col2im_dgrad_rule(x, w, y, pb.p); !r.empty()) return {ConvAlgo::col2im_matmul, r};
   }
+  if (pb.pass == ConvPass::forward)
+    if (std::string r = im2col_forward_rule(pb); !r.empty()) return {ConvAlgo::im2col_matmul, r};
   if (std::string r = winograd_plan(pb); !r.empty()) return {ConvAlgo::winograd, r};
   if (pb.pass == ConvPass::forward)
     if (std::string r = blocked_forward_rule(w, y, pb.p); !r.empty()) return {ConvAlgo::direct_blocked, r};
@@ -335,6 +355,9 @@ std::vector<ConvAlgo> candidates(const ConvProblem& pb) {
   if (pointwise_gemm_policy() != KernelPolicy::never && pointwise_gemm_applicable(x, w, y, pb.p) &&
       !(pb.pass == ConvPass::backward_weight && pb.bias))
     c.push_back(ConvAlgo::matmul);
+  if (pb.pass == ConvPass::forward && im2col_forward_policy() != KernelPolicy::never &&
+      im2col_forward_applicable(x, w, y, pb.p))
+    c.push_back(ConvAlgo::im2col_matmul);
   if (pb.pass == ConvPass::backward_weight && im2col_weight_gradient_policy() != KernelPolicy::never &&
       im2col_weight_gradient_applicable(x, w, y, pb.p) && !pb.bias)
     c.push_back(ConvAlgo::im2col_matmul);
@@ -355,7 +378,7 @@ Key plan_key(const ConvProblem& pb) {
   const Conv2dParams& p = pb.p;
   k.add(p.stride_h).add(p.stride_w).add(p.pad_h).add(p.pad_w).add(p.dilation_h).add(p.dilation_w).add(p.groups);
   k.add(static_cast<int64_t>(pb.pass)).add(int64_t(pb.bias)).add(p.act ? 1 + static_cast<int64_t>(*p.act) : 0);
-  for (KernelPolicy pol : {winograd_policy(), pointwise_gemm_policy(), im2col_weight_gradient_policy(),
+  for (KernelPolicy pol : {winograd_policy(), pointwise_gemm_policy(), im2col_weight_gradient_policy(), im2col_forward_policy(),
                            flipped_data_gradient_policy(), col2im_data_gradient_policy(), depthwise_policy()})
     k.add(static_cast<int64_t>(pol));
   k.add(int64_t(conv_autotune()));

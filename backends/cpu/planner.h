@@ -9,7 +9,7 @@
 //
 // Each rule has a policy (kernel_policy.h): automatic (the rule), always (wherever the algorithm
 // applies: tests force a path with it) or never; DUET_WINOGRAD, DUET_POINTWISE_GEMM,
-// DUET_IM2COL_WGRAD set them at start-up, as DUET_CONV_AUTOTUNE=1 turns autotuning on.
+// DUET_IM2COL_WGRAD, DUET_IM2COL_FORWARD set them at start-up, as DUET_CONV_AUTOTUNE=1 turns autotuning on.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -28,7 +28,7 @@ enum class ConvAlgo : uint8_t {
   direct_blocked,  // the same on oneDNN's blocked layout (nChw16c), reorders around it
   winograd,        // oneDNN's Winograd F(4x4, 3x3), f32 on its blocked layout (bf16 converted)
   matmul,          // a pointwise convolution as matrix products on the [N*H*W, C] pixel rows
-  im2col_matmul,   // a weight gradient as dy^T times x's im2col matrix
+  im2col_matmul,   // a forward as x's im2col matrix times the weights; a weight gradient as dy^T times it
   tap_matmul,      // a KxK kernel over a 1x1 map: the one tap that sees the input, as matrix products
   own_depthwise,   // duet's depthwise loops (depthwise.h)
   flipped_forward, // a data gradient as oneDNN's forward convolution of dy by the flipped weights
@@ -72,6 +72,8 @@ void set_pointwise_gemm_policy(KernelPolicy p);
 KernelPolicy pointwise_gemm_policy();
 void set_im2col_weight_gradient_policy(KernelPolicy p);
 KernelPolicy im2col_weight_gradient_policy();
+void set_im2col_forward_policy(KernelPolicy p);  // DUET_IM2COL_FORWARD
+KernelPolicy im2col_forward_policy();
 void set_flipped_data_gradient_policy(KernelPolicy p);  // DUET_FLIPPED_DGRAD
 KernelPolicy flipped_data_gradient_policy();
 void set_col2im_data_gradient_policy(KernelPolicy p);   // DUET_COL2IM_DGRAD
@@ -91,6 +93,9 @@ int64_t conv_autotune_runs();
 bool winograd_applicable(const Tensor& x, const Tensor& w, const Conv2dParams& p);
 bool pointwise_gemm_applicable(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p);
 bool im2col_weight_gradient_applicable(const Tensor& x, const Tensor& dw, const Tensor& dy, const Conv2dParams& p);
+// The forward as im2col(x) [N*OH*OW, KH*KW*C] times the weights' [O, KH*KW*C] matrix: the same
+// conditions (one group, a kernel larger than 1x1, f32 or bf16, channels-last x and y).
+bool im2col_forward_applicable(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p);
 // A data gradient of a stride-1 convolution is the forward convolution of dy by the weights turned
 // 180 degrees with input and output channels swapped, padded by dilation * (K - 1) - padding.
 bool flipped_data_gradient_applicable(const Tensor& dx, const Tensor& w, const Tensor& dy, const Conv2dParams& p);
