@@ -371,6 +371,7 @@ TABLES = {
     "compare_alloc_amx": (compare_builds, ("compare_amx_78f2bcc_8b59534_infer.json",), {}),
     "inference_skinny_amx": (inference, ("infer_throughput_amx_95988e1.json",), {}),
     "compare_skinny_amx": (compare_builds, ("compare_amx_2cdde74_95988e1_infer.json",), {}),
+    "inference_full_amx": (inference, ("infer_throughput_amx_7186038.json",), {}),
 }
 
 
