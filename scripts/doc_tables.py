@@ -345,6 +345,7 @@ TABLES = {
     "throughput_zen4": (throughput, ("train_throughput.json",), {}),
     "throughput_amx": (throughput, ("train_throughput_amx_fb00fa5.json",), {}),
     "throughput_amx_compile": (throughput, ("train_throughput_amx_240f93a.json",), {}),
+    "throughput_amx_715cc82": (throughput, ("train_throughput_amx_715cc82.json",), {}),
     # earlier rounds, kept in docs/journal.md
     "throughput_zen5_d2c02cd": (throughput, ("train_throughput_zen5.json",), {}),
     "throughput_zen5_5b0ccf9": (throughput, ("train_throughput_zen5_full_5b0ccf9.json",), {}),
