@@ -30,7 +30,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_throughput import MODELS, machine  # noqa: E402
+from infer_throughput import onnx_export  # noqa: E402
+from train_throughput import MODELS, duet_profile, machine  # noqa: E402
 
 
 def ort_nodes(onnx_path, a):
@@ -82,15 +83,13 @@ def ort_nodes(onnx_path, a):
 
 def duet_layers(a):
     """{(input shape, weight shape): (calls per pass, mean us per call, implementation)}, the pass."""
+    step = duet_profile(a.duet, a.model, a.image_size, a.classes, a.batch, a.steps, a.warmup, a.threads,
+                        inference=True)[0]["phases"]["median_step_ns"] * 1e-6
     with tempfile.TemporaryDirectory() as d:
         report, table = os.path.join(d, "r.json"), os.path.join(d, "r.csv")
         base = [a.duet, "profile", "--inference", "--model", a.model, "--image-size", str(a.image_size),
                 "--classes", str(a.classes), "--batch", str(a.batch), "--threads", str(a.threads),
                 "--steps", str(a.steps), "--warmup", str(a.warmup)]
-        r = subprocess.run(base + ["--mode", "throughput"], capture_output=True, text=True)
-        if r.returncode != 0:
-            sys.exit(f"ort_layers: {' '.join(base)} failed:\n{r.stderr[-2000:]}")
-        step = float(re.search(r"median step ([0-9.]+) ms", r.stdout + r.stderr).group(1))
         r = subprocess.run(base + ["--mode", "per-op", "--out", report], capture_output=True, text=True)
         if r.returncode != 0:
             sys.exit(f"ort_layers: per-op profile failed:\n{r.stderr[-2000:]}")
@@ -133,12 +132,9 @@ def main():
     a.image_size = a.image_size or size
     a.classes = a.classes or classes
     with tempfile.TemporaryDirectory() as d:
-        onnx_path = os.path.join(d, f"{a.model}.onnx")
-        cmd = [a.duet, "export", "--onnx", onnx_path, "--model", a.model, "--image-size", str(a.image_size),
-               "--classes", str(a.classes)]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode != 0:
-            sys.exit(f"ort_layers: {' '.join(cmd)} failed:\n{r.stderr[-2000:]}")
+        onnx_path, why = onnx_export(a, a.model, a.image_size, a.classes, d)
+        if onnx_path is None:
+            sys.exit(f"ort_layers: duet export --onnx failed: {why}")
         load = [os.getloadavg()[0]]
         ort, ort_pass = ort_nodes(onnx_path, a)
         duet, duet_pass, duet_steps = duet_layers(a)
