@@ -57,6 +57,10 @@ public:
   // this x in one op, recomputing the activation's mask from x; otherwise the front-end masks the
   // gradient with the saved output first (relu.backward).
   virtual bool fuses_batch_norm_activation_backward(const Tensor& /*x*/) const { return false; }
+  // Whether batch_norm with running statistics and no residual reads this x where it lies when x is
+  // a slice of a channels-last tensor's channels (channel_row_stride(x) > its channel count: a
+  // DenseNet layer's input, models/densenet.cpp); otherwise the front-end copies x channels-last.
+  virtual bool reads_channel_slices_in_batch_norm(const Tensor& /*x*/) const { return false; }
 
 #define DUET_OP(name, params, ...) virtual void name params;
 #include "engine/ops.def"

@@ -220,6 +220,17 @@ bool Tensor::is_contiguous(MemoryFormat f) const {
   return true;
 }
 
+int64_t channel_row_stride(const Tensor& t) {
+  if (!t.defined() || t.dim() != 4) return 0;
+  const int64_t N = t.size(0), C = t.size(1), H = t.size(2), W = t.size(3);
+  if (C > 1 && t.stride(1) != 1) return 0;
+  // The row stride: W's stride, else H's over W, else N's over H * W (size-1 dims have any stride).
+  const int64_t s = W > 1 ? t.stride(3) : H > 1 ? t.stride(2) / W : N > 1 ? t.stride(0) / (H * W) : C;
+  if (s < C) return 0;
+  if ((W > 1 && t.stride(3) != s) || (H > 1 && t.stride(2) != W * s) || (N > 1 && t.stride(0) != H * W * s)) return 0;
+  return s;
+}
+
 bool Tensor::is_dense() const {
   // Sort the non-trivial dims by stride: dense iff each stride equals the product of the sizes
   // of the dims inner to it. An insertion sort into a fixed array (tensors have a few dims).

@@ -186,6 +186,11 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t);
 int64_t numel_of(const Shape& s);
 Shape contiguous_strides(const Shape& s);
 Shape channels_last_strides(const Shape& s);  // 4-D only
+// For a 4-D tensor laid out as rows of C = size(1) contiguous channels, one row per pixel and
+// each row the same number of elements after the last: that number (C for a channels-last
+// tensor; more for a slice of a channels-last tensor's channels, as DenseNet's running
+// concatenation hands each layer). 0 for any other layout.
+int64_t channel_row_stride(const Tensor& t);
 int64_t wrap_dim(int64_t d, int64_t ndim, const char* op);  // checks range, names the op
 // `flat`, a contiguous 1-D block of exactly numel_of(shape) elements, viewed as a dense tensor of
 // `shape` whose dims lie in memory in the order of `strides` (largest stride outermost): a block

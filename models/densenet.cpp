@@ -1,6 +1,7 @@
 // DenseNet, its dense layers, blocks and named configurations (torchvision/models/densenet.py).
 #include "models/densenet.h"
 #include <cmath>
+#include "engine/autograd.h"
 #include "engine/nn/conv_bn.h"
 #include "models/blocks.h"
 
@@ -42,9 +43,38 @@ DenseBlock::DenseBlock(int64_t num_layers, int64_t in, int64_t bn_size, int64_t 
 // The running concatenation is built one layer at a time, cat(previous, y_i), rather than from
 // all pieces at every layer: the same bytes are copied, in two pieces instead of i + 1 (the
 // pieces' count is what a batch-1 pass pays for).
+//
+// A pass that records no graph (inference) copies nothing twice: the block's output, every
+// feature map it will hold, is allocated channels-last up front; x and then each layer's new
+// channels are copied into their place once, and layer i reads the channels written so far as a
+// slice of it (a view whose pixels lie the full width apart; batch norm reads such slices in place:
+// reads_channel_slices_in_batch_norm). The running concatenation's copies grow with the square of
+// the depth; these grow with it linearly. Same values as the concatenation, bit for bit.
 Tensor DenseBlock::forward(const Tensor& x) {
   Tensor features = x;
-  for (const auto& layer : layers) features = cat({features, (*layer)(features)}, 1);
+  size_t i = 0;
+  if (!grad_mode_enabled() && x.dim() == 4 && x.is_contiguous(MemoryFormat::channels_last)) {
+    int64_t width = x.size(1);
+    for (const auto& layer : layers) width += layer->conv2->weight.size(0);
+    const Tensor all = Tensor::empty({x.size(0), width, x.size(2), x.size(3)},
+                                     TensorOptions(x.dtype()).with_device(x.device()), MemoryFormat::channels_last);
+    int64_t c = x.size(1);  // channels written so far
+    all.slice(1, 0, c).copy_(x);
+    for (; i < layers.size(); ++i) {
+      const Tensor y = (*layers[i])(all.slice(1, 0, c));
+      if (y.dtype() != all.dtype()) {
+        // A layer whose output is not the block's dtype (an autocast policy deciding otherwise)
+        // continues as a concatenation, which promotes as cat does.
+        features = cat({all.slice(1, 0, c), y}, 1);
+        ++i;
+        break;
+      }
+      all.slice(1, c, c + y.size(1)).copy_(y);
+      c += y.size(1);
+    }
+    if (c == width) return all;
+  }
+  for (; i < layers.size(); ++i) features = cat({features, (*layers[i])(features)}, 1);
   return features;
 }
 

@@ -1094,6 +1094,56 @@ TEST(CpuBackend, BatchNormActivationBackwardInOneOpGivesTheTwoOpsBits) {
   EXPECT_FALSE(backend(Backend::cpu).fuses_batch_norm_activation_backward(x.to(DType::f64)));
 }
 
+// Eval-mode batch norm of a slice of a channels-last tensor's channels (a DenseNet layer's input,
+// models/densenet.cpp): the cpu backend's row loops read it where it lies, no copy op, and write
+// the bits the same batch norm gives the slice copied dense, f32 and bf16, with and without ReLU.
+// Where it cannot (training, a graph to record, another dtype), the front-end copies the slice
+// channels-last first, with the same result.
+TEST(CpuBackend, EvalBatchNormReadsChannelSlicesInPlace) {
+  if (!backend_available(Backend::cpu)) GTEST_SKIP() << "the cpu backend is not built";
+  BackendGuard guard(DeviceType::cpu, Backend::cpu);
+  const Tensor wide = random_tensor({3, 40, 5, 6}, 1, DType::f32).contiguous(MemoryFormat::channels_last);
+  const Tensor g = random_tensor({24}, 2, DType::f32), b = random_tensor({24}, 3, DType::f32);
+  const Tensor rm = random_tensor({24}, 4, DType::f32);
+  const Tensor rv = add(mul(random_tensor({24}, 5, DType::f32), random_tensor({24}, 5, DType::f32)), Tensor::scalar(0.5));
+  for (const DType dt : {DType::f32, DType::bf16})
+    for (const bool relu : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (relu ? " relu" : ""));
+      BatchNormParams p;
+      p.training = false;
+      if (relu) p.act = Activation::relu;
+      const Tensor slice = wide.to(dt).slice(1, 8, 32);
+      ASSERT_EQ(channel_row_stride(slice), 40);
+      const Tensor dense = slice.contiguous(MemoryFormat::channels_last);
+      Tensor in_place, copied;
+      std::string ops, impl;
+      {
+        NoGradGuard no_grad;
+        profiler::clear();
+        profiler::enable(true);
+        in_place = batch_norm(slice, g, b, rm, rv, p);
+        profiler::enable(false);
+        for (const OpEvent& e : profiler::collect()) {
+          ops += std::string(e.name) + " ";
+          if (std::string(e.name).starts_with("batch_norm")) impl = e.impl;
+        }
+        profiler::clear();
+        copied = batch_norm(dense, g, b, rm, rv, p);
+      }
+      EXPECT_EQ(ops.find("copy"), std::string::npos) << ops;
+      EXPECT_EQ(impl, "duet:bn_rows");
+      EXPECT_TRUE(in_place.is_contiguous(MemoryFormat::channels_last));
+      EXPECT_TRUE(same_bits(in_place, copied));
+      // Recording a graph: the slice is copied channels-last first; same values, and gradients flow.
+      const Tensor tracked = slice.detach().set_requires_grad(dt == DType::f32);
+      const Tensor recorded = batch_norm(tracked, g, b, rm, rv, p);
+      EXPECT_TRUE(same_bits(recorded.detach(), copied));
+    }
+  EXPECT_TRUE(backend(Backend::cpu).reads_channel_slices_in_batch_norm(wide.slice(1, 0, 8)));
+  EXPECT_FALSE(backend(Backend::cpu).reads_channel_slices_in_batch_norm(wide.to(DType::f64).slice(1, 0, 8)));
+  EXPECT_FALSE(backend(Backend::reference).reads_channel_slices_in_batch_norm(wide.slice(1, 0, 8)));
+}
+
 TEST(CpuBackend, AutomaticPolicyRunsResNetLayersOnWinograd) {
   BackendGuard guard(DeviceType::cpu, Backend::cpu);
   const Tensor x = random_tensor({16, 32, 8, 8}, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);

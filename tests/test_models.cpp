@@ -5,9 +5,12 @@
 #include <filesystem>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
+#include "engine/autocast.h"
 #include "engine/serialize.h"
 #include "models/convnext.h"
 #include "models/densenet.h"
@@ -247,6 +250,53 @@ TEST(DenseNet, FullWidthDenseNet121RunsOn32x32) {
   const Tensor x = testing::random_tensor({1, 3, 32, 32}, 3, DType::f32);
   EXPECT_EQ((*net.features)(x).shape(), (Shape{1, 1024, 1, 1}));
   EXPECT_EQ(net(x).shape(), (Shape{1, 10}));
+}
+
+// A dense block that records no graph writes each layer's channels once into the block's output
+// and hands each layer a slice of it (models/densenet.cpp): no cat, one copy per layer and one for
+// the block's input, and the bits of the running concatenation, unfrozen and frozen (batch norms
+// folded into the convolutions), f32 and under bf16 autocast.
+TEST(DenseNet, InferenceWritesEachLayersChannelsOnce) {
+  models::DenseNet net(models::densenet_config("densenet121", 10, 0.25));
+  net.eval();
+  net.to(MemoryFormat::channels_last);
+  std::shared_ptr<nn::Module> second;
+  for (const auto& [name, m] : net.features->children())
+    if (name == "denseblock2") second = m;
+  ASSERT_TRUE(second);
+  auto& block = dynamic_cast<models::DenseBlock&>(*second);
+  const int64_t in = block.layers[0]->norm1->weight.size(0);
+  const Tensor x = testing::random_tensor({2, in, 8, 8}, 9, DType::f32).contiguous(MemoryFormat::channels_last);
+  NoGradGuard no_grad;
+  for (const bool frozen : {false, true})
+    for (const bool bf16 : {false, true}) {
+      SCOPED_TRACE(std::string(frozen ? "frozen" : "unfrozen") + (bf16 ? " bf16" : " f32"));
+      if (frozen) net.freeze();
+      std::optional<AutocastGuard> amp;
+      if (bf16) amp.emplace(DType::bf16);
+      const Tensor xin = bf16 ? x.to(DType::bf16) : x;
+      Tensor concatenated = xin;
+      for (const auto& layer : block.layers) concatenated = cat({concatenated, (*layer)(concatenated)}, 1);
+      profiler::clear();
+      profiler::enable(true);
+      const Tensor y = block(xin);
+      profiler::enable(false);
+      int cats = 0, copies = 0;
+      for (const OpEvent& e : profiler::collect()) {
+        cats += std::string(e.name) == "cat";
+        copies += std::string(e.name) == "copy";
+      }
+      profiler::clear();
+      amp.reset();
+      if (frozen) net.unfreeze();
+      EXPECT_EQ(cats, 0);
+      EXPECT_EQ(copies, static_cast<int>(block.layers.size()) + 1);
+      EXPECT_TRUE(y.is_contiguous(MemoryFormat::channels_last));
+      const Tensor a = y.contiguous(), b = concatenated.contiguous();
+      ASSERT_EQ(a.shape(), b.shape());
+      ASSERT_EQ(a.dtype(), b.dtype());
+      EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()), 0);
+    }
 }
 
 TEST(ConvNeXt, StochasticDepthDropsWholeSamplesInTrainingOnly) {

@@ -157,6 +157,22 @@ TEST(Tensor, ChannelsLast) {
   EXPECT_TRUE(conv2d(x, w, Tensor(), p).is_contiguous());
 }
 
+// channel_row_stride: rows of C contiguous channels at a uniform stride (channels-last, or a slice
+// of one's channels); anything else 0, whatever strides its size-1 dims carry.
+TEST(Tensor, ChannelRowStride) {
+  const Tensor cl = iota({2, 8, 3, 4}).contiguous(MemoryFormat::channels_last);
+  EXPECT_EQ(channel_row_stride(cl), 8);
+  EXPECT_EQ(channel_row_stride(cl.slice(1, 2, 5)), 8);
+  EXPECT_EQ(channel_row_stride(cl.slice(1, 0, 1)), 8);
+  EXPECT_EQ(channel_row_stride(iota({2, 8, 3, 4})), 0);      // NCHW
+  EXPECT_EQ(channel_row_stride(cl.slice(2, 0, 2)), 0);       // rows of H skip pixels
+  EXPECT_EQ(channel_row_stride(cl.slice(1, 0, 8, 2)), 0);    // channels 2 apart
+  EXPECT_EQ(channel_row_stride(iota({1, 8, 1, 1})), 8);      // one pixel: any layout
+  EXPECT_EQ(channel_row_stride(iota({8, 3})), 0);            // not 4-d
+  const Tensor one_row = iota({1, 8, 1, 4}).contiguous(MemoryFormat::channels_last).slice(1, 0, 3);
+  EXPECT_EQ(channel_row_stride(one_row), 8);
+}
+
 TEST(Tensor, DtypeConversions) {
   Tensor u = Tensor::from_vector<uint8_t>({0, 128, 255}, {3});
   EXPECT_EQ(u.to(DType::f32).to_vector<float>(), (std::vector<float>{0, 128, 255}));

@@ -240,13 +240,14 @@ void affine_planes(const float* x, const float* r, float* y, int64_t N, int64_t 
 }
 
 // The same map over rows of C channels.
+// x's rows are ldx elements apart (C, or more for a slice of a wider tensor's channels).
 template <class T>
-void affine_rows(const T* x, const T* r, T* y, int64_t R, int64_t C, const float* mean, const float* scale,
-                 const float* beta, std::optional<Activation> activation) {
+void affine_rows(const T* x, int64_t ldx, const T* r, T* y, int64_t R, int64_t C, const float* mean,
+                 const float* scale, const float* beta, std::optional<Activation> activation) {
   with_flags(r != nullptr, activation, [&](auto res, auto act) {
     parallel_for(R, R * C, [&](int64_t b, int64_t e) {
       for (int64_t row = b; row < e; ++row) {
-        const T* xr = x + row * C;
+        const T* xr = x + row * ldx;
         T* yr = y + row * C;
 #pragma omp simd
         for (int64_t c = 0; c < C; ++c) {
@@ -367,7 +368,16 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
   DUET_CHECK(p.training || (running_mean.defined() && running_var.defined()),
              "batch_norm on backend 'cpu': evaluation mode needs running_mean and running_var");
   if (x.numel() == 0) return;
-  if (const BnLoops loops = bn_loops(x, {&y, &residual}); loops != BnLoops::none) {
+  // A slice of a wider channels-last tensor's channels (eval mode, no residual: what
+  // reads_channel_slices_in_batch_norm promises) runs the row loops with x's own row stride.
+  const int64_t ldx = x.dim() == 4 ? channel_row_stride(x) : C;
+  const bool slice = ldx > C;
+  const BnLoops slice_loops = reads_channel_slices_in_batch_norm(x) && is_rows(y) ? BnLoops::rows : BnLoops::none;
+  DUET_CHECK(!slice || (!p.training && !residual.defined() && slice_loops == BnLoops::rows),
+             "batch_norm on backend 'cpu': x {} with strides {} is a slice of a wider tensor's channels, which only "
+             "eval mode without residual reads in place (f32 or bf16, y channels-last); got training={}, residual={}",
+             shape_str(x.shape()), shape_str(x.strides()), p.training, residual.defined());
+  if (const BnLoops loops = slice ? slice_loops : bn_loops(x, {&y, &residual}); loops != BnLoops::none) {
     note_loops(loops);
     const int64_t HW = x.dim() == 4 ? x.size(2) * x.size(3) : 1, N = x.size(0), R = N * HW;
     // The four per-channel vectors in one block: this runs for every batch norm of every pass.
@@ -409,8 +419,8 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
                     mean.data(), scale.data(), b, p.act);
     else dispatch_f32_bf16(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      affine_rows(ptr<T>(x), residual.defined() ? ptr<T>(residual) : nullptr, ptr<T>(y), R, C, mean.data(),
-                  scale.data(), b, p.act);
+      affine_rows(ptr<T>(x), slice ? ldx : C, residual.defined() ? ptr<T>(residual) : nullptr, ptr<T>(y), R, C,
+                  mean.data(), scale.data(), b, p.act);
     });
     if (save_mean.defined()) store_vec(save_mean, mean.data());
     if (save_invstd.defined()) store_vec(save_invstd, invstd.data());
@@ -479,6 +489,10 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
     if (residual.defined()) binary(BinaryOp::add, y, residual, y);
     if (p.act && !fuse_relu) activation(*p.act, 0.0, y, y);
   });
+}
+
+bool CpuBackend::reads_channel_slices_in_batch_norm(const Tensor& x) const {
+  return (x.dtype() == DType::f32 || x.dtype() == DType::bf16) && channel_row_stride(x) > 0;
 }
 
 bool CpuBackend::fuses_batch_norm_activation_backward(const Tensor& x) const {

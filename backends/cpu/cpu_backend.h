@@ -22,6 +22,7 @@ public:
   // f32 on CPUs with AVX-512 (attention.cpp); bf16 and the rest compose it from oneDNN matmuls.
   bool fuses_attention(DType dt) const override;
   bool fuses_batch_norm_activation_backward(const Tensor& x) const override;
+  bool reads_channel_slices_in_batch_norm(const Tensor& x) const override;
 
   // One override per line of ops.def; the bodies live in the .cpp file named for the op family.
 #define DUET_OP(name, params, ...) void name params override;

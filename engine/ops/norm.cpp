@@ -63,12 +63,17 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, c
     DUET_CHECK(per_channel > 1, "batch_norm: training needs more than one value per channel, got input shape {}",
                shape_str(x_in.shape()));
   }
-  const MemoryFormat f = x_in.suggest_memory_format();
-  const Tensor x = in_format(untracked(x_in), f);
-  const Tensor r = residual.defined() ? in_format(untracked(residual), f) : Tensor();
   // The saved statistics serve only the backward: a pass that records no graph (inference) asks
   // for none, and the backends leave them unwritten.
   const bool recording = should_record({&x_in, &gamma, &beta, &residual});
+  // A slice of a channels-last tensor's channels stays channels-last: read where it lies in
+  // inference where the backend can, else copied into a channels-last tensor of its own.
+  const bool channel_slice = x_in.dim() == 4 && channel_row_stride(x_in) > x_in.size(1);
+  const bool slice_in_place = channel_slice && !p.training && !recording && !residual.defined() &&
+                              routing(backend_of(x_in)).reads_channel_slices_in_batch_norm(x_in);
+  const MemoryFormat f = channel_slice ? MemoryFormat::channels_last : x_in.suggest_memory_format();
+  const Tensor x = slice_in_place ? untracked(x_in) : in_format(untracked(x_in), f);
+  const Tensor r = residual.defined() ? in_format(untracked(residual), f) : Tensor();
   Tensor y, save_mean, save_invstd;
   {
     Dispatch<OpId::batch_norm> kernel(backend_of(x), {&x, &r});
