@@ -384,6 +384,34 @@ TEST(Module, BatchNormForwardActIsTheFusedPair) {
   EXPECT_ERROR_HAS(bn.forward_act(images(2, 4, 3, 3, 1), Activation::gelu_erf), "gelu", "relu or relu6");
 }
 
+// A Sequential runs a BatchNorm2d and the ReLU after it (DenseNet's transitions) as one op in the
+// batch norm's scope, with the values and gradients of the two modules run one after the other; a
+// batch norm followed by anything else runs alone.
+TEST(Module, SequentialFusesBatchNormAndRelu) {
+  nn::Sequential seq;
+  seq.push_back("norm", std::make_shared<nn::BatchNorm2d>(4));
+  seq.push_back("relu", nn::ReLU());
+  seq.push_back("pool", std::make_shared<nn::AvgPool2d>(2, 2));
+  seq.push_back("norm2", std::make_shared<nn::BatchNorm2d>(4));
+  seq.named_modules();
+  const Tensor x = images(3, 4, 6, 6, 11).contiguous(MemoryFormat::channels_last);
+  const Tensor xa = x.detach().set_requires_grad(true), xb = x.detach().set_requires_grad(true);
+  profiler::clear();
+  profiler::enable(true);
+  const Tensor ya = seq(xa);
+  profiler::enable(false);
+  std::string ops;
+  for (const OpEvent& e : profiler::collect()) ops += std::string(e.name) + "@" + e.scope + " ";
+  profiler::clear();
+  EXPECT_EQ(ops, "batch_norm+relu@norm avg_pool2d@pool batch_norm@norm2 ");
+  sum(mul(ya, ya)).backward();
+  Tensor yb = xb;
+  for (size_t i = 0; i < seq.size(); ++i) yb = seq[i](yb);
+  sum(mul(yb, yb)).backward();
+  EXPECT_TRUE(all_close(ya, yb, 1e-6, 1e-6));
+  EXPECT_TRUE(all_close(xa.grad(), xb.grad(), 1e-5, 1e-5));
+}
+
 TEST(Module, BatchNormForwardAddIsTheFusedTriple) {
   // Values and gradients (input, residual, weight) equal [relu](bn(x) + r); one fused op in the
   // module's scope and no separate add or relu, for both layouts and with and without the ReLU.

@@ -243,16 +243,22 @@ Tensor Sequential::forward(const Tensor& x) {
   for (size_t i = 0; i < c.size(); ++i) {
     // A Conv2d whose only reader is the BatchNorm2d after it (and a ReLU or ReLU6 after that): one
     // conv_bn call, which fuses what it can (nn/conv_bn.h).
+    // A BatchNorm2d and the ReLU or ReLU6 after it (DenseNet's transitions): one batch_norm+relu op.
     auto* conv = dynamic_cast<Conv2d*>(c[i].second.get());
-    auto* bn = conv && i + 1 < c.size() ? dynamic_cast<BatchNorm2d*>(c[i + 1].second.get()) : nullptr;
-    if (!bn) {
-      y = (*c[i].second)(y);
-      continue;
-    }
-    const auto* act = i + 2 < c.size() ? dynamic_cast<const Act*>(c[i + 2].second.get()) : nullptr;
+    auto* bn = conv && i + 1 < c.size() ? dynamic_cast<BatchNorm2d*>(c[i + 1].second.get())
+                                        : dynamic_cast<BatchNorm2d*>(c[i].second.get());
+    const size_t after_bn = conv ? i + 2 : i + 1;
+    const auto* act = bn && after_bn < c.size() ? dynamic_cast<const Act*>(c[after_bn].second.get()) : nullptr;
     const bool fuse_act = act && batch_norm_fuses(act->act) && !act->alpha;
-    y = conv_bn(*conv, *bn, y, fuse_act ? std::optional(act->act) : std::nullopt);
-    i += fuse_act ? 2 : 1;
+    if (conv && bn) {
+      y = conv_bn(*conv, *bn, y, fuse_act ? std::optional(act->act) : std::nullopt);
+      i += fuse_act ? 2 : 1;
+    } else if (bn && fuse_act) {
+      y = bn->forward_act(y, act->act);
+      i += 1;
+    } else {
+      y = (*c[i].second)(y);
+    }
   }
   return y;
 }

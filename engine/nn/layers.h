@@ -150,7 +150,8 @@ public:
 // Children named "0", "1", ... as torch.nn.Sequential. forward runs each child on the last one's
 // output, except that a Conv2d followed by a BatchNorm2d (and a ReLU or ReLU6) runs as one
 // nn::conv_bn call: the batch norm's pass fused with the activation in training, folded into the
-// convolution in a frozen model (nn/conv_bn.h). Same result, fewer passes.
+// convolution in a frozen model (nn/conv_bn.h), and a BatchNorm2d followed by a ReLU or ReLU6 as
+// one batch_norm+relu op (BatchNorm2d::forward_act). Same result, fewer passes.
 class Sequential : public Module {
 public:
   Sequential() = default;
