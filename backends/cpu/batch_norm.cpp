@@ -239,8 +239,8 @@ void affine_planes(const float* x, const float* r, float* y, int64_t N, int64_t 
   });
 }
 
-// The same map over rows of C channels.
-// x's rows are ldx elements apart (C, or more for a slice of a wider tensor's channels).
+// The same map over rows of C channels; x's rows lie ldx elements apart (C, or more for a slice of a
+// wider tensor's channels), y's and the residual's C.
 template <class T>
 void affine_rows(const T* x, int64_t ldx, const T* r, T* y, int64_t R, int64_t C, const float* mean,
                  const float* scale, const float* beta, std::optional<Activation> activation) {
@@ -372,7 +372,8 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
   // reads_channel_slices_in_batch_norm promises) runs the row loops with x's own row stride.
   const int64_t ldx = x.dim() == 4 ? channel_row_stride(x) : C;
   const bool slice = ldx > C;
-  const BnLoops slice_loops = reads_channel_slices_in_batch_norm(x) && is_rows(y) ? BnLoops::rows : BnLoops::none;
+  const bool slice_ok = slice && reads_channel_slices_in_batch_norm(x) && is_rows(y);
+  const BnLoops slice_loops = slice_ok ? BnLoops::rows : BnLoops::none;
   DUET_CHECK(!slice || (!p.training && !residual.defined() && slice_loops == BnLoops::rows),
              "batch_norm on backend 'cpu': x {} with strides {} is a slice of a wider tensor's channels, which only "
              "eval mode without residual reads in place (f32 or bf16, y channels-last); got training={}, residual={}",

@@ -242,8 +242,8 @@ Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
   for (size_t i = 0; i < c.size(); ++i) {
     // A Conv2d whose only reader is the BatchNorm2d after it (and a ReLU or ReLU6 after that): one
-    // conv_bn call, which fuses what it can (nn/conv_bn.h).
-    // A BatchNorm2d and the ReLU or ReLU6 after it (DenseNet's transitions): one batch_norm+relu op.
+    // conv_bn call, which fuses what it can (nn/conv_bn.h). A BatchNorm2d without a Conv2d before
+    // it and a ReLU or ReLU6 after it (DenseNet's transitions): one batch_norm+relu op.
     auto* conv = dynamic_cast<Conv2d*>(c[i].second.get());
     auto* bn = conv && i + 1 < c.size() ? dynamic_cast<BatchNorm2d*>(c[i + 1].second.get())
                                         : dynamic_cast<BatchNorm2d*>(c[i].second.get());
