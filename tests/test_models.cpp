@@ -268,35 +268,43 @@ TEST(DenseNet, InferenceWritesEachLayersChannelsOnce) {
   const int64_t in = block.layers[0]->norm1->weight.size(0);
   const Tensor x = testing::random_tensor({2, in, 8, 8}, 9, DType::f32).contiguous(MemoryFormat::channels_last);
   NoGradGuard no_grad;
-  for (const bool frozen : {false, true})
-    for (const bool bf16 : {false, true}) {
-      SCOPED_TRACE(std::string(frozen ? "frozen" : "unfrozen") + (bf16 ? " bf16" : " f32"));
-      if (frozen) net.freeze();
-      std::optional<AutocastGuard> amp;
-      if (bf16) amp.emplace(DType::bf16);
-      const Tensor xin = bf16 ? x.to(DType::bf16) : x;
-      Tensor concatenated = xin;
-      for (const auto& layer : block.layers) concatenated = cat({concatenated, (*layer)(concatenated)}, 1);
-      profiler::clear();
-      profiler::enable(true);
-      const Tensor y = block(xin);
-      profiler::enable(false);
-      int cats = 0, copies = 0;
-      for (const OpEvent& e : profiler::collect()) {
-        cats += std::string(e.name) == "cat";
-        copies += std::string(e.name) == "copy";
-      }
-      profiler::clear();
-      amp.reset();
-      if (frozen) net.unfreeze();
-      EXPECT_EQ(cats, 0);
-      EXPECT_EQ(copies, static_cast<int>(block.layers.size()) + 1);
-      EXPECT_TRUE(y.is_contiguous(MemoryFormat::channels_last));
-      const Tensor a = y.contiguous(), b = concatenated.contiguous();
-      ASSERT_EQ(a.shape(), b.shape());
-      ASSERT_EQ(a.dtype(), b.dtype());
-      EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()), 0);
+  // f32 maps under bf16 autocast: the layers' bf16 outputs are not the block's dtype, so the block
+  // falls back to the concatenation from its first layer on (cat promotes to f32).
+  struct Case {
+    bool frozen, bf16, f32_maps;
+  };
+  for (const Case k : {Case{false, false, false}, Case{false, true, false}, Case{true, false, false},
+                       Case{true, true, false}, Case{false, true, true}}) {
+    const bool frozen = k.frozen, bf16 = k.bf16;
+    SCOPED_TRACE(std::string(frozen ? "frozen" : "unfrozen") + (bf16 ? " bf16" : " f32") +
+                 (k.f32_maps ? " f32 maps" : ""));
+    if (frozen) net.freeze();
+    std::optional<AutocastGuard> amp;
+    if (bf16) amp.emplace(DType::bf16);
+    const Tensor xin = bf16 && !k.f32_maps ? x.to(DType::bf16) : x;
+    Tensor concatenated = xin;
+    for (const auto& layer : block.layers) concatenated = cat({concatenated, (*layer)(concatenated)}, 1);
+    profiler::clear();
+    profiler::enable(true);
+    const Tensor y = block(xin);
+    profiler::enable(false);
+    int cats = 0, copies = 0;
+    for (const OpEvent& e : profiler::collect()) {
+      cats += std::string(e.name) == "cat";
+      copies += std::string(e.name) == "copy";
     }
+    profiler::clear();
+    amp.reset();
+    if (frozen) net.unfreeze();
+    const int layers = static_cast<int>(block.layers.size());
+    EXPECT_EQ(cats, k.f32_maps ? layers : 0);
+    EXPECT_EQ(copies, k.f32_maps ? 1 : layers + 1);
+    if (!k.f32_maps) EXPECT_TRUE(y.is_contiguous(MemoryFormat::channels_last));
+    const Tensor a = y.contiguous(), b = concatenated.contiguous();
+    ASSERT_EQ(a.shape(), b.shape());
+    ASSERT_EQ(a.dtype(), b.dtype());
+    EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()), 0);
+  }
 }
 
 TEST(ConvNeXt, StochasticDepthDropsWholeSamplesInTrainingOnly) {
