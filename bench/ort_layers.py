@@ -27,38 +27,26 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from infer_throughput import onnx_export  # noqa: E402
+from infer_throughput import onnx_export, ort_side  # noqa: E402
 from train_throughput import MODELS, duet_profile, machine  # noqa: E402
 
 
 def ort_nodes(onnx_path, a):
-    """{(input shape, weight shape): [median kernel us of each Conv node]} and the unprofiled pass."""
+    """{(input shape, weight shape): [median kernel us of each Conv node]}, from one profiled session."""
     import numpy as np
     import onnxruntime as ort
 
-    def session(profile, folder):
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = a.threads
-        so.inter_op_num_threads = 1
-        if profile:
-            so.enable_profiling = True
-            so.profile_file_prefix = os.path.join(folder, "ort")
-        return ort.InferenceSession(onnx_path, so, providers=["CPUExecutionProvider"])
-
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = a.threads
+    so.inter_op_num_threads = 1
     x = np.random.default_rng(0).standard_normal((a.batch, 3, a.image_size, a.image_size)).astype(np.float32)
-    plain = session(False, None)
-    name = plain.get_inputs()[0].name
-    times = []
-    for i in range(a.warmup + a.steps):
-        t0 = time.perf_counter()
-        plain.run(None, {name: x})
-        if i >= a.warmup:
-            times.append(time.perf_counter() - t0)
     with tempfile.TemporaryDirectory() as d:
-        s = session(True, d)
+        so.enable_profiling = True
+        so.profile_file_prefix = os.path.join(d, "ort")
+        s = ort.InferenceSession(onnx_path, so, providers=["CPUExecutionProvider"])
+        name = s.get_inputs()[0].name
         for _ in range(a.warmup + a.steps):
             s.run(None, {name: x})
         with open(s.end_profiling()) as f:
@@ -78,27 +66,21 @@ def ort_nodes(onnx_path, a):
     by_shape = collections.defaultdict(list)
     for node, durs in per_node.items():
         by_shape[shapes[node]].append(statistics.median(durs[a.warmup:] or durs))
-    return by_shape, statistics.median(times) * 1e3
+    return by_shape
 
 
 def duet_layers(a):
     """{(input shape, weight shape): (calls per pass, mean us per call, implementation)}, the pass."""
-    step = duet_profile(a.duet, a.model, a.image_size, a.classes, a.batch, a.steps, a.warmup, a.threads,
-                        inference=True)[0]["phases"]["median_step_ns"] * 1e-6
+    common = (a.duet, a.model, a.image_size, a.classes, a.batch, a.steps, a.warmup, a.threads)
+    step = duet_profile(*common, inference=True)[0]["phases"]["median_step_ns"] * 1e-6
     with tempfile.TemporaryDirectory() as d:
         report, table = os.path.join(d, "r.json"), os.path.join(d, "r.csv")
-        base = [a.duet, "profile", "--inference", "--model", a.model, "--image-size", str(a.image_size),
-                "--classes", str(a.classes), "--batch", str(a.batch), "--threads", str(a.threads),
-                "--steps", str(a.steps), "--warmup", str(a.warmup)]
-        r = subprocess.run(base + ["--mode", "per-op", "--out", report], capture_output=True, text=True)
-        if r.returncode != 0:
-            sys.exit(f"ort_layers: per-op profile failed:\n{r.stderr[-2000:]}")
+        per_op, _ = duet_profile(*common, inference=True, mode="per-op", report_path=report)
+        steps = len(per_op["steps"])  # the timed passes the per-op counts cover
         r = subprocess.run([a.duet, "report", report, "--group-by-shape", "--top", "0", "--csv", table],
                            capture_output=True, text=True)
         if r.returncode != 0:
             sys.exit(f"ort_layers: duet report failed:\n{r.stderr[-2000:]}")
-        with open(report) as f:
-            steps = len(json.load(f)["steps"])  # the timed passes the per-op counts cover
         with open(table) as f:
             rows = list(csv.DictReader(f))
     # A layer shape can appear under several op names (conv2d+relu, conv2d+add+relu with the
@@ -128,6 +110,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--json")
     a = ap.parse_args()
+    a.python = sys.executable  # ort_side's worker runs under this interpreter
     size, classes = MODELS.get(a.model, (32, 10))
     a.image_size = a.image_size or size
     a.classes = a.classes or classes
@@ -136,7 +119,11 @@ def main():
         if onnx_path is None:
             sys.exit(f"ort_layers: duet export --onnx failed: {why}")
         load = [os.getloadavg()[0]]
-        ort, ort_pass = ort_nodes(onnx_path, a)
+        ort_pass = ort_side(a, onnx_path, a.image_size, a.batch)  # unprofiled, in a process of its own
+        if ort_pass is None:
+            sys.exit("ort_layers: ONNX Runtime's unprofiled pass failed")
+        ort_pass *= 1e3
+        ort = ort_nodes(onnx_path, a)
         duet, duet_pass, duet_steps = duet_layers(a)
         load.append(os.getloadavg()[0])
     rows = []

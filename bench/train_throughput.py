@@ -161,13 +161,14 @@ def run_measured(cmd, env=None, timeout=None):
 
 
 def duet_profile(duet, model, image_size, classes, batch, steps, warmup, threads, amp="off", inference=False,
-                 device="cpu", env=None):
-    """One `duet profile --mode throughput` run (eval-mode passes with inference=True): its duet.profile/1
-    report, whose phases.median_step_ns is the median step, and the process's peak RSS in bytes."""
+                 device="cpu", env=None, mode="throughput", report_path=None):
+    """One `duet profile --mode throughput` run (eval-mode passes with inference=True; mode="per-op" times
+    every op): its duet.profile/1 report, whose phases.median_step_ns is the median step, and the
+    process's peak RSS in bytes. report_path keeps the report file there (for `duet report`)."""
     with tempfile.TemporaryDirectory() as d:
-        report = os.path.join(d, "r.json")
+        report = report_path or os.path.join(d, "r.json")
         cmd = [duet, "profile", "--model", model, "--image-size", str(image_size), "--classes", str(classes),
-               "--batch", str(batch), "--steps", str(steps), "--warmup", str(warmup), "--mode", "throughput",
+               "--batch", str(batch), "--steps", str(steps), "--warmup", str(warmup), "--mode", mode,
                "--threads", str(threads), "--device", device, "--amp", amp, "--out", report]
         if inference:
             cmd.append("--inference")

@@ -81,6 +81,16 @@ std::vector<Backend> cpu_backends() {
   return r;
 }
 
+std::vector<OpEvent> profiled_events(const std::function<void()>& run) {
+  profiler::clear();
+  profiler::enable(true);
+  run();
+  profiler::enable(false);
+  std::vector<OpEvent> events = profiler::collect();
+  profiler::clear();
+  return events;
+}
+
 std::string data_dir() {
   const char* env = std::getenv("DUET_DATA_DIR");
   if (env && *env && std::filesystem::is_directory(env)) return env;

@@ -36,6 +36,7 @@ using opcheck::Case;
 using opcheck::Mode;
 using testing::all_close;
 using testing::random_tensor;
+using testing::profiled_events;
 
 void expect_cpu_matches_reference(const Case& c) {
   const opcheck::Outcome o = opcheck::check_conformance(c, opcheck::cpu_target(Backend::cpu));
@@ -1119,15 +1120,10 @@ TEST(CpuBackend, EvalBatchNormReadsChannelSlicesInPlace) {
       std::string ops, impl;
       {
         NoGradGuard no_grad;
-        profiler::clear();
-        profiler::enable(true);
-        in_place = batch_norm(slice, g, b, rm, rv, p);
-        profiler::enable(false);
-        for (const OpEvent& e : profiler::collect()) {
+        for (const OpEvent& e : profiled_events([&] { in_place = batch_norm(slice, g, b, rm, rv, p); })) {
           ops += std::string(e.name) + " ";
           if (std::string(e.name).starts_with("batch_norm")) impl = e.impl;
         }
-        profiler::clear();
         copied = batch_norm(dense, g, b, rm, rv, p);
       }
       EXPECT_EQ(ops.find("copy"), std::string::npos) << ops;

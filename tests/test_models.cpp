@@ -284,16 +284,12 @@ TEST(DenseNet, InferenceWritesEachLayersChannelsOnce) {
     const Tensor xin = bf16 && !k.f32_maps ? x.to(DType::bf16) : x;
     Tensor concatenated = xin;
     for (const auto& layer : block.layers) concatenated = cat({concatenated, (*layer)(concatenated)}, 1);
-    profiler::clear();
-    profiler::enable(true);
-    const Tensor y = block(xin);
-    profiler::enable(false);
+    Tensor y;
     int cats = 0, copies = 0;
-    for (const OpEvent& e : profiler::collect()) {
+    for (const OpEvent& e : testing::profiled_events([&] { y = block(xin); })) {
       cats += std::string(e.name) == "cat";
       copies += std::string(e.name) == "copy";
     }
-    profiler::clear();
     amp.reset();
     if (frozen) net.unfreeze();
     const int layers = static_cast<int>(block.layers.size());

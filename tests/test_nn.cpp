@@ -396,13 +396,10 @@ TEST(Module, SequentialFusesBatchNormAndRelu) {
   seq.named_modules();
   const Tensor x = images(3, 4, 6, 6, 11).contiguous(MemoryFormat::channels_last);
   const Tensor xa = x.detach().set_requires_grad(true), xb = x.detach().set_requires_grad(true);
-  profiler::clear();
-  profiler::enable(true);
-  const Tensor ya = seq(xa);
-  profiler::enable(false);
+  Tensor ya;
   std::string ops;
-  for (const OpEvent& e : profiler::collect()) ops += std::string(e.name) + "@" + e.scope + " ";
-  profiler::clear();
+  for (const OpEvent& e : duet::testing::profiled_events([&] { ya = seq(xa); }))
+    ops += std::string(e.name) + "@" + e.scope + " ";
   EXPECT_EQ(ops, "batch_norm+relu@norm avg_pool2d@pool batch_norm@norm2 ");
   sum(mul(ya, ya)).backward();
   Tensor yb = xb;

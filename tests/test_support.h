@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <fmt/format.h>
 #include "engine/duet.h"
+#include "engine/profiler/events.h"
 
 namespace duet::testing {
 
@@ -30,6 +31,10 @@ Tensor random_tensor(const Shape& shape, uint64_t seed, DType dtype = DType::f64
 
 // Backends present in this build (reference always).
 std::vector<Backend> cpu_backends();
+
+// The profiler's events of what run() did: the profiler cleared, on for run() only, and cleared
+// again after the events are taken.
+std::vector<OpEvent> profiled_events(const std::function<void()>& run);
 
 // The shared data folder from DUET_DATA_DIR; "" when absent. Tests that need it call
 // DUET_REQUIRE_DATA_DIR(), which skips visibly when absent (or fails when DUET_REQUIRE_DATA=1).

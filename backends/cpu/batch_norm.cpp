@@ -420,7 +420,7 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
                     mean.data(), scale.data(), b, p.act);
     else dispatch_f32_bf16(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      affine_rows(ptr<T>(x), slice ? ldx : C, residual.defined() ? ptr<T>(residual) : nullptr, ptr<T>(y), R, C,
+      affine_rows(ptr<T>(x), ldx, residual.defined() ? ptr<T>(residual) : nullptr, ptr<T>(y), R, C,
                   mean.data(), scale.data(), b, p.act);
     });
     if (save_mean.defined()) store_vec(save_mean, mean.data());
