@@ -122,7 +122,8 @@ def main():
     ap.add_argument("--other-binary", help="an already built program to compare instead of --prefix")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--dtypes", default="f32,bf16")
+    ap.add_argument("--dtypes", help="f32 and/or bf16 (default: both where the CPU has AVX-512, which oneDNN "
+                    "2.6's bf16 kernels need; f32 alone below it)")
     ap.add_argument("--shapes", help="layers as 'C H O K stride:count;...' (default: resnet18_cifar's)")
     ap.add_argument("--json", help="write the per-layer medians and the totals here")
     a = ap.parse_args()
@@ -136,6 +137,10 @@ def main():
             layers = [(s.split(":")[0].strip(), int(s.split(":")[1])) for s in a.shapes.split(";") if s.strip()]
         except (IndexError, ValueError):
             fail(f"--shapes takes 'C H O K stride:count;...', got {a.shapes!r}")
+    if a.dtypes is None:
+        a.dtypes = "f32,bf16" if "avx512f" in machine()["isa"] else "f32"
+        if a.dtypes == "f32":
+            print("onednn_versions: no AVX-512 on this CPU, so no bf16 convolution in oneDNN 2.6: f32 only")
     dtypes = [d for d in a.dtypes.split(",") if d]
     if any(d not in ("f32", "bf16") for d in dtypes):
         fail(f"--dtypes takes f32 and bf16, got {a.dtypes}")

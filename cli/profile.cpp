@@ -48,7 +48,7 @@ int run_profile(const ProfileConfig& c, const GlobalOptions& g, std::ostream& ou
                      "timed steps per batch size on generated data resident on the device\n",
                      c.model.name, sz.classes, sz.image_size, sz.image_size, env.device.str(), backend_name(env.backend),
                      env.threads, c.warmup, c.steps)
-      << busy_machine_note(env.threads) << std::flush;
+      << busy_machine_note(env.threads) << precision_note(env, c.amp) << std::flush;
   if (batches.size() == 1) {
     const ProfileRunResult r = profile_batch(c, g, batches[0]);
     present_profile(r.report, r.capture, c.out, c.trace, out);

@@ -12,9 +12,12 @@ import sys
 import tempfile
 
 src, duet = sys.argv[1], sys.argv[2]
-# fp32, and bf16 against the probe's bf16 ceiling (every CPU duet runs on has a bf16 GEMM: AMX,
-# avx512_bf16 or oneDNN's conversion path).
-for amp in ("off", "bf16"):
+sys.path.insert(0, os.path.join(src, "bench"))
+from train_throughput import machine  # noqa: E402
+# fp32, and bf16 against the probe's bf16 ceiling where oneDNN 2.6 has a bf16 GEMM: AMX,
+# avx512_bf16 or its conversion path on plain AVX-512; below AVX-512 (AMD Zen 3) it has none, and
+# step_ceiling.py says so.
+for amp in ("off", "bf16") if "avx512f" in machine()["isa"] else ("off",):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "sc.json")
         r = subprocess.run([sys.executable, os.path.join(src, "bench", "step_ceiling.py"), "--duet", duet, "--model",

@@ -132,6 +132,12 @@ TEST(Cli, ProfileWithMixedPrecision) {
     const CliResult r = duet_cli(args);
     ASSERT_EQ(r.status, 0) << amp << ": " << r.err;
     EXPECT_TRUE(contains(r.out, "cast")) << amp << ": " << r.out;
+    // A note, exactly where the backend hands the dtype's convolutions to the reference loops (f16
+    // on the cpu backend; bf16 there on a CPU without AVX-512).
+    const Backend b = backend_available(Backend::cpu) ? Backend::cpu : Backend::reference;
+    const DType dt = std::string(amp) == "bf16" ? DType::bf16 : DType::f16;
+    const bool slow = backend(b).support(OpId::conv2d, dt).coverage == Coverage::reference_loops;
+    EXPECT_EQ(contains(r.out, "runs its convolutions and matrix products on the reference loops"), slow) << amp << ": " << r.out;
   }
   std::vector<std::string> bad = common;
   bad.insert(bad.end(), {"--amp", "fp8"});

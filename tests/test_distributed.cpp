@@ -48,12 +48,16 @@ const std::string kWorker = DUET_DIST_WORKER;
 std::string mpi(int np, const std::string& args) { return fmt::format("{} --oversubscribe -np {} {}", kMpirun, np, args); }
 
 // N ranks with batch b against one process with batch N * b (must match) and with batch b (must
-// not: the comparison can tell the two apart).
-void expect_equivalent_training(const std::string& backend, double tol) {
+// not: the comparison can tell the two apart). AdamW gets its own tolerance: it divides each
+// gradient by its running magnitude, so where a gradient is rounding noise around zero (summed in
+// another order by N ranks than by one process) its step keeps the full learning rate whatever
+// the noise's sign.
+void expect_equivalent_training(const std::string& backend, double sgd_tol, double adamw_tol) {
   const std::string dir = temp_dir("worker_" + backend);
   for (const int np : {2, 3}) {
     for (const std::string opt : {"sgd", "adamw"}) {
       SCOPED_TRACE(fmt::format("{} ranks, {}", np, opt));
+      const double tol = opt == "adamw" ? adamw_tol : sgd_tol;
       const int64_t b = 4, steps = 7;  // 96 samples: 8 or 12 steps per epoch
       const std::string many = fmt::format("{}/{}_{}.safetensors", dir, opt, np);
       const std::string one = fmt::format("{}/{}_{}_one.safetensors", dir, opt, np);
@@ -77,12 +81,14 @@ void expect_equivalent_training(const std::string& backend, double tol) {
 
 TEST(Distributed, F64ReferenceTrainingEqualsOneProcess) {
   DUET_REQUIRE_MPI();
-  expect_equivalent_training("reference", 1e-12);
+  expect_equivalent_training("reference", 1e-12, 1e-12);
 }
 
 TEST(Distributed, F32CpuTrainingEqualsOneProcess) {
   DUET_REQUIRE_MPI();
-  expect_equivalent_training("cpu", 1e-5);
+  // f32 sums: SGD within 2e-7 of one process, AdamW 1.8e-5 for 3 ranks on AMD Zen 3's kernels
+  // (within 1e-5 on the AVX-512 CPUs), against 0.33 and more for a process that trains differently.
+  expect_equivalent_training("cpu", 1e-5, 1e-4);
 }
 
 TEST(Distributed, ShardedEvaluationEqualsOneProcessExactly) {

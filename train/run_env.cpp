@@ -65,4 +65,14 @@ std::string busy_machine_note(int threads) {
                      load, cores, threads);
 }
 
+std::string precision_note(const RunEnv& env, const std::string& amp) {
+  if (amp != "bf16" && amp != "fp16") return "";
+  const DType dt = amp == "bf16" ? DType::bf16 : DType::f16;
+  const DTypeSupport s = backend(env.backend).support(OpId::conv2d, dt);
+  if (s.coverage != Coverage::reference_loops) return "";
+  return fmt::format("note: --amp {} runs its convolutions and matrix products on the reference loops here ({}): "
+                     "many times slower than --amp off\n",
+                     amp, s.why);
+}
+
 }  // namespace duet::app

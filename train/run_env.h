@@ -35,4 +35,10 @@ const char* memory_format_label(MemoryFormat f);  // "nhwc" / "nchw"
 // wait on descheduled threads at every barrier, which measured here cost 5-15x. "" otherwise.
 std::string busy_machine_note(int threads);
 
+// A one-line note when --amp's dtype (bf16, fp16) has no kernel for convolutions on the backend and
+// CPU at hand, which then hands them to the reference loops (bf16 on a CPU without AVX-512: oneDNN
+// 2.6 has no bf16 kernels there), so that a user meets "many times slower" before the first epoch
+// instead of after it. "" otherwise.
+std::string precision_note(const RunEnv& env, const std::string& amp);
+
 }  // namespace duet::app

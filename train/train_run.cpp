@@ -103,7 +103,7 @@ TrainResult run_training_on(dist::Communicator& comm, const TrainConfig& c0, con
       out << fmt::format("sync-bn: {} batch norm layer{} normalised over all ranks' batches\n",
                          trainer.sync_bn_layers(), trainer.sync_bn_layers() == 1 ? "" : "s");
   }
-  out << busy_machine_note(env.threads) << std::flush;
+  out << busy_machine_note(env.threads) << precision_note(env, c.amp) << std::flush;
 
   // The profile report's "run" line: what identifies the run, flat.
   const nlohmann::json run_config{{"command", "train"},

@@ -428,6 +428,9 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
     if (p.training) update_running_stats(running_mean, running_var, mean, var, count, p.momentum);
     return;
   }
+  if (x.dtype() == DType::bf16 && !onednn_computes_bf16())  // support()'s comment: the layouts the rows do not take
+    return reference_fallback("bf16 needs AVX-512 in oneDNN, this CPU has none")
+        .batch_norm(x, gamma, beta, running_mean, running_var, residual, y, save_mean, save_invstd, p);
   guarded("batch_norm", {&x, &gamma, &beta}, [&] {
     DUET_CHECK(same_layout(x, y), "batch_norm on backend 'cpu': x and y must share a layout");
     const float eps = static_cast<float>(p.eps);
@@ -502,7 +505,7 @@ bool CpuBackend::fuses_batch_norm_activation_backward(const Tensor& x) const {
 
 void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                      const Tensor& save_mean, const Tensor& save_invstd, const Tensor& dx,
-                                     const Tensor& dgamma, const Tensor& dbeta, double /*eps: the saved inverse std holds it*/,
+                                     const Tensor& dgamma, const Tensor& dbeta, double eps /*in save_invstd, for the reference*/,
                                      std::optional<Activation> act) {
   const int64_t C = x.size(1);
   const BnLoops loops = bn_loops(x, {&dy, &dx});
@@ -552,6 +555,9 @@ void CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const Te
     if (dbeta.defined()) store_vec(dbeta, k.db.data());
     return;
   }
+  if (x.dtype() == DType::bf16 && !onednn_computes_bf16())  // no fused activation: the check above
+    return reference_fallback("bf16 needs AVX-512 in oneDNN, this CPU has none")
+        .batch_norm_backward(dy, x, gamma, beta, save_mean, save_invstd, dx, dgamma, dbeta, eps, act);
   guarded("batch_norm_backward", {&dy, &x}, [&] {
     DUET_CHECK(same_layout(dy, x) && (!dx.defined() || same_layout(dx, x)),
                "batch_norm_backward on backend 'cpu': dy, x and dx must share a layout");

@@ -150,6 +150,15 @@ inline bool onednn_isa_at_least(dnnl::cpu_isa isa) {
   return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & want) == want;
 }
 
+// Whether oneDNN 2.6 computes bf16 on this CPU: its bf16 kernels need avx512_core at least (native
+// avx512_bf16 dot products or AMX tiles where the CPU has them, emulated on plain AVX-512). Below
+// that (AVX2: AMD Zen 3 and older), bf16 ops that need oneDNN go to the reference loops; duet's own
+// loops (elementwise, the batch norm's rows) compute bf16 on any CPU.
+inline bool onednn_computes_bf16() {
+  static const bool yes = onednn_isa_at_least(dnnl::cpu_isa::avx512_core);
+  return yes;
+}
+
 // oneDNN's name for an f32, bf16 or f16 element type.
 inline dt dt_of(DType t) {
   switch (t) {

@@ -33,13 +33,14 @@ void cpu_describe_machine(nlohmann::json& m) {
 }
 
 // The dtypes this backend computes. bf16 runs on oneDNN's bf16 primitives, which accumulate in f32
-// (native avx512_bf16 dot products or AMX tiles where the CPU has them, emulated on plain AVX-512),
-// and on the f32 loops over widened chunks. f16 has no x86 CPU kernels in oneDNN 2.6 (they arrive
-// with avx512_fp16 in later versions), so f16, and bf16 on a CPU without AVX-512, go to the
-// reference loops (f32 accumulation). f64 runs on the loops, not on oneDNN, which computes f32:
-// the oneDNN ops refuse it, naming the reference backend as the one for f64.
+// (where oneDNN computes bf16: common.h's onednn_computes_bf16), and on the f32 loops over widened
+// chunks (on any CPU). f16 has no x86 CPU kernels in oneDNN 2.6 (they arrive with avx512_fp16 in
+// later versions), so f16, and bf16 ops that need oneDNN on a CPU without AVX-512, go to the
+// reference loops (f32 accumulation). Batch norm keeps bf16 below AVX-512: its row loops take
+// channels-last maps, and it hands other layouts to the reference itself (batch_norm.cpp), so that
+// it answers fuses_batch_norm_activation_backward for the ops it receives. f64 runs on the loops,
+// not on oneDNN, which computes f32: the oneDNN ops refuse it, naming the reference backend.
 DTypeSupport CpuBackend::support(OpId op, DType dt) const {
-  static const bool avx512 = cpu::onednn_isa_at_least(dnnl::cpu_isa::avx512_core);
   const bool onednn_op = op == OpId::conv2d || op == OpId::conv2d_backward || op == OpId::matmul || op == OpId::linear || op == OpId::softmax ||
                          op == OpId::softmax_backward || op == OpId::batch_norm || op == OpId::batch_norm_backward ||
                          op == OpId::layer_norm || op == OpId::layer_norm_backward || op == OpId::max_pool2d ||
@@ -50,7 +51,9 @@ DTypeSupport CpuBackend::support(OpId op, DType dt) const {
   if (!onednn_op && !loop_maths) return {};
   if (dt == DType::f16) return {Coverage::reference_loops, "f16 has no oneDNN 2.6 CPU kernel"};
   if (dt == DType::bf16) {
-    if (!avx512) return {Coverage::reference_loops, "bf16 needs AVX-512 in oneDNN, this CPU has none"};
+    const bool own_loops = loop_maths || op == OpId::batch_norm || op == OpId::batch_norm_backward;
+    if (!own_loops && !cpu::onednn_computes_bf16())
+      return {Coverage::reference_loops, "bf16 needs AVX-512 in oneDNN, this CPU has none"};
     // layer norm computes bf16 inputs in f32 in its front-end (engine/ops/norm.cpp), so none arrives
     if (op == OpId::layer_norm || op == OpId::layer_norm_backward)
       return {Coverage::reference_loops, "bf16 layer norm has no cpu kernel"};

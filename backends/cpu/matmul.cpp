@@ -85,6 +85,16 @@ void run_gemm(const char* op, int64_t batch, const MatrixOperand& a, const Matri
         attr.set_post_ops(ops);
       }
       r.pd = dnnl::matmul::primitive_desc(d, attr, engine());
+      // Packing pays where the kernel wants a blocked layout (brgemm's panels on AVX-512), which it
+      // would otherwise build from b at every call. Where it asks for another plain layout
+      // (oneDNN 2.6's jit sgemm, below AVX-512), the copy would only transpose b and run another
+      // sgemm variant, whose rounding differs from the unfrozen model's (AMD Zen 3,
+      // tests/test_nn.cpp, Freeze): b stays as it lies there.
+      const dnnl::memory::desc kernel_b = r.pd.weights_desc();
+      if (pack_b && kernel_b != r.b && kernel_b.data.format_desc.blocking.inner_nblks == 0) {
+        const auto plain = bias.defined() ? dnnl::matmul::desc(r.a, r.b, r.bias, r.c) : dnnl::matmul::desc(r.a, r.b, r.c);
+        r.pd = dnnl::matmul::primitive_desc(plain, attr, engine());
+      }
       r.prim = dnnl::matmul(r.pd);
       r.pack_b = pack_b && r.pd.weights_desc() != r.b;
       return r;
