@@ -609,7 +609,8 @@ TEST(CpuBackend, AutomaticPolicyRunsSmallMapWeightGradientsOnIm2col) {
     return impl.rfind("matmul/", 0) == 0 && impl.find("ref") == std::string::npos;
   };
   // f32 first: bf16 convolutions run on the reference loops below AVX-512.
-  EXPECT_FALSE(is_matmul(run({64, 64, 4, 4}, {96, 64, 3, 3}, 1, DType::f32, false).first));  // Winograd's
+  // Winograd's with AVX-512; below it im2col takes every weight gradient of 64 inputs or more.
+  EXPECT_EQ(is_matmul(run({64, 64, 4, 4}, {96, 64, 3, 3}, 1, DType::f32, false).first), !cpu::cpu_caps().avx512);
   const auto [strided_f32, g_strided_f32] = run({8, 32, 16, 16}, {64, 32, 3, 3}, 2, DType::f32, false);  // onto 8x8
   EXPECT_TRUE(is_matmul(strided_f32)) << strided_f32;
   EXPECT_FALSE(is_matmul(run({8, 32, 32, 32}, {64, 32, 3, 3}, 2, DType::f32, false).first));  // onto 16x16
@@ -632,6 +633,52 @@ TEST(CpuBackend, AutomaticPolicyRunsSmallMapWeightGradientsOnIm2col) {
   EXPECT_FALSE(is_matmul(onednn)) << onednn;
   // Sums of 128 bf16 products of values in [-1, 1): each gradient rounded to bf16 once.
   EXPECT_TRUE(all_close(g_small, g_onednn, 0.05, 1e-2));
+}
+
+// Below AVX-512 (planner.cpp, dense_kernel_without_avx512) a 3x3 layer of 128 channels runs its
+// weight gradient as im2col, its data gradient as col2im, its forward on the blocked direct
+// kernel at stride 1 and as im2col when strided; 32 channels stay on oneDNN's direct kernels for
+// the data gradient and the forward. With AVX-512 none of these reasons appears. Each result
+// matches the reference backend.
+TEST(CpuBackend, AutomaticPolicyWithoutAvx512RunsDenseLayersOnSgemm) {
+  const bool avx2 = !cpu::cpu_caps().avx512;
+  // The gradients of sum(y^2) on backend b, and on the cpu backend each conv pass's implementation.
+  auto grads = [](Backend b, int64_t C, int64_t stride, std::map<std::string, std::string>& impls) {
+    BackendGuard guard(DeviceType::cpu, b);
+    const Tensor x = random_tensor({4, C, 16, 16}, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);
+    const Tensor w = random_tensor({C, C, 3, 3}, 2, DType::f32, -0.1, 0.1).set_requires_grad(true);
+    profiler::clear();
+    profiler::enable(true);
+    const Tensor y = conv2d(x, w, Tensor(), Conv2dParams{stride, stride, 1, 1});
+    sum(mul(y, y)).backward();
+    profiler::enable(false);
+    for (const OpEvent& e : profiler::collect())
+      if (std::string(e.name).rfind("conv2d", 0) == 0) impls[e.name] = e.impl;
+    profiler::clear();
+    return std::make_pair(x.grad(), w.grad());
+  };
+  auto impls = [&](int64_t C, int64_t stride) {
+    std::map<std::string, std::string> cpu, unused;
+    const auto [dx, dw] = grads(Backend::cpu, C, stride, cpu);
+    const auto [dx_ref, dw_ref] = grads(Backend::reference, C, stride, unused);
+    EXPECT_TRUE(all_close(dx, dx_ref, 1e-3, 1e-3)) << C << " channels, stride " << stride;
+    EXPECT_TRUE(all_close(dw, dw_ref, 1e-2, 1e-3)) << C << " channels, stride " << stride;
+    return cpu;
+  };
+  const auto has = [](const std::string& impl, const char* reason) { return impl.find(reason) != std::string::npos; };
+  auto wide = impls(128, 1);
+  EXPECT_EQ(has(wide["conv2d.backward_weight"], "[im2col: weight gradient without AVX-512, 128->128 channels >= 64]"), avx2)
+      << wide["conv2d.backward_weight"];
+  EXPECT_EQ(has(wide["conv2d.backward_data"], "[col2im: data gradient without AVX-512, 128->128 channels >= 128]"), avx2)
+      << wide["conv2d.backward_data"];
+  EXPECT_EQ(has(wide["conv2d"], "[blocked layout: 3x3 kernel without AVX-512, 128->128 channels >= 64]"), avx2)
+      << wide["conv2d"];
+  auto strided = impls(128, 2);
+  EXPECT_EQ(has(strided["conv2d"], "[im2col: forward without AVX-512, 128->128 channels >= 128, strided]"), avx2)
+      << strided["conv2d"];
+  auto narrow = impls(32, 1);
+  EXPECT_FALSE(has(narrow["conv2d.backward_data"], "without AVX-512")) << narrow["conv2d.backward_data"];
+  EXPECT_FALSE(has(narrow["conv2d"], "without AVX-512")) << narrow["conv2d"];
 }
 
 // The weight gradient of a pointwise convolution over many pixel rows sums them in one chunk per

@@ -213,6 +213,22 @@ std::string pointwise_rule(ConvPass pass, const Tensor& x, const Tensor& w, cons
   return "";
 }
 
+// Below AVX-512 (AVX2 only: AMD Zen 3) oneDNN 2.6 has neither Winograd nor brgemm convolutions:
+// its direct kernels (jit:avx2) fall well short of its jit sgemm, which the im2col and col2im paths
+// run on. Measured on resnet50_cifar's f32 training step, batch 64 (AMD Zen 3, 2 threads, the
+// autotuner's times, bench/results/conv_candidates_zen3_r50.json): every 3x3 weight gradient of 64
+// inputs or more ran faster as im2col (64->64 at 32x32 43.1 ms against 78.5, 512->512 at 4x4 38.5
+// against 70.3), the 3-channel stem's not (6.3 against 4.3); the data gradients of 128 channels and
+// more as col2im (256->256 at 8x8 30.2 against 35.3, 512->512 at 8x8 42.9 against 64.3; 64->64 at
+// 32x32 tied, 38.9 against 38.7); the strided forwards and those onto 4x4 as im2col (128->128
+// strided onto 16x16 45.5 against 54.2 blocked; 512->512 at 4x4 35.2 against 49.1), while stride-1 forwards onto 8x8 and larger ran fastest on the blocked direct kernel
+// (64->64 at 32x32 39.7 against 43.9 direct and 53.7 im2col; 256->256 at 8x8 53.7 against 55.4
+// and 57.6).
+bool dense_kernel_without_avx512(const Tensor& w, const Conv2dParams& p, int64_t min_channels) {
+  return !cpu_caps().avx512 && p.groups == 1 && (w.size(2) > 1 || w.size(3) > 1) && w.size(0) >= min_channels &&
+         w.size(1) >= min_channels;
+}
+
 // The weight gradient of a kernel larger than 1x1 as dy^T im2col(x). On small maps oneDNN 2.6's
 // bf16 weight-gradient kernel (jit_bf16) runs far below the bf16 GEMM ceiling: ResNet's 512->512 3x3
 // layer at 4x4 took 2.7x its forward's time (Zen 5). f32 has Winograd there, except on the strided
@@ -238,6 +254,8 @@ std::string im2col_rule(const Tensor& x, const Tensor& dw, const Tensor& dy, con
   }
   if (x.dtype() == DType::bf16)
     return pixels <= 16 ? fmt::format("im2col: bf16 weight gradient onto {} <= 16 pixels", map_of(dy)) : "";
+  if (dense_kernel_without_avx512(dw, p, 64))
+    return fmt::format("im2col: weight gradient without AVX-512, {} >= 64", channels(dw));
   if (pixels <= 64 && winograd_rule(x, dw, dy, p).empty())
     return fmt::format("im2col: weight gradient onto {} <= 64 pixels, no winograd", map_of(dy));
   return "";
@@ -267,6 +285,8 @@ std::string col2im_dgrad_rule(const Tensor& dx, const Tensor& w, const Tensor& d
   const KernelPolicy pol = col2im_data_gradient_policy();
   if (pol == KernelPolicy::never || !col2im_data_gradient_applicable(dx, w, dy, p)) return "";
   if (pol == KernelPolicy::always) return "col2im: DUET_COL2IM_DGRAD=always";
+  if (dx.dtype() == DType::f32 && dense_kernel_without_avx512(w, p, 128))
+    return fmt::format("col2im: data gradient without AVX-512, {} >= 128", channels(w));
   if (!(dx.dtype() == DType::bf16 && bf16_on_amx())) return "";
   const int64_t pixels = dy.size(2) * dy.size(3);
   const bool strided = p.stride_h > 1 || p.stride_w > 1, pointwise = w.size(2) == 1 && w.size(3) == 1;
@@ -277,15 +297,22 @@ std::string col2im_dgrad_rule(const Tensor& dx, const Tensor& w, const Tensor& d
   return "";
 }
 
-// The forward as im2col(x) times the weights' [O, KH*KW*C] matrix: a candidate of the autotuner and
-// forced with DUET_IM2COL_FORWARD=always, no automatic rule. It ran resnet18_cifar's 512->512 at 4x4
+// The forward as im2col(x) times the weights' [O, KH*KW*C] matrix: below AVX-512 for strided layers
+// and outputs of 16 pixels or fewer with 128 channels or more (above), elsewhere a candidate of the
+// autotuner and forced with DUET_IM2COL_FORWARD=always. With AVX-512 it ran resnet18_cifar's 512->512 at 4x4
 // for one image about as fast as the blocked direct kernel it would replace (0.36 ms against 0.37
 // direct and 0.40 blocked, bench/results/conv_candidates_amx_r18_infer_b1_winograd.json), and whole
 // batch-1 passes with it on those layers did not differ beyond the host's noise (docs/journal.md).
 std::string im2col_forward_rule(const ConvProblem& pb) {
   const KernelPolicy pol = im2col_forward_policy();
-  if (pol != KernelPolicy::always || !im2col_forward_applicable(pb.x, pb.w, pb.y, pb.p)) return "";
-  return "im2col: DUET_IM2COL_FORWARD=always";
+  if (pol == KernelPolicy::never || !im2col_forward_applicable(pb.x, pb.w, pb.y, pb.p)) return "";
+  if (pol == KernelPolicy::always) return "im2col: DUET_IM2COL_FORWARD=always";
+  const bool strided = pb.p.stride_h > 1 || pb.p.stride_w > 1;
+  if (pb.x.dtype() == DType::f32 && dense_kernel_without_avx512(pb.w, pb.p, 128) &&
+      (strided || pb.y.size(2) * pb.y.size(3) <= 16))
+    return fmt::format("im2col: forward without AVX-512, {} >= 128, {}", channels(pb.w),
+                       strided ? "strided" : fmt::format("output {} <= 16 pixels", map_of(pb.y)));
+  return "";
 }
 
 // The forward of a dense KxK convolution (K > 1) whose output map has at most 16 pixels runs on
@@ -296,6 +323,8 @@ std::string im2col_forward_rule(const ConvProblem& pb) {
 std::string blocked_forward_rule(const Tensor& w, const Tensor& y, const Conv2dParams& p) {
   if (p.groups == 1 && (w.size(2) > 1 || w.size(3) > 1) && y.size(2) * y.size(3) <= 16)
     return fmt::format("blocked layout: {}x{} kernel onto {} <= 16 pixels", w.size(2), w.size(3), map_of(y));
+  if (dense_kernel_without_avx512(w, p, 64))  // the stride-1 forwards onto larger maps (above)
+    return fmt::format("blocked layout: {}x{} kernel without AVX-512, {} >= 64", w.size(2), w.size(3), channels(w));
   return "";
 }
 
