@@ -428,7 +428,8 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
     if (p.training) update_running_stats(running_mean, running_var, mean, var, count, p.momentum);
     return;
   }
-  if (x.dtype() == DType::bf16 && !onednn_computes_bf16())  // support()'s comment: the layouts the rows do not take
+  // bf16 in a layout the rows do not take needs oneDNN's kernel (cpu_backend.cpp's support())
+  if (x.dtype() == DType::bf16 && !onednn_computes_bf16())
     return reference_fallback("bf16 needs AVX-512 in oneDNN, this CPU has none")
         .batch_norm(x, gamma, beta, running_mean, running_var, residual, y, save_mean, save_invstd, p);
   guarded("batch_norm", {&x, &gamma, &beta}, [&] {

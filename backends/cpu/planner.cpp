@@ -221,9 +221,9 @@ std::string pointwise_rule(ConvPass pass, const Tensor& x, const Tensor& w, cons
 // against 70.3), the 3-channel stem's not (6.3 against 4.3); the data gradients of 128 channels and
 // more as col2im (256->256 at 8x8 30.2 against 35.3, 512->512 at 8x8 42.9 against 64.3; 64->64 at
 // 32x32 tied, 38.9 against 38.7); the strided forwards and those onto 4x4 as im2col (128->128
-// strided onto 16x16 45.5 against 54.2 blocked; 512->512 at 4x4 35.2 against 49.1), while stride-1 forwards onto 8x8 and larger ran fastest on the blocked direct kernel
-// (64->64 at 32x32 39.7 against 43.9 direct and 53.7 im2col; 256->256 at 8x8 53.7 against 55.4
-// and 57.6).
+// strided onto 16x16 45.5 against 54.2 blocked; 512->512 at 4x4 35.2 against 49.1), while the
+// stride-1 forwards onto 8x8 and larger ran fastest on the blocked direct kernel (64->64 at 32x32
+// 39.7 against 43.9 direct and 53.7 im2col; 256->256 at 8x8 53.7 against 55.4 and 57.6).
 bool dense_kernel_without_avx512(const Tensor& w, const Conv2dParams& p, int64_t min_channels) {
   return !cpu_caps().avx512 && p.groups == 1 && (w.size(2) > 1 || w.size(3) > 1) && w.size(0) >= min_channels &&
          w.size(1) >= min_channels;
@@ -298,11 +298,12 @@ std::string col2im_dgrad_rule(const Tensor& dx, const Tensor& w, const Tensor& d
 }
 
 // The forward as im2col(x) times the weights' [O, KH*KW*C] matrix: below AVX-512 for strided layers
-// and outputs of 16 pixels or fewer with 128 channels or more (above), elsewhere a candidate of the
-// autotuner and forced with DUET_IM2COL_FORWARD=always. With AVX-512 it ran resnet18_cifar's 512->512 at 4x4
-// for one image about as fast as the blocked direct kernel it would replace (0.36 ms against 0.37
-// direct and 0.40 blocked, bench/results/conv_candidates_amx_r18_infer_b1_winograd.json), and whole
-// batch-1 passes with it on those layers did not differ beyond the host's noise (docs/journal.md).
+// and outputs of 16 pixels or fewer with 128 channels or more (above); elsewhere a candidate of the
+// autotuner and forced with DUET_IM2COL_FORWARD=always. With AVX-512 it ran resnet18_cifar's
+// 512->512 at 4x4 for one image about as fast as the blocked direct kernel it would replace (0.36
+// ms against 0.37 direct and 0.40 blocked, bench/results/conv_candidates_amx_r18_infer_b1_winograd.json),
+// and whole batch-1 passes with it on those layers did not differ beyond the host's noise
+// (docs/journal.md).
 std::string im2col_forward_rule(const ConvProblem& pb) {
   const KernelPolicy pol = im2col_forward_policy();
   if (pol == KernelPolicy::never || !im2col_forward_applicable(pb.x, pb.w, pb.y, pb.p)) return "";
@@ -323,7 +324,7 @@ std::string im2col_forward_rule(const ConvProblem& pb) {
 std::string blocked_forward_rule(const Tensor& w, const Tensor& y, const Conv2dParams& p) {
   if (p.groups == 1 && (w.size(2) > 1 || w.size(3) > 1) && y.size(2) * y.size(3) <= 16)
     return fmt::format("blocked layout: {}x{} kernel onto {} <= 16 pixels", w.size(2), w.size(3), map_of(y));
-  if (dense_kernel_without_avx512(w, p, 64))  // the stride-1 forwards onto larger maps (above)
+  if (dense_kernel_without_avx512(w, p, 64))  // the forwards im2col does not take below AVX-512 (above)
     return fmt::format("blocked layout: {}x{} kernel without AVX-512, {} >= 64", w.size(2), w.size(3), channels(w));
   return "";
 }
