@@ -143,8 +143,11 @@ if [ "$use_ccache" -eq 1 ]; then
   mkdir -p "$cache"
   bind "$cache" /root/ccache-host
   envs+=(CCACHE_DIR=/root/ccache-host)
-  base=$(ccache --get-config base_dir)  # the same relative paths as outside, so the same hashes
+  # The same key settings as outside (CI exports them), so that a compile inside hashes alike in any
+  # checkout folder: paths relative to the base folder, and the working folder left out of the hash.
+  base=$(ccache --get-config base_dir)
   [ -n "$base" ] && envs+=(CCACHE_BASEDIR="$base")
+  [ "$(ccache --get-config hash_dir)" = false ] && envs+=(CCACHE_NOHASHDIR=1)
 fi
 envs+=(PATH="$path")
 [ -n "${DUET_REQUIRE_DATA:-}" ] && envs+=(DUET_REQUIRE_DATA="$DUET_REQUIRE_DATA")
