@@ -84,12 +84,10 @@ ProbeResult run_probe(const ProbeOptions& o) {
   const TensorOptions opt = TensorOptions(DType::f32).with_device(dev);
   const int64_t n = o.gemm_size;
   const Tensor a = Tensor::randn({n, n}, opt), b = Tensor::randn({n, n}, opt);
-  // bf16 where the backend runs it on real kernels: on the cpu backend that takes AVX-512 (without
-  // it bf16 goes to the reference loops, minutes for one GEMM); cuBLAS says itself.
-  const nlohmann::json isa = r.machine.value("isa", nlohmann::json::object());  // {"avx512f": true, ...}
-  const bool cpu_bf16 = isa.is_object() && isa.value("avx512f", false);
+  // bf16 where the backend says it runs it on its own kernels: the cpu backend needs AVX-512 for
+  // oneDNN's (without it bf16 goes to the reference loops, minutes for one GEMM).
   Tensor a16, b16;
-  if (be != Backend::reference && (dev.type != DeviceType::cpu || cpu_bf16)) {
+  if (be != Backend::reference && impl.support(OpId::matmul, DType::bf16).coverage == Coverage::native) {
     a16 = a.to(DType::bf16);
     b16 = b.to(DType::bf16);
   }

@@ -14,9 +14,8 @@ import tempfile
 
 src, binary = sys.argv[1], sys.argv[2]
 sys.path.insert(0, os.path.join(src, "bench"))
-from train_throughput import machine  # noqa: E402
-# bf16 where oneDNN 2.6 has bf16 convolutions (AVX-512 and up), as the script's default picks
-dtypes = ("f32", "bf16") if "avx512f" in machine()["isa"] else ("f32",)
+from onednn_versions import default_dtypes  # noqa: E402
+dtypes = default_dtypes().split(",")  # bf16 where oneDNN has bf16 convolutions, as the script picks
 layers = [("16 8 32 3 1", 2), ("32 8 32 1 2", 1)]
 with tempfile.TemporaryDirectory() as tmp:
     out = os.path.join(tmp, "ov.json")

@@ -40,10 +40,15 @@ using testing::profiled_events;
 
 #ifdef DUET_HAVE_DNNL
 // oneDNN 2.6's Winograd kernels and its bf16 kernels need AVX-512 (avx512_core). Below it (AVX2: AMD
-// Zen 3) the planner never gets a Winograd primitive and bf16 convolutions run on the reference
-// loops, so a test of those paths has nothing to check there and says so.
+// Zen 3) the planner never gets a Winograd primitive (its cpu_caps() say so) and the backend sends
+// bf16 convolutions to the reference loops (its support() says so), so a test of those paths has
+// nothing to check there and says so.
 #define DUET_SKIP_WITHOUT_AVX512(what) \
   if (!cpu::cpu_caps().avx512) GTEST_SKIP() << what << " needs AVX-512 in oneDNN 2.6; this CPU has none"
+#define DUET_SKIP_WITHOUT_ONEDNN_BF16(what)                                            \
+  if (const DTypeSupport s = backend(Backend::cpu).support(OpId::conv2d, DType::bf16); \
+      s.coverage != Coverage::native)                                                  \
+  GTEST_SKIP() << what << " is not taken here: " << s.why
 #endif
 
 void expect_cpu_matches_reference(const Case& c) {
@@ -345,7 +350,7 @@ TEST(CpuBackend, ModelTailRunsNoReferenceKernel) {
 // pooling is bf16. None of it may land on the reference loops (the strided gradient sums did, and
 // cost DenseNet-121 a fifth of its bf16 step).
 TEST(CpuBackend, Bf16DenseBlockRunsNoReferenceKernel) {
-  DUET_SKIP_WITHOUT_AVX512("a bf16 convolution off the reference loops");
+  DUET_SKIP_WITHOUT_ONEDNN_BF16("a bf16 convolution off the reference loops");
   BackendGuard guard(DeviceType::cpu, Backend::cpu);
   const Tensor x = random_tensor({4, 16, 6, 6}, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);
   Tensor w1 = random_tensor({8, 16, 3, 3}, 2, DType::f32).set_requires_grad(true);
@@ -619,7 +624,7 @@ TEST(CpuBackend, AutomaticPolicyRunsSmallMapWeightGradientsOnIm2col) {
     return run({8, 32, 16, 16}, {64, 32, 3, 3}, 2, DType::f32, false).second;
   }();
   EXPECT_TRUE(all_close(g_strided_f32, g_strided_direct, 1e-4, 1e-4));  // sums of 512 f32 products
-  DUET_SKIP_WITHOUT_AVX512("a bf16 weight gradient off the reference loops");
+  DUET_SKIP_WITHOUT_ONEDNN_BF16("a bf16 weight gradient off the reference loops");
   const auto [small, g_small] = run({8, 64, 4, 4}, {96, 64, 3, 3}, 1, DType::bf16, false);
   EXPECT_TRUE(is_matmul(small)) << small;
   const std::string strided = run({8, 32, 8, 8}, {64, 32, 3, 3}, 2, DType::bf16, false).first;
@@ -775,7 +780,7 @@ TEST(CpuBackend, AutomaticPolicyRunsSmallPointwiseConvolutionsAsMatmul) {
   // bf16 weight gradients from 4,096 rows where bf16 has no AMX (the 1x1 bf16 kernel sums them
   // slower); not in f32, and the other passes not. On AMX all three passes of a layer with at most
   // 256 inputs (oneDNN's AMX matmul beat its AMX 1x1 kernels there).
-  DUET_SKIP_WITHOUT_AVX512("a bf16 convolution off the reference loops");
+  DUET_SKIP_WITHOUT_ONEDNN_BF16("a bf16 convolution off the reference loops");
   ScopedPolicy automatic(cpu::set_pointwise_gemm_policy, cpu::KernelPolicy::automatic);
   const std::string bf16 = impls({4, 64, 32, 32}, {64, 64, 1, 1}, false, DType::bf16);
   EXPECT_EQ(count(bf16), cpu::bf16_on_amx() ? 3u : 1u) << bf16;

@@ -376,6 +376,23 @@ TEST(ProfilerReport, HeaderNamesChangedCpuKernelChoices) {
   EXPECT_NE(text.find("cpu kernels conv_autotune=true winograd=never"), std::string::npos) << text;
 }
 
+// The header says when bf16 convolutions and matrix products ran on the reference loops (no AVX-512
+// for oneDNN), so that a slow bf16 report explains itself; the machine record of a report made here
+// says where they run.
+TEST(ProfilerReport, HeaderSaysWhereCpuBf16Runs) {
+  json r = small_training_report(1, TimingMode::throughput);
+#ifdef DUET_HAVE_DNNL
+  const bool native = backend(Backend::cpu).support(OpId::conv2d, DType::bf16).coverage == Coverage::native;
+  EXPECT_EQ(r["machine"].value("cpu_bf16", std::string()), native ? "onednn" : "reference_loops");
+#endif
+  const char* note = "bf16 on the reference loops";
+  r["machine"]["cpu_bf16"] = "onednn";
+  EXPECT_EQ(profiler::format_report(r, {}).find(note), std::string::npos);
+  r["machine"]["cpu_bf16"] = "reference_loops";
+  const std::string text = profiler::format_report(r, {});
+  EXPECT_NE(text.find(note), std::string::npos) << text;
+}
+
 // The header names the CPU's family and model numbers beside its model name, which a virtual
 // machine may reduce to the vendor ("AMD EPYC" on Zen 4 and on Zen 5 alike).
 TEST(ProfilerReport, HeaderNamesTheCpuGeneration) {
@@ -950,10 +967,10 @@ TEST(ProfilerProbe, MeasuresSavesAndIsFoundForTheSameMachine) {
   ASSERT_EQ(p.points.size(), 1u);
   EXPECT_GT(p.points[0].gemm_gflops, 0);
   EXPECT_GT(p.points[0].copy_gbs, 0);
-  // bf16 is measured wherever the cpu backend has oneDNN's bf16 kernels (AVX-512), and 0 elsewhere
-  // (a build without oneDNN probes the reference loops).
-  const bool avx512 = p.machine.value("isa", json::object()).value("avx512f", false);
-  EXPECT_EQ(p.points[0].gemm_bf16_gflops > 0, avx512 && p.backend == "cpu") << p.backend << " " << p.machine.dump();
+  // bf16 is measured wherever the cpu backend has oneDNN's bf16 kernels (AVX-512), which the machine
+  // record says, and 0 elsewhere (a build without oneDNN probes the reference loops).
+  const bool onednn_bf16 = p.machine.value("cpu_bf16", std::string()) == "onednn";
+  EXPECT_EQ(p.points[0].gemm_bf16_gflops > 0, onednn_bf16 && p.backend == "cpu") << p.backend << " " << p.machine.dump();
   EXPECT_FALSE(profiler::enabled());
   const std::string path = profiler::default_probe_path(p.machine);
   EXPECT_EQ(fs::path(path).parent_path(), dir.path);

@@ -30,6 +30,10 @@ void cpu_describe_machine(nlohmann::json& m) {
                       {"small_gemm", cpu::policy_name(cpu::small_gemm_policy())},
                       {"skinny_gemm", cpu::policy_name(cpu::skinny_gemm_policy())},
                       {"conv_autotune", cpu::conv_autotune()}};
+  // Where bf16 convolutions and matrix products run: a bf16 report from a CPU without AVX-512 (or
+  // under ONEDNN_MAX_CPU_ISA=AVX2) timed the reference loops, and says so. The checks that need a
+  // bf16 kernel read it here, so that "does bf16 run on oneDNN" is answered by this backend alone.
+  m["cpu_bf16"] = cpu::onednn_computes_bf16() ? "onednn" : "reference_loops";
 }
 
 // The dtypes this backend computes. bf16 runs on oneDNN's bf16 primitives, which accumulate in f32
