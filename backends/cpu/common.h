@@ -249,14 +249,22 @@ void* scratch(size_t bytes, int slot);
 
 // ---- SIMD -----------------------------------------------------------------------------------------
 
-// The library is built for the baseline x86-64 ISA (SSE2); a hot loop marked with this gets an
+// Built for the baseline x86-64 ISA (SSE2, DUET_NATIVE off), a hot loop marked with this gets an
 // AVX-512 and an x86-64-v3 (AVX2 + FMA) copy as well, and the loader picks the widest the CPU
 // runs (ifunc). Those clones may contract a * b + c into an FMA (more accurate, not
 // bit-identical to the baseline); a file that must match the reference bit for bit is built with
 // -ffp-contract=off. std::fma is an instruction there and a (correct, slow) libm call in the
 // baseline clone. OpenMP regions are outlined before cloning, so mark the per-chunk function that
 // a parallel_for calls, not a function containing `#pragma omp parallel`.
+// Built for this machine (-march=native, DUET_MARCH_NATIVE), the baseline already has what the
+// x86-64-v3 copy would add, and that copy cannot inline helpers compiled for the native CPU (GCC
+// inlines only where the caller's instruction sets include the callee's, and AMD Zen 3's include
+// more than x86-64-v3's): on Zen 3 the loader picked it and GELU's loop ran a call per element.
+#ifdef DUET_MARCH_NATIVE
+#define DUET_SIMD_CLONES __attribute__((target_clones("avx512f", "default")))
+#else
 #define DUET_SIMD_CLONES __attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
+#endif
 
 // ---- OpenMP ---------------------------------------------------------------------------------------
 
