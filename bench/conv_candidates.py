@@ -28,7 +28,8 @@ from train_throughput import machine  # noqa: E402
 RULE_ALGO = [("winograd", "winograd"), ("matrix product:", "matrix product"), ("im2col:", "im2col + matrix product"),
              ("blocked layout:", "blocked direct"), ("direct:", "direct"), ("one tap:", "one tap as a matrix product"),
              ("duet depthwise:", "duet depthwise"), ("flipped forward:", "forward of dy by flipped weights"),
-             ("col2im:", "matrix product + col2im")]
+             ("col2im:", "matrix product + col2im"),
+             ("duet direct:", "duet direct")]
 
 
 def profile(a, autotune):

@@ -12,6 +12,7 @@
 #include <map>
 #include <string>
 #include <vector>
+#include "engine/frozen_copies.h"
 #include "engine/ops/dispatch.h"
 #include "opcheck/op_check.h"
 #include "tests/test_support.h"
@@ -512,6 +513,14 @@ TEST(CpuBackend, Im2colForwardsMatchReference) {
   EXPECT_GE(forced_conv_cases_match_reference(cpu::set_im2col_forward_policy, name_has("_nhwc")), 20);
 }
 
+// duet's direct forward (backends/cpu/direct_conv.h) forced on for every conv case, f32 and bf16:
+// the channels-last f32 ones of one group take it, the others (bf16, NCHW, grouped) keep their
+// kernels.
+TEST(CpuBackend, OwnDirectForwardsMatchReferenceOnEveryConvCase) {
+  if (!cpu::cpu_caps().avx2) GTEST_SKIP() << "duet's direct convolution needs AVX2 and FMA, which this CPU lacks";
+  EXPECT_GE(forced_conv_cases_match_reference(cpu::set_own_direct_policy, name_has("_nhwc")), 20);
+}
+
 // A frozen weight (inference) in NCHW order runs the im2col forward on its OHWI matrix, copied once
 // per freeze and kept: the second forward copies nothing, and the result is the unfrozen weight's
 // to rounding (the product reads a packed copy of the kept matrix).
@@ -547,6 +556,95 @@ TEST(CpuBackend, Im2colForwardKeepsAFrozenWeightsMatrix) {
   EXPECT_TRUE(all_close(second, first, 0, 0));
 }
 
+std::string profiled_impl(const std::string& op, const std::function<void()>& run);  // below
+
+// duet's own AVX2 direct forward (backends/cpu/direct_conv.h), forced on, against the reference
+// backend: 1x1 to 7x7 kernels, strides, padding and dilation, channel counts that leave a partial
+// 16-channel tile or 6-pixel tile, sums over several chunks of input channels (a 3x3 kernel takes
+// 64 channels per chunk, a 1x1 576), a bias, a residual laid out as y (added in the kernel) or in
+// NCHW (a pass after), relu in the kernel and relu6 after it.
+TEST(CpuBackend, OwnDirectForwardMatchesReference) {
+  if (!backend_available(Backend::cpu)) GTEST_SKIP() << "needs the cpu backend";
+  if (!cpu::cpu_caps().avx2) GTEST_SKIP() << "duet's direct convolution needs AVX2 and FMA, which this CPU lacks";
+  ScopedPolicy always(cpu::set_own_direct_policy, cpu::KernelPolicy::always);
+  enum Residual { none, like_y, nchw };
+  struct Shape {
+    int64_t N, C, H, W, O, K, stride, pad, dilation;
+    bool bias;
+    Residual residual;
+    std::optional<Activation> act;
+  };
+  const std::vector<Shape> shapes = {
+      {1, 64, 4, 4, 64, 3, 1, 1, 1, true, none, Activation::relu},
+      {2, 3, 9, 7, 40, 3, 1, 1, 1, false, none, std::nullopt},
+      {3, 17, 8, 8, 5, 1, 1, 0, 1, true, like_y, Activation::relu},
+      {1, 150, 6, 5, 33, 3, 2, 1, 1, true, like_y, std::nullopt},
+      {2, 8, 11, 11, 16, 5, 2, 2, 1, false, nchw, Activation::relu},
+      {1, 20, 13, 13, 24, 7, 2, 3, 1, true, none, Activation::relu6},
+      {2, 16, 9, 9, 32, 3, 1, 2, 2, false, like_y, Activation::relu},
+      {1, 600, 2, 2, 48, 1, 1, 0, 1, true, none, std::nullopt},
+  };
+  uint64_t seed = 10;
+  for (const Shape& s : shapes) {
+    SCOPED_TRACE(fmt::format("[{}, {}, {}, {}] * [{}, {}, {k}, {k}] stride {} pad {} dilation {}", s.N, s.C, s.H, s.W,
+                             s.O, s.C, s.stride, s.pad, s.dilation, fmt::arg("k", s.K)));
+    const int64_t OH = (s.H + 2 * s.pad - s.dilation * (s.K - 1) - 1) / s.stride + 1;
+    const int64_t OW = (s.W + 2 * s.pad - s.dilation * (s.K - 1) - 1) / s.stride + 1;
+    const Tensor x = random_tensor({s.N, s.C, s.H, s.W}, ++seed, DType::f32).contiguous(MemoryFormat::channels_last);
+    const Tensor w = random_tensor({s.O, s.C, s.K, s.K}, ++seed, DType::f32, -0.1, 0.1);
+    const Tensor b = s.bias ? random_tensor({s.O}, ++seed, DType::f32) : Tensor();
+    Tensor r;
+    if (s.residual != none) r = random_tensor({s.N, s.O, OH, OW}, ++seed, DType::f32);
+    if (s.residual == like_y) r = r.contiguous(MemoryFormat::channels_last);
+    Conv2dParams p{s.stride, s.stride, s.pad, s.pad, s.dilation, s.dilation};
+    p.act = s.act;
+    Tensor y, ref;
+    std::string impl;  // the op is conv2d, conv2d+relu, conv2d+add+relu, ...
+    for (const OpEvent& e : profiled_events([&] {
+           BackendGuard guard(DeviceType::cpu, Backend::cpu);
+           y = conv2d(x, w, b, p, r);
+         }))
+      if (std::string(e.name).starts_with("conv2d")) impl = e.impl;
+    {
+      BackendGuard guard(DeviceType::cpu, Backend::reference);
+      ref = conv2d(x, w, b, p, r);
+    }
+    EXPECT_NE(impl.find("duet:direct_nhwc_avx2 [duet direct: DUET_OWN_DIRECT=always]"), std::string::npos) << impl;
+    EXPECT_TRUE(all_close(y, ref, 1e-4, 1e-4));
+  }
+}
+
+// The direct kernel's relu keeps a NaN (as the reference's does, and unlike oneDNN's fused relu
+// below AVX-512), and a frozen weight's packed panels are kept: the second forward repacks nothing
+// and computes the unfrozen weight's bits.
+TEST(CpuBackend, OwnDirectForwardKeepsNaNAndFrozenPanels) {
+  if (!backend_available(Backend::cpu)) GTEST_SKIP() << "needs the cpu backend";
+  if (!cpu::cpu_caps().avx2) GTEST_SKIP() << "duet's direct convolution needs AVX2 and FMA, which this CPU lacks";
+  ScopedPolicy always(cpu::set_own_direct_policy, cpu::KernelPolicy::always);
+  BackendGuard guard(DeviceType::cpu, Backend::cpu);
+  NoGradGuard no_grad;
+  const Tensor x = random_tensor({1, 24, 6, 6}, 1, DType::f32).contiguous(MemoryFormat::channels_last);
+  const Tensor w = random_tensor({40, 24, 3, 3}, 2, DType::f32);
+  Conv2dParams p{1, 1, 1, 1};
+  p.act = Activation::relu;
+  const Tensor plain = conv2d(x, w, Tensor(), p);
+  w.freeze();
+  const Tensor first = conv2d(x, w, Tensor(), p);
+  const size_t kept_after_first = frozen_copies_kept();  // (stale copies of other tests go now)
+  const Tensor second = conv2d(x, w, Tensor(), p);
+  EXPECT_GE(kept_after_first, 1u) << "the packed copy of the frozen weight is kept";
+  EXPECT_EQ(frozen_copies_kept(), kept_after_first) << "the second forward packs nothing";
+  w.unfreeze();
+  EXPECT_TRUE(all_close(first, plain, 0, 0));
+  EXPECT_TRUE(all_close(second, plain, 0, 0));
+
+  x.data<float>()[(2 * 6 + 3) * 24 + 5] = std::nanf("");  // pixel (2, 3), channel 5
+  const Tensor y = conv2d(x, w, Tensor(), p);
+  int nans = 0;
+  for (int64_t i = 0; i < y.numel(); ++i) nans += std::isnan(y.data<float>()[i]);
+  EXPECT_EQ(nans, 9 * 40) << "every output channel of the 3x3 pixels that see (2, 3)";
+}
+
 // Data gradients as the forward convolution of dy by the flipped weights (planner.h), forced on
 // for every conv case, f32 and bf16: the stride-1 ones of one group take it (padded, dilated, any
 // kernel, NCHW or channels-last), the others keep oneDNN's backward-data kernel.
@@ -563,8 +661,6 @@ TEST(CpuBackend, Col2imDataGradientsMatchReference) {
   const auto strided_nhwc = [](const std::string& name) { return name_has("stride")(name) && name_has("_nhwc")(name); };
   EXPECT_GE(forced_conv_cases_match_reference(cpu::set_col2im_data_gradient_policy, strided_nhwc), 4);
 }
-
-std::string profiled_impl(const std::string& op, const std::function<void()>& run);  // below
 
 // Each forced algorithm really runs where it applies: the profile names it.
 TEST(CpuBackend, ForcedDataGradientAlgorithmsRun) {
@@ -641,16 +737,17 @@ TEST(CpuBackend, AutomaticPolicyRunsSmallMapWeightGradientsOnIm2col) {
 }
 
 // Below AVX-512 (planner.cpp, dense_kernel_without_avx512) a 3x3 layer of 128 channels runs its
-// weight gradient as im2col, its data gradient as col2im, its forward on the blocked direct
-// kernel at stride 1 and as im2col when strided; 32 channels stay on oneDNN's direct kernels for
-// the data gradient and the forward. With AVX-512 none of these reasons appears. Each result
-// matches the reference backend.
+// weight gradient as im2col and its data gradient as col2im; 32 channels keep oneDNN's direct
+// kernel for the data gradient. The forwards onto maps of at most 16x16 run duet's direct kernel
+// (where the CPU has AVX2), strided or not; a larger map with more than 4,096 output pixels runs
+// oneDNN's blocked kernel. With AVX-512 none of these reasons appears. Each result matches the
+// reference backend.
 TEST(CpuBackend, AutomaticPolicyWithoutAvx512RunsDenseLayersOnSgemm) {
-  const bool avx2 = !cpu::cpu_caps().avx512;
+  const bool avx2 = !cpu::cpu_caps().avx512, own = avx2 && cpu::cpu_caps().avx2;
   // The gradients of sum(y^2) on backend b, and on the cpu backend each conv pass's implementation.
-  auto grads = [](Backend b, int64_t C, int64_t stride, std::map<std::string, std::string>& impls) {
+  auto grads = [](Backend b, int64_t N, int64_t C, int64_t H, int64_t stride, std::map<std::string, std::string>& impls) {
     BackendGuard guard(DeviceType::cpu, b);
-    const Tensor x = random_tensor({4, C, 16, 16}, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);
+    const Tensor x = random_tensor({N, C, H, H}, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);
     const Tensor w = random_tensor({C, C, 3, 3}, 2, DType::f32, -0.1, 0.1).set_requires_grad(true);
     profiler::clear();
     profiler::enable(true);
@@ -662,28 +759,36 @@ TEST(CpuBackend, AutomaticPolicyWithoutAvx512RunsDenseLayersOnSgemm) {
     profiler::clear();
     return std::make_pair(x.grad(), w.grad());
   };
-  auto impls = [&](int64_t C, int64_t stride) {
+  auto impls = [&](int64_t N, int64_t C, int64_t H, int64_t stride) {
     std::map<std::string, std::string> cpu, unused;
-    const auto [dx, dw] = grads(Backend::cpu, C, stride, cpu);
-    const auto [dx_ref, dw_ref] = grads(Backend::reference, C, stride, unused);
+    const auto [dx, dw] = grads(Backend::cpu, N, C, H, stride, cpu);
+    const auto [dx_ref, dw_ref] = grads(Backend::reference, N, C, H, stride, unused);
     EXPECT_TRUE(all_close(dx, dx_ref, 1e-3, 1e-3)) << C << " channels, stride " << stride;
     EXPECT_TRUE(all_close(dw, dw_ref, 1e-2, 1e-3)) << C << " channels, stride " << stride;
     return cpu;
   };
   const auto has = [](const std::string& impl, const char* reason) { return impl.find(reason) != std::string::npos; };
-  auto wide = impls(128, 1);
+  auto wide = impls(4, 128, 16, 1);
   EXPECT_EQ(has(wide["conv2d.backward_weight"], "[im2col: weight gradient without AVX-512, 128->128 channels >= 64]"), avx2)
       << wide["conv2d.backward_weight"];
   EXPECT_EQ(has(wide["conv2d.backward_data"], "[col2im: data gradient without AVX-512, 128->128 channels >= 128]"), avx2)
       << wide["conv2d.backward_data"];
-  EXPECT_EQ(has(wide["conv2d"], "[blocked layout: 3x3 kernel without AVX-512, 128->128 channels >= 64]"), avx2)
+  EXPECT_EQ(has(wide["conv2d"], "duet:direct_nhwc_avx2 [duet direct: 3x3 kernel below AVX-512, output 16x16 of <= 256 pixels]"),
+            own)
       << wide["conv2d"];
-  auto strided = impls(128, 2);
-  EXPECT_EQ(has(strided["conv2d"], "[im2col: forward without AVX-512, 128->128 channels >= 128, strided]"), avx2)
+  auto strided = impls(4, 128, 16, 2);
+  EXPECT_EQ(has(strided["conv2d"], "[duet direct: 3x3 kernel below AVX-512, output 8x8 of <= 256 pixels]"), own)
       << strided["conv2d"];
-  auto narrow = impls(32, 1);
+  auto narrow = impls(4, 32, 16, 1);
   EXPECT_FALSE(has(narrow["conv2d.backward_data"], "without AVX-512")) << narrow["conv2d.backward_data"];
-  EXPECT_FALSE(has(narrow["conv2d"], "without AVX-512")) << narrow["conv2d"];
+  EXPECT_EQ(has(narrow["conv2d"], "[duet direct: 3x3 kernel below AVX-512, output 16x16 of <= 256 pixels]"), own)
+      << narrow["conv2d"];
+  auto large = impls(5, 64, 32, 1);
+  EXPECT_EQ(has(large["conv2d"], "[blocked layout: 3x3 kernel without AVX-512, 64->64 channels >= 64]"), avx2)
+      << large["conv2d"];
+  auto few_images = impls(2, 64, 32, 1);
+  EXPECT_EQ(has(few_images["conv2d"], "[duet direct: 3x3 kernel below AVX-512, 2048 output pixels <= 4096]"), own)
+      << few_images["conv2d"];
 }
 
 // The weight gradient of a pointwise convolution over many pixel rows sums them in one chunk per
@@ -848,10 +953,11 @@ TEST(CpuBackend, AutotunedConvolutionsMatchReferenceAndTuneOnce) {
   const int64_t first = cpu::conv_autotune_runs();
   // 3x3: direct, blocked, Winograd and im2col + matmul forward, direct, Winograd, the flipped forward
   // and col2im backward data, direct, Winograd and im2col + matmul weight gradient; 1x1: direct and
-  // matmul for each pass, and col2im for the data gradient; 4 timed runs each. Below AVX-512
-  // oneDNN builds no Winograd primitive, and the tuner skips the candidate.
-  const int winograd = cpu::cpu_caps().avx512 ? 3 : 0;
-  EXPECT_EQ(first - before, 4 * (3 + 3 + 2 + 2 + 3 + 2 + winograd));
+  // matmul for each pass, and col2im for the data gradient; duet's direct kernel for both forwards
+  // where the CPU has AVX2; 4 timed runs each. Below AVX-512 oneDNN builds no Winograd primitive,
+  // and the tuner skips the candidate.
+  const int winograd = cpu::cpu_caps().avx512 ? 3 : 0, own_direct = cpu::cpu_caps().avx2 ? 2 : 0;
+  EXPECT_EQ(first - before, 4 * (3 + 3 + 2 + 2 + 3 + 2 + winograd + own_direct));
   step();
   EXPECT_EQ(cpu::conv_autotune_runs(), first) << "the second step timed algorithms again";
 }

@@ -12,6 +12,7 @@
 #include "backends/cpu/common.h"
 #include "backends/cpu/conv_kernels.h"
 #include "backends/cpu/depthwise.h"
+#include "backends/cpu/direct_conv.h"
 #include "engine/conv_backward.h"
 #include "engine/conv_epilogue.h"
 
@@ -319,6 +320,7 @@ std::shared_ptr<const ConvBwdWeights> weight_entry(ConvAlgo a, const Tensor& x, 
 }
 
 constexpr const char* kOwnDepthwise = "duet:depthwise_nhwc";
+constexpr const char* kOwnDirect = "duet:direct_nhwc_avx2";
 
 }  // namespace
 
@@ -334,6 +336,9 @@ void run_conv_forward(ConvAlgo a, const Tensor& x, const Tensor& w, const Tensor
       profiler::note_impl(kOwnDepthwise);
       depthwise_forward(x, w, bias, y, p);
       return conv_epilogue_passes(cpu_backend(), y, residual, p.act);
+    case ConvAlgo::own_direct:
+      profiler::note_impl(kOwnDirect);
+      return own_direct_forward(x, w, bias, residual, y, p);
     case ConvAlgo::flipped_forward:
     case ConvAlgo::col2im_matmul:
       throw Error(fmt::format("conv2d on backend 'cpu': {} runs a gradient, not the forward", algo_name(a)));
@@ -396,6 +401,8 @@ void run_conv_backward_data(ConvAlgo a, const Tensor& dy, const Tensor& w, const
       return depthwise_backward_data(dy, w, dx, p);
     case ConvAlgo::im2col_matmul:
       throw Error("conv2d_backward on backend 'cpu': im2col runs forwards and weight gradients only");
+    case ConvAlgo::own_direct:
+      throw Error("conv2d_backward on backend 'cpu': duet direct runs forwards only");
     default: break;
   }
   const auto e = data_entry(a, dy, w, dx, p);
@@ -419,6 +426,8 @@ void run_conv_backward_weight(ConvAlgo a, const Tensor& x, const Tensor& dy, con
     case ConvAlgo::flipped_forward:
     case ConvAlgo::col2im_matmul:
       throw Error(fmt::format("conv2d_backward on backend 'cpu': {} runs a data gradient", algo_name(a)));
+    case ConvAlgo::own_direct:
+      throw Error("conv2d_backward on backend 'cpu': duet direct runs forwards only");
     default: break;
   }
   const auto e = weight_entry(a, x, dy, dw, dbias, p);

@@ -16,6 +16,7 @@
 #include "backends/cpu/common.h"
 #include "backends/cpu/conv_kernels.h"
 #include "backends/cpu/depthwise.h"
+#include "backends/cpu/direct_conv.h"
 
 namespace duet::cpu {
 
@@ -26,6 +27,7 @@ std::atomic<KernelPolicy> g_im2col_wgrad{policy_from_env("DUET_IM2COL_WGRAD")};
 std::atomic<KernelPolicy> g_im2col_forward{policy_from_env("DUET_IM2COL_FORWARD")};
 std::atomic<KernelPolicy> g_flipped_dgrad{policy_from_env("DUET_FLIPPED_DGRAD")};
 std::atomic<KernelPolicy> g_col2im_dgrad{policy_from_env("DUET_COL2IM_DGRAD")};
+std::atomic<KernelPolicy> g_own_direct{policy_from_env("DUET_OWN_DIRECT")};
 std::atomic<bool> g_autotune{[] {
   const char* v = std::getenv("DUET_CONV_AUTOTUNE");
   return v != nullptr && std::string(v) == "1";
@@ -45,6 +47,8 @@ void set_flipped_data_gradient_policy(KernelPolicy p) { g_flipped_dgrad.store(p)
 KernelPolicy flipped_data_gradient_policy() { return g_flipped_dgrad.load(); }
 void set_col2im_data_gradient_policy(KernelPolicy p) { g_col2im_dgrad.store(p); }
 KernelPolicy col2im_data_gradient_policy() { return g_col2im_dgrad.load(); }
+void set_own_direct_policy(KernelPolicy p) { g_own_direct.store(p); }
+KernelPolicy own_direct_policy() { return g_own_direct.load(); }
 void set_conv_autotune(bool on) { g_autotune.store(on); }
 bool conv_autotune() { return g_autotune.load(); }
 int64_t conv_autotune_runs() { return g_tuning_runs.load(); }
@@ -60,6 +64,7 @@ const char* algo_name(ConvAlgo a) {
     case ConvAlgo::own_depthwise: return "duet depthwise";
     case ConvAlgo::flipped_forward: return "forward of dy by flipped weights";
     case ConvAlgo::col2im_matmul: return "matrix product + col2im";
+    case ConvAlgo::own_direct: return "duet direct";
   }
   return "?";
 }
@@ -67,6 +72,7 @@ const char* algo_name(ConvAlgo a) {
 const CpuCaps& cpu_caps() {
   static const CpuCaps caps = [] {
     CpuCaps c;
+    c.avx2 = onednn_isa_at_least(dnnl::cpu_isa::avx2) && __builtin_cpu_supports("fma");
     c.avx512 = onednn_isa_at_least(dnnl::cpu_isa::avx512_core);
     c.avx512_bf16 = onednn_isa_at_least(dnnl::cpu_isa::avx512_core_bf16);
     c.amx_bf16 = onednn_isa_at_least(dnnl::cpu_isa::avx512_core_amx);
@@ -329,6 +335,37 @@ std::string blocked_forward_rule(const Tensor& w, const Tensor& y, const Conv2dP
   return "";
 }
 
+// duet's own direct forward (direct_conv.h) below AVX-512, where oneDNN 2.6 has only its jit:avx2
+// kernels, for kernels larger than 1x1 with 16 input channels or more onto maps of at most 16x16
+// or outputs of at most 4,096 pixels (N*OH*OW). Measured on AMD Zen 3 (2 threads, f32 inference of
+// resnet18_cifar, bench/conv_candidates.py; the host's noise moved single timings by 10-15%): for
+// one image it won or tied every 3x3 layer (512->512 at 4x4 0.64 ms against 0.75 blocked; 256->256
+// at 8x8 0.55 against 0.62 im2col; 128->128 at 16x16 0.55 against 0.66; 64->64 at 32x32 0.60
+// against 0.58 blocked); for 64 images it won onto 8x8 and 4x4 (256->256 31.1 against 37.6 im2col,
+// 512->512 29.6 against 31.9) and the strided 64->128 and 128->256 (14.0-16.3 against 15.5-19.5),
+// tied at 16x16 (128->128 35.1-36.4 against 30.8-39.5 blocked) and lost at 32x32 (64->64 37.7-44.7
+// against 34.0-37.0 blocked). The 3-channel stem stays on oneDNN (8.0 ms against 1.8 direct): a
+// sum of 27 products per pixel is mostly the kernel's set-up. 1x1 kernels stay on jit_1x1 (2.0
+// against 3.0 ms for 64->128 at 32x32).
+std::string own_direct_rule(const ConvProblem& pb) {
+  const KernelPolicy pol = own_direct_policy();
+  if (pol == KernelPolicy::never || !own_direct_applicable(pb.x, pb.w, pb.y, pb.p)) return "";
+  if (pol == KernelPolicy::always) return "duet direct: DUET_OWN_DIRECT=always";
+  const Tensor &w = pb.w, &y = pb.y;
+  if (cpu_caps().avx512 || (w.size(2) == 1 && w.size(3) == 1) || w.size(1) < 16) return "";
+  // The rule comes first, so that DUET_OWN_DIRECT=always forces it over the others; chosen
+  // automatically, it yields to another forward algorithm that a test forces.
+  for (KernelPolicy forced : {pointwise_gemm_policy(), im2col_forward_policy(), winograd_policy()})
+    if (forced == KernelPolicy::always) return "";
+  if (y.size(2) * y.size(3) <= 256)
+    return fmt::format("duet direct: {}x{} kernel below AVX-512, output {} of <= 256 pixels", w.size(2), w.size(3),
+                       map_of(y));
+  if (pixel_rows(y) <= 4096)
+    return fmt::format("duet direct: {}x{} kernel below AVX-512, {} output pixels <= 4096", w.size(2), w.size(3),
+                       pixel_rows(y));
+  return "";
+}
+
 // A KxK kernel over a 1x1 map with one output pixel sees the input through a single tap (DenseNet's
 // 3x3 layers in its last block at 32 px, any padded 3x3 layer on a 1x1 map): it is the 1x1
 // convolution with that tap, a matrix product over the N rows. oneDNN 2.6's 3x3 weight-gradient
@@ -360,6 +397,8 @@ ConvPlan rule_plan(const ConvProblem& pb) {
   const Tensor &x = pb.x, &w = pb.w, &y = pb.y;
   if (std::string r = tap_rule(x, w, y, pb.p); !r.empty()) return {ConvAlgo::tap_matmul, r};
   if (std::string r = depthwise_rule(pb.pass, x, w, y, pb.p, pb.bias); !r.empty()) return {ConvAlgo::own_depthwise, r};
+  if (pb.pass == ConvPass::forward)
+    if (std::string r = own_direct_rule(pb); !r.empty()) return {ConvAlgo::own_direct, r};
   if (std::string r = pointwise_rule(pb.pass, x, w, y, pb.p, pb.bias); !r.empty()) return {ConvAlgo::matmul, r};
   if (pb.pass == ConvPass::backward_weight)
     if (std::string r = im2col_rule(x, w, y, pb.p, pb.bias); !r.empty()) return {ConvAlgo::im2col_matmul, r};
@@ -388,6 +427,9 @@ std::vector<ConvAlgo> candidates(const ConvProblem& pb) {
   if (pb.pass == ConvPass::forward && im2col_forward_policy() != KernelPolicy::never &&
       im2col_forward_applicable(x, w, y, pb.p))
     c.push_back(ConvAlgo::im2col_matmul);
+  if (pb.pass == ConvPass::forward && own_direct_policy() != KernelPolicy::never &&
+      own_direct_applicable(x, w, y, pb.p))
+    c.push_back(ConvAlgo::own_direct);
   if (pb.pass == ConvPass::backward_weight && im2col_weight_gradient_policy() != KernelPolicy::never &&
       im2col_weight_gradient_applicable(x, w, y, pb.p) && !pb.bias)
     c.push_back(ConvAlgo::im2col_matmul);
@@ -409,7 +451,8 @@ Key plan_key(const ConvProblem& pb) {
   k.add(p.stride_h).add(p.stride_w).add(p.pad_h).add(p.pad_w).add(p.dilation_h).add(p.dilation_w).add(p.groups);
   k.add(static_cast<int64_t>(pb.pass)).add(int64_t(pb.bias)).add(p.act ? 1 + static_cast<int64_t>(*p.act) : 0);
   for (KernelPolicy pol : {winograd_policy(), pointwise_gemm_policy(), im2col_weight_gradient_policy(), im2col_forward_policy(),
-                           flipped_data_gradient_policy(), col2im_data_gradient_policy(), depthwise_policy()})
+                           flipped_data_gradient_policy(), col2im_data_gradient_policy(), own_direct_policy(),
+                           depthwise_policy()})
     k.add(static_cast<int64_t>(pol));
   k.add(int64_t(conv_autotune()));
   return k;

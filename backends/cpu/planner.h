@@ -9,7 +9,8 @@
 //
 // Each rule has a policy (kernel_policy.h): automatic (the rule), always (wherever the algorithm
 // applies: tests force a path with it) or never; DUET_WINOGRAD, DUET_POINTWISE_GEMM,
-// DUET_IM2COL_WGRAD, DUET_IM2COL_FORWARD set them at start-up, as DUET_CONV_AUTOTUNE=1 turns autotuning on.
+// DUET_IM2COL_WGRAD, DUET_IM2COL_FORWARD, DUET_OWN_DIRECT set them at start-up, as
+// DUET_CONV_AUTOTUNE=1 turns autotuning on.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -33,12 +34,14 @@ enum class ConvAlgo : uint8_t {
   own_depthwise,   // duet's depthwise loops (depthwise.h)
   flipped_forward, // a data gradient as oneDNN's forward convolution of dy by the flipped weights
   col2im_matmul,   // a data gradient as dy W, a column matrix scattered back onto dx (col2im)
+  own_direct,      // duet's AVX2 direct forward on channels-last f32 maps (direct_conv.h)
 };
 const char* algo_name(ConvAlgo a);
 
 // What this CPU reports, as oneDNN sees it (its effective ISA, which ONEDNN_MAX_CPU_ISA can lower),
 // read once.
 struct CpuCaps {
+  bool avx2 = false;         // AVX2 and FMA: duet's own direct convolution (direct_conv.h) needs them
   bool avx512 = false;       // avx512_core: oneDNN's bf16 kernels need at least this
   bool avx512_bf16 = false;  // native bf16 dot products (vdpbf16ps)
   bool amx_bf16 = false;     // bf16 on AMX tiles (avx512_core_amx)
@@ -78,6 +81,8 @@ void set_flipped_data_gradient_policy(KernelPolicy p);  // DUET_FLIPPED_DGRAD
 KernelPolicy flipped_data_gradient_policy();
 void set_col2im_data_gradient_policy(KernelPolicy p);   // DUET_COL2IM_DGRAD
 KernelPolicy col2im_data_gradient_policy();
+void set_own_direct_policy(KernelPolicy p);             // DUET_OWN_DIRECT
+KernelPolicy own_direct_policy();
 // Autotuning, off by default: the first time a pass meets a shape (with its layouts, dtype and
 // thread count), every algorithm that can run it is timed, one warm-up and the median of three
 // runs each, and the fastest is used for that shape from then on, like

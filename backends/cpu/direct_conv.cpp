@@ -1,0 +1,259 @@
+// duet's own direct convolution (direct_conv.h): an implicit matrix product on channels-last f32
+// maps with an AVX2 + FMA register tile of 6 output pixels by 16 output channels.
+#include "backends/cpu/direct_conv.h"
+#include <immintrin.h>
+#include <algorithm>
+#include <vector>
+#include "backends/cpu/common.h"
+#include "backends/cpu/planner.h"
+#include "engine/conv_epilogue.h"
+
+namespace duet::cpu {
+
+namespace {
+
+constexpr int kMR = 6;   // output pixels per register tile
+constexpr int kNR = 16;  // output channels per register tile: two ymm vectors
+// Input channels per chunk of the sum are at most this many; a padded tap reads this many zeros.
+constexpr int64_t kMaxChunk = 1024;
+alignas(64) const float kZeros[kMaxChunk] = {};
+
+#define DUET_AVX2_FMA __attribute__((target("avx2,fma")))
+
+// The sizes the loops need, in elements.
+struct Geometry {
+  int64_t N, C, H, W, O, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw;
+  int64_t taps() const { return KH * KW; }
+  int64_t pixels() const { return N * OH * OW; }
+  // Input channels per chunk: the sum over K = taps x C runs in chunks of about 1,152 products
+  // (128 channels of a 3x3 kernel) so that one panel of packed weights (72 KiB) stays in L2 while
+  // every pixel tile of a block reads it; the partial sums wait in y between chunks. Chunks of 288
+  // and 576 products were no faster on AMD Zen 3 (bench/conv_candidates.py, within its noise).
+  int64_t chunk() const {
+    const int64_t want = std::clamp<int64_t>(1152 / taps(), 8, kMaxChunk);
+    return C <= want ? std::max<int64_t>(C, 1) : want;
+  }
+  int64_t chunks() const { return std::max<int64_t>(1, (C + chunk() - 1) / chunk()); }
+  int64_t channel_tiles() const { return (O + kNR - 1) / kNR; }
+};
+
+Geometry geometry(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p) {
+  return {x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), y.size(2), y.size(3), w.size(2), w.size(3),
+          p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w};
+}
+
+// The weights [O, C, KH, KW] (any strides) in the order the kernel reads them: for each 16-channel
+// tile of O, for each chunk of C, for each tap, for each input channel of the chunk, the 16 output
+// channels' weights (zeros past O). A tile's panel for chunk c starts at c * chunk * taps * 16.
+void pack_weights(const Tensor& w, const Geometry& g, float* dst) {
+  const float* src = w.data<float>();
+  const int64_t s0 = w.stride(0), s1 = w.stride(1), s2 = w.stride(2), s3 = w.stride(3);
+  const int64_t taps = g.taps(), kc = g.chunk(), tile = taps * g.C * kNR;
+  parallel_for(g.channel_tiles(), g.channel_tiles() * tile, [&](int64_t b, int64_t e) {
+    for (int64_t ot = b; ot < e; ++ot) {
+      float* out = dst + ot * tile;
+      for (int64_t c0 = 0; c0 < g.C; c0 += kc)
+        for (int64_t t = 0; t < taps; ++t)
+          for (int64_t c = c0; c < std::min(g.C, c0 + kc); ++c)
+            for (int64_t j = 0; j < kNR; ++j) {
+              const int64_t o = ot * kNR + j;
+              *out++ = o < g.O ? src[o * s0 + c * s1 + (t / g.KW) * s2 + (t % g.KW) * s3] : 0.0f;
+            }
+    }
+  });
+}
+
+// How the 12 accumulators of a tile start, and where they go.
+struct TileIo {
+  float* y;             // the tile's first pixel at its first output channel; pixel rows ldy apart
+  int64_t ldy;          // O
+  int nvalid;           // output channels of the 16 that exist (1..16)
+  const float* bias;    // 16 floats (padded), added when the sum starts; null: none or not the first chunk
+  const float* res;     // the residual at y's offset, added when the sum ends; null: none
+  bool first, last, relu;
+};
+
+// MR output pixels by 16 output channels over one chunk of the sum: a[t * MR + m] points at pixel
+// m's input channels of this chunk through tap t (or at zeros), wp at the chunk's weight panel.
+template <int MR>
+__attribute__((noinline)) DUET_AVX2_FMA void tile_kernel(const float* const* a, int64_t taps, int64_t kc, const float* wp, const TileIo& io) {
+  __m256 c0[MR], c1[MR];
+  const __m256i lanes_lo = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i lanes_hi = _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15);
+  const __m256i n = _mm256_set1_epi32(io.nvalid);
+  const __m256i m0 = _mm256_cmpgt_epi32(n, lanes_lo), m1 = _mm256_cmpgt_epi32(n, lanes_hi);
+  const bool full = io.nvalid == kNR;
+#pragma GCC unroll 6
+  for (int m = 0; m < MR; ++m) {
+    if (!io.first) {
+      const float* yr = io.y + m * io.ldy;
+      c0[m] = full ? _mm256_loadu_ps(yr) : _mm256_maskload_ps(yr, m0);
+      c1[m] = full ? _mm256_loadu_ps(yr + 8) : _mm256_maskload_ps(yr + 8, m1);
+    } else if (io.bias != nullptr) {
+      c0[m] = _mm256_loadu_ps(io.bias);
+      c1[m] = _mm256_loadu_ps(io.bias + 8);
+    } else {
+      c0[m] = c1[m] = _mm256_setzero_ps();
+    }
+  }
+  for (int64_t t = 0; t < taps; ++t) {
+    const float* ap[MR];
+#pragma GCC unroll 6
+    for (int m = 0; m < MR; ++m) ap[m] = a[t * MR + m];
+    for (int64_t i = 0; i < kc; ++i, wp += kNR) {
+      const __m256 b0 = _mm256_loadu_ps(wp), b1 = _mm256_loadu_ps(wp + 8);
+#pragma GCC unroll 6
+  for (int m = 0; m < MR; ++m) {
+        const __m256 v = _mm256_broadcast_ss(ap[m] + i);
+        c0[m] = _mm256_fmadd_ps(v, b0, c0[m]);
+        c1[m] = _mm256_fmadd_ps(v, b1, c1[m]);
+      }
+    }
+  }
+  const __m256 zero = _mm256_setzero_ps();
+#pragma GCC unroll 6
+  for (int m = 0; m < MR; ++m) {
+    float* yr = io.y + m * io.ldy;
+    if (io.last && io.res != nullptr) {
+      const float* rr = io.res + m * io.ldy;
+      c0[m] = _mm256_add_ps(c0[m], full ? _mm256_loadu_ps(rr) : _mm256_maskload_ps(rr, m0));
+      c1[m] = _mm256_add_ps(c1[m], full ? _mm256_loadu_ps(rr + 8) : _mm256_maskload_ps(rr + 8, m1));
+    }
+    if (io.last && io.relu) {  // max(0, v) returns v when v is NaN, as the reference's relu does
+      c0[m] = _mm256_max_ps(zero, c0[m]);
+      c1[m] = _mm256_max_ps(zero, c1[m]);
+    }
+    if (full) {
+      _mm256_storeu_ps(yr, c0[m]);
+      _mm256_storeu_ps(yr + 8, c1[m]);
+    } else {
+      _mm256_maskstore_ps(yr, m0, c0[m]);
+      _mm256_maskstore_ps(yr + 8, m1, c1[m]);
+    }
+  }
+}
+
+void run_tile(int mr, const float* const* a, int64_t taps, int64_t kc, const float* wp, const TileIo& io) {
+  switch (mr) {
+    case 6: return tile_kernel<6>(a, taps, kc, wp, io);
+    case 5: return tile_kernel<5>(a, taps, kc, wp, io);
+    case 4: return tile_kernel<4>(a, taps, kc, wp, io);
+    case 3: return tile_kernel<3>(a, taps, kc, wp, io);
+    case 2: return tile_kernel<2>(a, taps, kc, wp, io);
+    default: return tile_kernel<1>(a, taps, kc, wp, io);
+  }
+}
+
+// Where each of mr pixels from p0 reads input channel c0 through each tap: a[t * mr + m].
+void tap_pointers(const Geometry& g, const float* x, int64_t p0, int mr, int64_t c0, const float** a) {
+  for (int m = 0; m < mr; ++m) {
+    const int64_t p = p0 + m, n = p / (g.OH * g.OW), oh = p / g.OW % g.OH, ow = p % g.OW;
+    for (int64_t kh = 0; kh < g.KH; ++kh)
+      for (int64_t kw = 0; kw < g.KW; ++kw) {
+        const int64_t ih = oh * g.sh - g.ph + kh * g.dh, iw = ow * g.sw - g.pw + kw * g.dw;
+        const bool inside = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W;
+        a[(kh * g.KW + kw) * mr + m] = inside ? x + ((n * g.H + ih) * g.W + iw) * g.C + c0 : kZeros;
+      }
+  }
+}
+
+// Each thread gets one region of the output: a share of the pixel tiles with every channel tile, or
+// (where that balances better: few pixels, many channels) every pixel tile with a share of the
+// channel tiles. Equal regions matter more than anything inside them: with 2 threads, blocks of
+// work dealt out in turn left one thread a quarter idle.
+struct Region {
+  int64_t t0, t1, ot0, ot1;
+};
+Region region(int64_t T, int64_t OT, int threads, int i) {
+  int64_t b, e;
+  const bool by_pixels = (T + threads - 1) / threads * OT <= T * ((OT + threads - 1) / threads);
+  split_range(by_pixels ? T : OT, threads, i, b, e);
+  return by_pixels ? Region{b, e, 0, OT} : Region{0, T, b, e};
+}
+
+// Inside a region, blocks of pixel tiles times groups of channel tiles: chunk by chunk of the sum,
+// each pixel tile's pointers are made once and read by every channel tile of the group (its
+// inputs stay in L1), and the group's panels (together about 256 KiB) stay in L2 across the
+// block's pixel tiles.
+constexpr int64_t kTilesPerBlock = 32;
+int64_t channel_tiles_per_group(const Geometry& g) {
+  const int64_t panel = g.taps() * g.chunk() * kNR * static_cast<int64_t>(sizeof(float));
+  return std::max<int64_t>(1, (256 << 10) / panel);
+}
+
+}  // namespace
+
+bool own_direct_applicable(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p) {
+  return cpu_caps().avx2 && p.groups == 1 && x.dtype() == DType::f32 && w.dtype() == DType::f32 &&
+         x.is_contiguous(MemoryFormat::channels_last) && y.is_contiguous(MemoryFormat::channels_last);
+}
+
+void own_direct_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual, const Tensor& y,
+                        const Conv2dParams& p) {
+  const Geometry g = geometry(x, w, y, p);
+  const bool residual_inside = residual.defined() && same_layout(residual, y) && residual.dtype() == DType::f32;
+  const bool relu_inside = p.act == Activation::relu && (!residual.defined() || residual_inside);
+  if (g.pixels() > 0 && g.O > 0) {
+    const int64_t OT = g.channel_tiles(), taps = g.taps(), kc = g.chunk(), chunks = g.chunks();
+    const int64_t packed_floats = OT * taps * g.C * kNR;
+    const float* wp = nullptr;
+    Tensor kept;
+    if (w.is_frozen()) {  // inference: packed once per freeze
+      kept = frozen_copy(w, "duet direct: 16-channel panels", [&] {
+        const Tensor t = Tensor::empty({packed_floats});
+        pack_weights(w, g, t.data<float>());
+        return t;
+      });
+      wp = kept.data<float>();
+    } else {
+      float* buf = static_cast<float*>(scratch(static_cast<size_t>(packed_floats) * sizeof(float), 0));
+      pack_weights(w, g, buf);
+      wp = buf;
+    }
+    std::vector<float> bias16;
+    if (bias.defined()) {
+      bias16.assign(static_cast<size_t>(OT * kNR), 0.0f);
+      const Tensor b = bias.dtype() == DType::f32 ? bias.contiguous() : bias.to(DType::f32);
+      std::copy_n(b.data<float>(), g.O, bias16.begin());
+    }
+    const float* xp = x.data<float>();
+    float* yp = y.data<float>();
+    const float* rp = residual_inside ? residual.data<float>() : nullptr;
+    const int64_t P = g.pixels();
+    const int64_t T = (P + kMR - 1) / kMR, groups = (OT + channel_tiles_per_group(g) - 1) / channel_tiles_per_group(g);
+    const int64_t G = (OT + groups - 1) / groups;  // groups of equal size
+    const int threads = static_cast<int>(std::min<int64_t>(max_threads(), std::max(T, OT)));
+    parallel_for(threads, P * g.O * taps * g.C, [&](int64_t b, int64_t e) {
+      std::vector<const float*> a(static_cast<size_t>(taps * kMR));
+      for (int64_t i = b; i < e; ++i) {
+        const Region r = region(T, OT, threads, static_cast<int>(i));
+        for (int64_t tb = r.t0; tb < r.t1; tb += kTilesPerBlock)
+          for (int64_t gb = r.ot0; gb < r.ot1; gb += G)
+            for (int64_t c = 0; c < chunks; ++c) {
+              const int64_t c0 = c * kc, n_c = std::min(kc, g.C - c0);
+              for (int64_t tile = tb; tile < std::min(r.t1, tb + kTilesPerBlock); ++tile) {
+                const int64_t p0 = tile * kMR;
+                const int mr = static_cast<int>(std::min<int64_t>(kMR, P - p0));
+                tap_pointers(g, xp, p0, mr, c0, a.data());
+                for (int64_t ot = gb; ot < std::min(r.ot1, gb + G); ++ot) {
+                  const int64_t o0 = ot * kNR;
+                  TileIo io{yp + p0 * g.O + o0,
+                            g.O,
+                            static_cast<int>(std::min<int64_t>(kNR, g.O - o0)),
+                            c == 0 && !bias16.empty() ? bias16.data() + o0 : nullptr,
+                            rp != nullptr ? rp + p0 * g.O + o0 : nullptr,
+                            c == 0,
+                            c == chunks - 1,
+                            relu_inside};
+                  run_tile(mr, a.data(), taps, n_c, wp + ot * taps * g.C * kNR + c0 * taps * kNR, io);
+                }
+              }
+            }
+      }
+    });
+  }
+  if (residual.defined() && !residual_inside) return conv_epilogue_passes(cpu_backend(), y, residual, p.act);
+  if (p.act && !relu_inside) conv_epilogue_passes(cpu_backend(), y, Tensor(), p.act);
+}
+
+}  // namespace duet::cpu
