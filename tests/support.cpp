@@ -81,6 +81,13 @@ std::vector<Backend> cpu_backends() {
   return r;
 }
 
+std::string cpu_bf16_convolutions_not_native() {
+  if (!backend_available(Backend::cpu)) return "the cpu backend is not built into this binary";
+  const DTypeSupport s = backend(Backend::cpu).support(OpId::conv2d, DType::bf16);
+  if (s.coverage == Coverage::native) return "";
+  return s.why.empty() ? "not native" : s.why;
+}
+
 std::vector<OpEvent> profiled_events(const std::function<void()>& run) {
   profiler::clear();
   profiler::enable(true);

@@ -19,6 +19,7 @@
 
 using namespace duet;
 using duet::testing::closeness;
+using duet::testing::cpu_bf16_convolutions_not_native;
 using duet::testing::random_tensor;
 
 namespace {
@@ -259,8 +260,8 @@ TEST(AutocastPolicy, CpuBf16AgreesWithTheReference) {
 TEST(AutocastPolicy, ResNetBf16StepKeepsBf16ActivationsOnTheCpuBackend) {
   if (!backend_available(Backend::cpu)) GTEST_SKIP() << "the cpu backend (oneDNN) is not built into this binary";
   // Below AVX-512 oneDNN 2.6 has no bf16 kernels, and the cpu backend says so per op.
-  if (const DTypeSupport s = backend(Backend::cpu).support(OpId::conv2d, DType::bf16); s.coverage != Coverage::native)
-    GTEST_SKIP() << "bf16 convolutions run on the reference loops here: " << s.why;
+  if (const std::string why = cpu_bf16_convolutions_not_native(); !why.empty())
+    GTEST_SKIP() << "bf16 convolutions run on the reference loops here: " << why;
   app::ModelConfig mc;
   mc.name = "resnet18_cifar";
   mc.width_mult = 0.25;

@@ -46,10 +46,9 @@ using testing::profiled_events;
 // nothing to check there and says so.
 #define DUET_SKIP_WITHOUT_AVX512(what) \
   if (!cpu::cpu_caps().avx512) GTEST_SKIP() << what << " needs AVX-512 in oneDNN 2.6; this CPU has none"
-#define DUET_SKIP_WITHOUT_ONEDNN_BF16(what)                                            \
-  if (const DTypeSupport s = backend(Backend::cpu).support(OpId::conv2d, DType::bf16); \
-      s.coverage != Coverage::native)                                                  \
-  GTEST_SKIP() << what << " is not taken here: " << s.why
+#define DUET_SKIP_WITHOUT_ONEDNN_BF16(what)                                                   \
+  if (const std::string why = testing::cpu_bf16_convolutions_not_native(); !why.empty()) \
+  GTEST_SKIP() << what << " is not taken here: " << why
 #endif
 
 void expect_cpu_matches_reference(const Case& c) {

@@ -32,6 +32,10 @@ Tensor random_tensor(const Shape& shape, uint64_t seed, DType dtype = DType::f64
 // Backends present in this build (reference always).
 std::vector<Backend> cpu_backends();
 
+// "" when the cpu backend runs bf16 convolutions on its own (oneDNN) kernels, else why it does not
+// (below AVX-512 oneDNN 2.6 has no bf16 kernels: they run on the reference loops, support() says).
+std::string cpu_bf16_convolutions_not_native();
+
 // The profiler's events of what run() did: the profiler cleared, on for run() only, and cleared
 // again after the events are taken.
 std::vector<OpEvent> profiled_events(const std::function<void()>& run);
