@@ -512,10 +512,10 @@ TEST(CpuBackend, Im2colForwardsMatchReference) {
   EXPECT_GE(forced_conv_cases_match_reference(cpu::set_im2col_forward_policy, name_has("_nhwc")), 20);
 }
 
-// duet's direct forward (backends/cpu/direct_conv.h) forced on for every conv case, f32 and bf16:
-// the channels-last f32 ones of one group take it, the others (bf16, NCHW, grouped) keep their
-// kernels.
-TEST(CpuBackend, OwnDirectForwardsMatchReferenceOnEveryConvCase) {
+// duet's direct kernel (backends/cpu/direct_conv.h) forced on for every conv case, f32 and bf16:
+// the forwards and the stride-1 data gradients of the channels-last f32 ones of one group take it,
+// the others (bf16, NCHW, grouped, strided data gradients) keep their kernels.
+TEST(CpuBackend, OwnDirectMatchesReferenceOnEveryConvCase) {
   if (!cpu::cpu_caps().avx2) GTEST_SKIP() << "duet's direct convolution needs AVX2 and FMA, which this CPU lacks";
   EXPECT_GE(forced_conv_cases_match_reference(cpu::set_own_direct_policy, name_has("_nhwc")), 20);
 }
@@ -610,6 +610,48 @@ TEST(CpuBackend, OwnDirectForwardMatchesReference) {
     }
     EXPECT_NE(impl.find("duet:direct_nhwc_avx2 [duet direct: DUET_OWN_DIRECT=always]"), std::string::npos) << impl;
     EXPECT_TRUE(all_close(y, ref, 1e-4, 1e-4));
+  }
+}
+
+// The data gradient of stride-1 layers on the direct kernel (dy convolved with the flipped weights,
+// packed straight from w), forced on, against the reference backend: 3x3 to 7x7 kernels, every
+// padding from 0 to d * (K - 1), dilation, channel counts that leave partial tiles, several chunks,
+// a weight in NCHW and one channels-last.
+TEST(CpuBackend, OwnDirectDataGradientMatchesReference) {
+  if (!backend_available(Backend::cpu)) GTEST_SKIP() << "needs the cpu backend";
+  if (!cpu::cpu_caps().avx2) GTEST_SKIP() << "duet's direct convolution needs AVX2 and FMA, which this CPU lacks";
+  ScopedPolicy always(cpu::set_own_direct_policy, cpu::KernelPolicy::always);
+  struct Shape {
+    int64_t N, C, H, W, O, K, pad, dilation;
+    bool weight_channels_last;
+  };
+  const std::vector<Shape> shapes = {
+      {2, 64, 8, 8, 64, 3, 1, 1, false},  {1, 150, 6, 5, 33, 3, 0, 1, true}, {2, 8, 11, 9, 20, 5, 2, 1, false},
+      {1, 20, 9, 9, 24, 7, 3, 1, false},  {2, 16, 9, 9, 32, 3, 2, 2, true},  {1, 17, 7, 7, 40, 3, 2, 1, false},
+  };
+  uint64_t seed = 40;
+  for (const Shape& s : shapes) {
+    SCOPED_TRACE(fmt::format("[{}, {}, {}, {}] * [{}, {}, {k}, {k}] pad {} dilation {}", s.N, s.C, s.H, s.W, s.O, s.C,
+                             s.pad, s.dilation, fmt::arg("k", s.K)));
+    const Tensor x0 = random_tensor({s.N, s.C, s.H, s.W}, ++seed, DType::f32).contiguous(MemoryFormat::channels_last);
+    Tensor w = random_tensor({s.O, s.C, s.K, s.K}, ++seed, DType::f32, -0.1, 0.1);
+    if (s.weight_channels_last) w = w.contiguous(MemoryFormat::channels_last);
+    const Conv2dParams p{1, 1, s.pad, s.pad, s.dilation, s.dilation};
+    const int64_t OH = s.H + 2 * s.pad - s.dilation * (s.K - 1), OW = s.W + 2 * s.pad - s.dilation * (s.K - 1);
+    const Tensor r = random_tensor({s.N, s.O, OH, OW}, ++seed, DType::f32).contiguous(MemoryFormat::channels_last);
+    auto dx = [&](Backend b, std::string* impl) {
+      BackendGuard guard(DeviceType::cpu, b);
+      const Tensor x = x0.detach().set_requires_grad(true);
+      for (const OpEvent& e : profiled_events([&] { sum(mul(conv2d(x, w, Tensor(), p), r)).backward(); }))
+        if (impl != nullptr && std::string(e.name) == "conv2d.backward_data") *impl = e.impl;
+      return x.grad();
+    };
+    std::string impl;
+    const Tensor got = dx(Backend::cpu, &impl), want = dx(Backend::reference, nullptr);
+    EXPECT_NE(impl.find("duet:direct_nhwc_avx2 (dy by the flipped weights) [duet direct: DUET_OWN_DIRECT=always"),
+              std::string::npos)
+        << impl;
+    EXPECT_TRUE(all_close(got, want, 1e-4, 1e-4));
   }
 }
 
@@ -953,9 +995,9 @@ TEST(CpuBackend, AutotunedConvolutionsMatchReferenceAndTuneOnce) {
   // 3x3: direct, blocked, Winograd and im2col + matmul forward, direct, Winograd, the flipped forward
   // and col2im backward data, direct, Winograd and im2col + matmul weight gradient; 1x1: direct and
   // matmul for each pass, and col2im for the data gradient; duet's direct kernel for both forwards
-  // where the CPU has AVX2; 4 timed runs each. Below AVX-512 oneDNN builds no Winograd primitive,
-  // and the tuner skips the candidate.
-  const int winograd = cpu::cpu_caps().avx512 ? 3 : 0, own_direct = cpu::cpu_caps().avx2 ? 2 : 0;
+  // and the 3x3 data gradient where the CPU has AVX2; 4 timed runs each. Below AVX-512 oneDNN
+  // builds no Winograd primitive, and the tuner skips the candidate.
+  const int winograd = cpu::cpu_caps().avx512 ? 3 : 0, own_direct = cpu::cpu_caps().avx2 ? 3 : 0;
   EXPECT_EQ(first - before, 4 * (3 + 3 + 2 + 2 + 3 + 2 + winograd + own_direct));
   step();
   EXPECT_EQ(cpu::conv_autotune_runs(), first) << "the second step timed algorithms again";

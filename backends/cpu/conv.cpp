@@ -321,6 +321,7 @@ std::shared_ptr<const ConvBwdWeights> weight_entry(ConvAlgo a, const Tensor& x, 
 
 constexpr const char* kOwnDepthwise = "duet:depthwise_nhwc";
 constexpr const char* kOwnDirect = "duet:direct_nhwc_avx2";
+constexpr const char* kOwnDirectFlipped = "duet:direct_nhwc_avx2 (dy by the flipped weights)";
 
 }  // namespace
 
@@ -402,7 +403,8 @@ void run_conv_backward_data(ConvAlgo a, const Tensor& dy, const Tensor& w, const
     case ConvAlgo::im2col_matmul:
       throw Error("conv2d_backward on backend 'cpu': im2col runs forwards and weight gradients only");
     case ConvAlgo::own_direct:
-      throw Error("conv2d_backward on backend 'cpu': duet direct runs forwards only");
+      profiler::note_impl(kOwnDirectFlipped);
+      return own_direct_backward_data(dy, w, dx, p);
     default: break;
   }
   const auto e = data_entry(a, dy, w, dx, p);
@@ -427,7 +429,7 @@ void run_conv_backward_weight(ConvAlgo a, const Tensor& x, const Tensor& dy, con
     case ConvAlgo::col2im_matmul:
       throw Error(fmt::format("conv2d_backward on backend 'cpu': {} runs a data gradient", algo_name(a)));
     case ConvAlgo::own_direct:
-      throw Error("conv2d_backward on backend 'cpu': duet direct runs forwards only");
+      throw Error("conv2d_backward on backend 'cpu': duet direct runs forwards and data gradients only");
     default: break;
   }
   const auto e = weight_entry(a, x, dy, dw, dbias, p);

@@ -37,17 +37,33 @@ struct Geometry {
   int64_t channel_tiles() const { return (O + kNR - 1) / kNR; }
 };
 
-Geometry geometry(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p) {
-  return {x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), y.size(2), y.size(3), w.size(2), w.size(3),
+// x [N, C, H, W] convolved into y [N, O, OH, OW] by a KHxKW kernel with parameters p.
+Geometry geometry(const Tensor& x, const Tensor& y, int64_t KH, int64_t KW, const Conv2dParams& p) {
+  return {x.size(0), x.size(1), x.size(2), x.size(3), y.size(1), y.size(2), y.size(3), KH, KW,
           p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w};
 }
 
-// The weights [O, C, KH, KW] (any strides) in the order the kernel reads them: for each 16-channel
-// tile of O, for each chunk of C, for each tap, for each input channel of the chunk, the 16 output
-// channels' weights (zeros past O). A tile's panel for chunk c starts at c * chunk * taps * 16.
-void pack_weights(const Tensor& w, const Geometry& g, float* dst) {
-  const float* src = w.data<float>();
-  const int64_t s0 = w.stride(0), s1 = w.stride(1), s2 = w.stride(2), s3 = w.stride(3);
+// Where weight (o, c, kh, kw) of the convolution lies: base + o*so + c*sc + kh*skh + kw*skw. The
+// forward reads w [O, C, KH, KW] through its strides; a data gradient reads the same memory turned
+// 180 degrees with its two channel dimensions swapped (negative tap strides), so the flipped
+// weights are packed straight from w, with no flipped copy between.
+struct WeightView {
+  const float* base;
+  int64_t so, sc, skh, skw;
+};
+WeightView forward_weights(const Tensor& w) { return {w.data<float>(), w.stride(0), w.stride(1), w.stride(2), w.stride(3)}; }
+WeightView flipped_weights(const Tensor& w) {
+  const int64_t KH = w.size(2), KW = w.size(3);
+  return {w.data<float>() + (KH - 1) * w.stride(2) + (KW - 1) * w.stride(3), w.stride(1), w.stride(0), -w.stride(2),
+          -w.stride(3)};
+}
+
+// The weights in the order the kernel reads them: for each 16-channel tile of O, for each chunk of
+// C, for each tap, for each input channel of the chunk, the 16 output channels' weights (zeros
+// past O). A tile's panel for chunk c starts at c * chunk * taps * 16.
+void pack_weights(const WeightView& v, const Geometry& g, float* dst) {
+  const float* src = v.base;
+  const int64_t s0 = v.so, s1 = v.sc, s2 = v.skh, s3 = v.skw;
   const int64_t taps = g.taps(), kc = g.chunk(), tile = taps * g.C * kNR;
   parallel_for(g.channel_tiles(), g.channel_tiles() * tile, [&](int64_t b, int64_t e) {
     for (int64_t ot = b; ot < e; ++ot) {
@@ -185,75 +201,105 @@ int64_t channel_tiles_per_group(const Geometry& g) {
 
 bool own_direct_applicable(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p) {
   return cpu_caps().avx2 && p.groups == 1 && x.dtype() == DType::f32 && w.dtype() == DType::f32 &&
-         x.is_contiguous(MemoryFormat::channels_last) && y.is_contiguous(MemoryFormat::channels_last);
+         y.dtype() == DType::f32 && x.is_contiguous(MemoryFormat::channels_last) &&
+         y.is_contiguous(MemoryFormat::channels_last);
 }
+
+bool own_direct_data_gradient_applicable(const Tensor& dx, const Tensor& w, const Tensor& dy, const Conv2dParams& p) {
+  return own_direct_applicable(dy, w, dx, p) && flipped_data_gradient_applicable(dx, w, dy, p);
+}
+
+namespace {
+
+// y = conv(x) + bias over geometry g with the packed weights wp; then a residual laid out as y
+// (rp, or null) and a relu before each tile is stored.
+void direct_conv(const Geometry& g, const float* xp, const float* wp, const float* bias, float* yp, const float* rp,
+                 bool relu) {
+  const int64_t OT = g.channel_tiles(), taps = g.taps(), kc = g.chunk(), chunks = g.chunks();
+  std::vector<float> bias16;
+  if (bias != nullptr) {
+    bias16.assign(static_cast<size_t>(OT * kNR), 0.0f);
+    std::copy_n(bias, g.O, bias16.begin());
+  }
+  const int64_t P = g.pixels();
+  const int64_t T = (P + kMR - 1) / kMR, groups = (OT + channel_tiles_per_group(g) - 1) / channel_tiles_per_group(g);
+  const int64_t G = (OT + groups - 1) / groups;  // groups of equal size
+  const int threads = static_cast<int>(std::min<int64_t>(max_threads(), std::max(T, OT)));
+  parallel_for(threads, P * g.O * taps * g.C, [&](int64_t b, int64_t e) {
+    std::vector<const float*> a(static_cast<size_t>(taps * kMR));
+    for (int64_t i = b; i < e; ++i) {
+      const Region r = region(T, OT, threads, static_cast<int>(i));
+      for (int64_t tb = r.t0; tb < r.t1; tb += kTilesPerBlock)
+        for (int64_t gb = r.ot0; gb < r.ot1; gb += G)
+          for (int64_t c = 0; c < chunks; ++c) {
+            const int64_t c0 = c * kc, n_c = std::min(kc, g.C - c0);
+            for (int64_t tile = tb; tile < std::min(r.t1, tb + kTilesPerBlock); ++tile) {
+              const int64_t p0 = tile * kMR;
+              const int mr = static_cast<int>(std::min<int64_t>(kMR, P - p0));
+              tap_pointers(g, xp, p0, mr, c0, a.data());
+              for (int64_t ot = gb; ot < std::min(r.ot1, gb + G); ++ot) {
+                const int64_t o0 = ot * kNR;
+                TileIo io{yp + p0 * g.O + o0,
+                          g.O,
+                          static_cast<int>(std::min<int64_t>(kNR, g.O - o0)),
+                          c == 0 && !bias16.empty() ? bias16.data() + o0 : nullptr,
+                          rp != nullptr ? rp + p0 * g.O + o0 : nullptr,
+                          c == 0,
+                          c == chunks - 1,
+                          relu};
+                run_tile(mr, a.data(), taps, n_c, wp + ot * taps * g.C * kNR + c0 * taps * kNR, io);
+              }
+            }
+          }
+    }
+  });
+}
+
+int64_t packed_floats(const Geometry& g) { return g.channel_tiles() * g.taps() * g.C * kNR; }
+
+// The packed weights of a call: kept once per freeze for a frozen weight (inference), else packed
+// into the calling thread's weight scratch slot.
+const float* packed(const Tensor& w, const WeightView& v, const Geometry& g, Tensor& kept) {
+  if (w.is_frozen()) {
+    kept = frozen_copy(w, "duet direct: 16-channel panels", [&] {
+      const Tensor t = Tensor::empty({packed_floats(g)});
+      pack_weights(v, g, t.data<float>());
+      return t;
+    });
+    return kept.data<float>();
+  }
+  float* buf = static_cast<float*>(scratch(static_cast<size_t>(packed_floats(g)) * sizeof(float), 0));
+  pack_weights(v, g, buf);
+  return buf;
+}
+
+}  // namespace
 
 void own_direct_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual, const Tensor& y,
                         const Conv2dParams& p) {
-  const Geometry g = geometry(x, w, y, p);
+  const Geometry g = geometry(x, y, w.size(2), w.size(3), p);
   const bool residual_inside = residual.defined() && same_layout(residual, y) && residual.dtype() == DType::f32;
   const bool relu_inside = p.act == Activation::relu && (!residual.defined() || residual_inside);
   if (g.pixels() > 0 && g.O > 0) {
-    const int64_t OT = g.channel_tiles(), taps = g.taps(), kc = g.chunk(), chunks = g.chunks();
-    const int64_t packed_floats = OT * taps * g.C * kNR;
-    const float* wp = nullptr;
-    Tensor kept;
-    if (w.is_frozen()) {  // inference: packed once per freeze
-      kept = frozen_copy(w, "duet direct: 16-channel panels", [&] {
-        const Tensor t = Tensor::empty({packed_floats});
-        pack_weights(w, g, t.data<float>());
-        return t;
-      });
-      wp = kept.data<float>();
-    } else {
-      float* buf = static_cast<float*>(scratch(static_cast<size_t>(packed_floats) * sizeof(float), 0));
-      pack_weights(w, g, buf);
-      wp = buf;
-    }
-    std::vector<float> bias16;
-    if (bias.defined()) {
-      bias16.assign(static_cast<size_t>(OT * kNR), 0.0f);
-      const Tensor b = bias.dtype() == DType::f32 ? bias.contiguous() : bias.to(DType::f32);
-      std::copy_n(b.data<float>(), g.O, bias16.begin());
-    }
-    const float* xp = x.data<float>();
-    float* yp = y.data<float>();
-    const float* rp = residual_inside ? residual.data<float>() : nullptr;
-    const int64_t P = g.pixels();
-    const int64_t T = (P + kMR - 1) / kMR, groups = (OT + channel_tiles_per_group(g) - 1) / channel_tiles_per_group(g);
-    const int64_t G = (OT + groups - 1) / groups;  // groups of equal size
-    const int threads = static_cast<int>(std::min<int64_t>(max_threads(), std::max(T, OT)));
-    parallel_for(threads, P * g.O * taps * g.C, [&](int64_t b, int64_t e) {
-      std::vector<const float*> a(static_cast<size_t>(taps * kMR));
-      for (int64_t i = b; i < e; ++i) {
-        const Region r = region(T, OT, threads, static_cast<int>(i));
-        for (int64_t tb = r.t0; tb < r.t1; tb += kTilesPerBlock)
-          for (int64_t gb = r.ot0; gb < r.ot1; gb += G)
-            for (int64_t c = 0; c < chunks; ++c) {
-              const int64_t c0 = c * kc, n_c = std::min(kc, g.C - c0);
-              for (int64_t tile = tb; tile < std::min(r.t1, tb + kTilesPerBlock); ++tile) {
-                const int64_t p0 = tile * kMR;
-                const int mr = static_cast<int>(std::min<int64_t>(kMR, P - p0));
-                tap_pointers(g, xp, p0, mr, c0, a.data());
-                for (int64_t ot = gb; ot < std::min(r.ot1, gb + G); ++ot) {
-                  const int64_t o0 = ot * kNR;
-                  TileIo io{yp + p0 * g.O + o0,
-                            g.O,
-                            static_cast<int>(std::min<int64_t>(kNR, g.O - o0)),
-                            c == 0 && !bias16.empty() ? bias16.data() + o0 : nullptr,
-                            rp != nullptr ? rp + p0 * g.O + o0 : nullptr,
-                            c == 0,
-                            c == chunks - 1,
-                            relu_inside};
-                  run_tile(mr, a.data(), taps, n_c, wp + ot * taps * g.C * kNR + c0 * taps * kNR, io);
-                }
-              }
-            }
-      }
-    });
+    Tensor kept, b;
+    const float* wp = packed(w, forward_weights(w), g, kept);
+    if (bias.defined()) b = bias.dtype() == DType::f32 ? bias.contiguous() : bias.to(DType::f32);
+    direct_conv(g, x.data<float>(), wp, b.defined() ? b.data<float>() : nullptr, y.data<float>(),
+                residual_inside ? residual.data<float>() : nullptr, relu_inside);
   }
   if (residual.defined() && !residual_inside) return conv_epilogue_passes(cpu_backend(), y, residual, p.act);
   if (p.act && !relu_inside) conv_epilogue_passes(cpu_backend(), y, Tensor(), p.act);
+}
+
+void own_direct_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p) {
+  Conv2dParams q = p;  // stride 1 (own_direct_data_gradient_applicable), padded by d * (K - 1) - pad
+  q.pad_h = p.dilation_h * (w.size(2) - 1) - p.pad_h;
+  q.pad_w = p.dilation_w * (w.size(3) - 1) - p.pad_w;
+  const Geometry g = geometry(dy, dx, w.size(2), w.size(3), q);
+  if (g.pixels() == 0 || g.O == 0) return;
+  Tensor unused;  // a weight being trained is never frozen
+  const float* wp = packed(w, flipped_weights(w), g, unused);
+  direct_conv(g, dy.data<float>(), wp, nullptr, dx.data<float>(), nullptr, false);
 }
 
 }  // namespace duet::cpu

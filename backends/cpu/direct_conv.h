@@ -21,6 +21,12 @@ namespace duet::cpu {
 // AVX2 and FMA. Any kernel size, stride, padding and dilation.
 bool own_direct_applicable(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p);
 
+// The data gradient of a stride-1 convolution as the same kernel's forward of dy by the weights
+// turned 180 degrees with their channels swapped (planner.h's flipped forward), the flipped
+// weights packed straight from w; dx, w, dy as own_direct_applicable wants them.
+bool own_direct_data_gradient_applicable(const Tensor& dx, const Tensor& w, const Tensor& dy, const Conv2dParams& p);
+void own_direct_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p);
+
 // y = act(conv(x, w) + bias + residual): the bias, a residual laid out as y and a relu are applied
 // to the accumulators before they are stored; another activation, or a residual in another
 // layout, runs as passes after (engine/conv_epilogue.h).

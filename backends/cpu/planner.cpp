@@ -366,6 +366,18 @@ std::string own_direct_rule(const ConvProblem& pb) {
   return "";
 }
 
+// The data gradient of a stride-1 layer on the same kernel, as its forward of dy by the flipped
+// weights (direct_conv.h): a candidate of the autotuner that no rule picks. In f32 training of
+// resnet18_cifar at batch 64 on AMD Zen 3 it tied oneDNN's direct kernel at 64->64 on 32x32 (38.7
+// ms against 37.8) and lost from 16x16 down (128->128 31.8 against 29.0; 256->256 at 8x8 36.2
+// against 28.1; bench/results/conv_candidates_zen3_r18_train.json).
+std::string own_direct_dgrad_rule(const ConvProblem& pb) {
+  const KernelPolicy pol = own_direct_policy();
+  if (pol == KernelPolicy::never || !own_direct_data_gradient_applicable(pb.x, pb.w, pb.y, pb.p)) return "";
+  if (pol == KernelPolicy::always) return "duet direct: DUET_OWN_DIRECT=always, dy by the flipped weights";
+  return "";
+}
+
 // A KxK kernel over a 1x1 map with one output pixel sees the input through a single tap (DenseNet's
 // 3x3 layers in its last block at 32 px, any padded 3x3 layer on a 1x1 map): it is the 1x1
 // convolution with that tap, a matrix product over the N rows. oneDNN 2.6's 3x3 weight-gradient
@@ -403,6 +415,7 @@ ConvPlan rule_plan(const ConvProblem& pb) {
   if (pb.pass == ConvPass::backward_weight)
     if (std::string r = im2col_rule(x, w, y, pb.p, pb.bias); !r.empty()) return {ConvAlgo::im2col_matmul, r};
   if (pb.pass == ConvPass::backward_data) {
+    if (std::string r = own_direct_dgrad_rule(pb); !r.empty()) return {ConvAlgo::own_direct, r};
     if (std::string r = flipped_dgrad_rule(x, w, y, pb.p); !r.empty()) return {ConvAlgo::flipped_forward, r};
     if (std::string r = col2im_dgrad_rule(x, w, y, pb.p); !r.empty()) return {ConvAlgo::col2im_matmul, r};
   }
@@ -429,6 +442,9 @@ std::vector<ConvAlgo> candidates(const ConvProblem& pb) {
     c.push_back(ConvAlgo::im2col_matmul);
   if (pb.pass == ConvPass::forward && own_direct_policy() != KernelPolicy::never &&
       own_direct_applicable(x, w, y, pb.p))
+    c.push_back(ConvAlgo::own_direct);
+  if (pb.pass == ConvPass::backward_data && own_direct_policy() != KernelPolicy::never &&
+      own_direct_data_gradient_applicable(x, w, y, pb.p))
     c.push_back(ConvAlgo::own_direct);
   if (pb.pass == ConvPass::backward_weight && im2col_weight_gradient_policy() != KernelPolicy::never &&
       im2col_weight_gradient_applicable(x, w, y, pb.p) && !pb.bias)

@@ -34,7 +34,8 @@ enum class ConvAlgo : uint8_t {
   own_depthwise,   // duet's depthwise loops (depthwise.h)
   flipped_forward, // a data gradient as oneDNN's forward convolution of dy by the flipped weights
   col2im_matmul,   // a data gradient as dy W, a column matrix scattered back onto dx (col2im)
-  own_direct,      // duet's AVX2 direct forward on channels-last f32 maps (direct_conv.h)
+  own_direct,      // duet's AVX2 direct kernel on channels-last f32 maps (direct_conv.h): a forward, or a
+                   // stride-1 data gradient as its forward of dy by the flipped weights
 };
 const char* algo_name(ConvAlgo a);
 
