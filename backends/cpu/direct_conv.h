@@ -17,8 +17,8 @@
 
 namespace duet::cpu {
 
-// f32, one group, x and y channels-last and dense, a bias (if any) dense f32, and a CPU that runs
-// AVX2 and FMA. Any kernel size, stride, padding and dilation.
+// f32 x, w and y, one group, x and y channels-last and dense, and a CPU that runs AVX2 and FMA.
+// Any kernel size, stride, padding and dilation; any weight layout.
 bool own_direct_applicable(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p);
 
 // The data gradient of a stride-1 convolution as the same kernel's forward of dy by the weights

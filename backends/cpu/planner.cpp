@@ -336,17 +336,18 @@ std::string blocked_forward_rule(const Tensor& w, const Tensor& y, const Conv2dP
 }
 
 // duet's own direct forward (direct_conv.h) below AVX-512, where oneDNN 2.6 has only its jit:avx2
-// kernels, for kernels larger than 1x1 with 16 input channels or more onto maps of at most 16x16
-// or outputs of at most 4,096 pixels (N*OH*OW). Measured on AMD Zen 3 (2 threads, f32 inference of
-// resnet18_cifar, bench/conv_candidates.py; the host's noise moved single timings by 10-15%): for
-// one image it won or tied every 3x3 layer (512->512 at 4x4 0.64 ms against 0.75 blocked; 256->256
-// at 8x8 0.55 against 0.62 im2col; 128->128 at 16x16 0.55 against 0.66; 64->64 at 32x32 0.60
-// against 0.58 blocked); for 64 images it won onto 8x8 and 4x4 (256->256 31.1 against 37.6 im2col,
-// 512->512 29.6 against 31.9) and the strided 64->128 and 128->256 (14.0-16.3 against 15.5-19.5),
-// tied at 16x16 (128->128 35.1-36.4 against 30.8-39.5 blocked) and lost at 32x32 (64->64 37.7-44.7
-// against 34.0-37.0 blocked). The 3-channel stem stays on oneDNN (8.0 ms against 1.8 direct): a
-// sum of 27 products per pixel is mostly the kernel's set-up. 1x1 kernels stay on jit_1x1 (2.0
-// against 3.0 ms for 64->128 at 32x32).
+// kernels, for kernels larger than 1x1 with 16 input channels or more onto maps of at most 256
+// pixels or outputs of at most 4,096 pixels (N*OH*OW). Measured on AMD Zen 3 (2 threads, f32
+// resnet18_cifar, bench/conv_candidates.py, bench/results/conv_candidates_zen3_r18_{infer_b1,
+// infer_b64,train}.json; the host moved single timings by 10-15% between runs): for one image it
+// won or tied every 3x3 layer but 256->256 at 8x8 (0.49 ms against 0.43 blocked; an earlier run
+// had 0.55 against 0.62); for 64 images it won onto 8x8 (256->256 31.1 against 38.6 im2col) and
+// on the strided 64->128 and 128->256 (18.4 against 22.9 blocked, 19.1 against 21.0 im2col), lost
+// 5% at 16x16 (128->128 35.6 against 33.9 blocked) and on 512->512 at 4x4 (32.8 against 31.1
+// im2col), and onto 32x32 lost in inference (64->64 37.9 against 35.6 blocked) and won in training
+// (33.0 against 34.9), so 32x32 maps of many images stay on the blocked kernel. The 3-channel stem
+// stays on oneDNN (8.0 ms against 1.8 direct: a sum of 27 products per pixel is mostly the
+// kernel's set-up), and so do 1x1 kernels (jit_1x1: 2.0 against 3.0 ms for 64->128 at 32x32).
 std::string own_direct_rule(const ConvProblem& pb) {
   const KernelPolicy pol = own_direct_policy();
   if (pol == KernelPolicy::never || !own_direct_applicable(pb.x, pb.w, pb.y, pb.p)) return "";
