@@ -390,11 +390,8 @@ void run_conv_backward_data(ConvAlgo a, const Tensor& dy, const Tensor& w, const
     case ConvAlgo::flipped_forward: {
       // dx = conv(dy, w'), stride 1, padded by dilation * (K - 1) - padding on each side: the same
       // sums as the data gradient's, on oneDNN's forward kernels (planner.h).
-      Conv2dParams q = p;
-      q.pad_h = p.dilation_h * (w.size(2) - 1) - p.pad_h;
-      q.pad_w = p.dilation_w * (w.size(3) - 1) - p.pad_w;
-      q.act.reset();
-      return run_conv_forward(ConvAlgo::direct, dy, flipped_weights(w), Tensor(), Tensor(), dx, q);
+      return run_conv_forward(ConvAlgo::direct, dy, flipped_weights(w), Tensor(), Tensor(), dx,
+                              flipped_forward_params(p, w));
     }
     case ConvAlgo::tap_matmul: return tap_backward_data(dy, w, dx, p);
     case ConvAlgo::own_depthwise:

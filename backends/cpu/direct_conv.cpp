@@ -292,10 +292,7 @@ void own_direct_forward(const Tensor& x, const Tensor& w, const Tensor& bias, co
 }
 
 void own_direct_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p) {
-  Conv2dParams q = p;  // stride 1 (own_direct_data_gradient_applicable), padded by d * (K - 1) - pad
-  q.pad_h = p.dilation_h * (w.size(2) - 1) - p.pad_h;
-  q.pad_w = p.dilation_w * (w.size(3) - 1) - p.pad_w;
-  const Geometry g = geometry(dy, dx, w.size(2), w.size(3), q);
+  const Geometry g = geometry(dy, dx, w.size(2), w.size(3), flipped_forward_params(p, w));
   if (g.pixels() == 0 || g.O == 0) return;
   Tensor unused;  // a weight being trained is never frozen
   const float* wp = packed(w, flipped_weights(w), g, unused);

@@ -113,6 +113,14 @@ bool flipped_data_gradient_applicable(const Tensor& dx, const Tensor& w, const T
          p.pad_w <= p.dilation_w * (w.size(3) - 1) && dy.size(1) > 0;
 }
 
+Conv2dParams flipped_forward_params(const Conv2dParams& p, const Tensor& w) {
+  Conv2dParams q = p;
+  q.pad_h = p.dilation_h * (w.size(2) - 1) - p.pad_h;
+  q.pad_w = p.dilation_w * (w.size(3) - 1) - p.pad_w;
+  q.act.reset();
+  return q;
+}
+
 bool col2im_data_gradient_applicable(const Tensor& dx, const Tensor& /*w: one signature for the rules*/, const Tensor& dy,
                                      const Conv2dParams& p) {
   return p.groups == 1 && (dx.dtype() == DType::f32 || dx.dtype() == DType::bf16) &&

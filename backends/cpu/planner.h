@@ -105,6 +105,8 @@ bool im2col_forward_applicable(const Tensor& x, const Tensor& w, const Tensor& y
 // A data gradient of a stride-1 convolution is the forward convolution of dy by the weights turned
 // 180 degrees with input and output channels swapped, padded by dilation * (K - 1) - padding.
 bool flipped_data_gradient_applicable(const Tensor& dx, const Tensor& w, const Tensor& dy, const Conv2dParams& p);
+// That forward's parameters: p's stride and dilation, padded by dilation * (K - 1) - padding, no epilogue.
+Conv2dParams flipped_forward_params(const Conv2dParams& p, const Tensor& w);
 bool col2im_data_gradient_applicable(const Tensor& dx, const Tensor& w, const Tensor& dy, const Conv2dParams& p);
 // A KxK kernel over a 1x1 map with one output pixel sees the input through one tap: its offset
 // (th, tw) into the kernel, or false.
