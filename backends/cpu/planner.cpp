@@ -449,11 +449,9 @@ std::vector<ConvAlgo> candidates(const ConvProblem& pb) {
   if (pb.pass == ConvPass::forward && im2col_forward_policy() != KernelPolicy::never &&
       im2col_forward_applicable(x, w, y, pb.p))
     c.push_back(ConvAlgo::im2col_matmul);
-  if (pb.pass == ConvPass::forward && own_direct_policy() != KernelPolicy::never &&
-      own_direct_applicable(x, w, y, pb.p))
-    c.push_back(ConvAlgo::own_direct);
-  if (pb.pass == ConvPass::backward_data && own_direct_policy() != KernelPolicy::never &&
-      own_direct_data_gradient_applicable(x, w, y, pb.p))
+  if (own_direct_policy() != KernelPolicy::never &&
+      (pb.pass == ConvPass::forward ? own_direct_applicable(x, w, y, pb.p)
+                                    : pb.pass == ConvPass::backward_data && own_direct_data_gradient_applicable(x, w, y, pb.p)))
     c.push_back(ConvAlgo::own_direct);
   if (pb.pass == ConvPass::backward_weight && im2col_weight_gradient_policy() != KernelPolicy::never &&
       im2col_weight_gradient_applicable(x, w, y, pb.p) && !pb.bias)
