@@ -88,6 +88,9 @@ struct AdamParams {
 inline int64_t conv_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
   return (in + 2 * p - d * (k - 1) - 1) / s + 1;
 }
+// The input position that output position o reads through kernel tap k along one spatial dim (outside
+// [0, in) where the tap falls into the padding): the receptive-field formula, written once.
+inline int64_t conv_in_index(int64_t o, int64_t k, int64_t s, int64_t p, int64_t d) { return o * s - p + k * d; }
 int64_t pool_out_size(int64_t in, int64_t k, int64_t s, int64_t p, bool ceil_mode);
 
 }  // namespace duet

@@ -47,8 +47,8 @@ void im2col_nhwc(const Tensor& x, const Tensor& col, int64_t OH, int64_t OW, int
       char* row = dst + static_cast<size_t>(r * KH * KW) * tap;
       for (int64_t kh = 0; kh < KH; ++kh)
         for (int64_t kw = 0; kw < KW; ++kw, row += tap) {
-          const int64_t ih = oh * p.stride_h - p.pad_h + kh * p.dilation_h;
-          const int64_t iw = ow * p.stride_w - p.pad_w + kw * p.dilation_w;
+          const int64_t ih = conv_in_index(oh, kh, p.stride_h, p.pad_h, p.dilation_h);
+          const int64_t iw = conv_in_index(ow, kw, p.stride_w, p.pad_w, p.dilation_w);
           if (ih < 0 || ih >= H || iw < 0 || iw >= W) std::memset(row, 0, tap);
           else std::memcpy(row, src + static_cast<size_t>((n * H + ih) * W + iw) * tap, tap);
         }
@@ -182,10 +182,10 @@ void col2im_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, c
         for (int64_t ow = 0; ow < OW; ++ow) {
           const float* row = cols + ((n * OH + oh) * OW + ow) * K;
           for (int64_t kh = 0; kh < KH; ++kh) {
-            const int64_t ih = oh * p.stride_h - p.pad_h + kh * p.dilation_h;
+            const int64_t ih = conv_in_index(oh, kh, p.stride_h, p.pad_h, p.dilation_h);
             if (ih < 0 || ih >= H) continue;
             for (int64_t kw = 0; kw < KW; ++kw) {
-              const int64_t iw = ow * p.stride_w - p.pad_w + kw * p.dilation_w;
+              const int64_t iw = conv_in_index(ow, kw, p.stride_w, p.pad_w, p.dilation_w);
               if (iw < 0 || iw >= W) continue;
               float* d = acc + (ih * W + iw) * C;
               const float* s = row + (kh * KW + kw) * C;

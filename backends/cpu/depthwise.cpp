@@ -111,10 +111,10 @@ void forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor&
         float* out = rows.row(dst);
         std::copy(b.begin(), b.end(), out);
         for (int64_t kh = 0; kh < g.KH; ++kh) {
-          const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
+          const int64_t ih = conv_in_index(oh, kh, g.sh, g.ph, g.dh);
           if (ih < 0 || ih >= g.H) continue;
           for (int64_t kw = 0; kw < g.KW; ++kw) {
-            const int64_t iw = ow * g.sw - g.pw + kw * g.dw;
+            const int64_t iw = conv_in_index(ow, kw, g.sw, g.pw, g.dw);
             if (iw < 0 || iw >= g.W) continue;
             const S* in = px + n * g.xN + ih * g.xH + iw * g.xW;
             const float* tap = taps.data() + (kh * g.KW + kw) * C;
@@ -217,14 +217,14 @@ void weight_grad_item(const Geometry& g, const S* px, const S* pdy, int64_t c0, 
         *accb = b;
       }
       for (int64_t kh = 0; kh < g.KH; ++kh) {
-        const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
+        const int64_t ih = conv_in_index(oh, kh, g.sh, g.ph, g.dh);
         if (ih < 0 || ih >= g.H) continue;
         const S* xrow = px + n * g.xN + ih * g.xH + c0;
         Lanes a[G];
         for (int j = 0; j < G; ++j) a[j] = acc[kh * G + j];
         for (int64_t ow = 0; ow < g.OW; ++ow) {
           const Lanes gv = load_block<Full>(grow + ow * g.yW, nc);
-          const int64_t iw0 = ow * g.sw - g.pw + kw0 * g.dw;
+          const int64_t iw0 = conv_in_index(ow, kw0, g.sw, g.pw, g.dw);
 #pragma GCC unroll 8
           for (int j = 0; j < G; ++j) {
             const int64_t iw = iw0 + j * g.dw;

@@ -106,10 +106,10 @@ void conv2d_backward_weight_kernel(const Tensor& x, const Tensor& dy, const Tens
           Acc acc = 0;
           for (int64_t n = 0; n < X.N; ++n)
             for (int64_t oh = 0; oh < DY.H; ++oh) {
-              const int64_t ih = oh * p.stride_h - p.pad_h + kh * p.dilation_h;
+              const int64_t ih = conv_in_index(oh, kh, p.stride_h, p.pad_h, p.dilation_h);
               if (ih < 0 || ih >= X.H) continue;
               for (int64_t ow = 0; ow < DY.W; ++ow) {
-                const int64_t iw = ow * p.stride_w - p.pad_w + kw * p.dilation_w;
+                const int64_t iw = conv_in_index(ow, kw, p.stride_w, p.pad_w, p.dilation_w);
                 if (iw < 0 || iw >= X.W) continue;
                 acc += Acc(widen(pdy[DY.at(n, o, oh, ow)])) * Acc(widen(px[X.at(n, c0 + c, ih, iw)]));
               }
