@@ -513,8 +513,9 @@ TEST(CpuBackend, Im2colForwardsMatchReference) {
 }
 
 // duet's direct kernel (backends/cpu/direct_conv.h) forced on for every conv case, f32 and bf16:
-// the forwards and the stride-1 data gradients of the channels-last f32 ones of one group take it,
-// the others (bf16, NCHW, grouped, strided data gradients) keep their kernels.
+// the forwards, the stride-1 data gradients and the weight gradients (without a bias gradient) of
+// the channels-last f32 ones of one group take it, the others (bf16, NCHW, grouped, strided data
+// gradients, bias gradients) keep their kernels.
 TEST(CpuBackend, OwnDirectMatchesReferenceOnEveryConvCase) {
   if (!cpu::cpu_caps().avx2) GTEST_SKIP() << "duet's direct convolution needs AVX2 and FMA, which this CPU lacks";
   EXPECT_GE(forced_conv_cases_match_reference(cpu::set_own_direct_policy, name_has("_nhwc")), 20);
@@ -655,6 +656,52 @@ TEST(CpuBackend, OwnDirectDataGradientMatchesReference) {
   }
 }
 
+// The weight gradient on the direct kernel's register tile (dy^T times x's taps, the padding
+// skipped), forced on, against the reference backend: 1x1 to 7x7 kernels, strides, every padding
+// from 0 to d * (K - 1) and beyond the map, dilation, channel counts that leave a partial 6-channel
+// or 16-channel tile, sums over several 256-pixel chunks, a weight in NCHW (summed in a buffer and
+// copied) and one channels-last (summed in place).
+TEST(CpuBackend, OwnDirectWeightGradientMatchesReference) {
+  if (!backend_available(Backend::cpu)) GTEST_SKIP() << "needs the cpu backend";
+  if (!cpu::cpu_caps().avx2) GTEST_SKIP() << "duet's direct convolution needs AVX2 and FMA, which this CPU lacks";
+  ScopedPolicy always(cpu::set_own_direct_policy, cpu::KernelPolicy::always);
+  struct Shape {
+    int64_t N, C, H, W, O, K, stride, pad, dilation;
+    bool weight_channels_last;
+  };
+  const std::vector<Shape> shapes = {
+      {2, 64, 8, 8, 64, 3, 1, 1, 1, false},  {1, 150, 6, 5, 33, 3, 1, 0, 1, true}, {2, 8, 11, 9, 20, 5, 2, 2, 1, false},
+      {1, 20, 9, 9, 24, 7, 1, 3, 1, true},   {2, 16, 9, 9, 32, 3, 1, 2, 2, false}, {3, 17, 7, 7, 40, 3, 2, 1, 1, true},
+      {9, 32, 12, 12, 13, 1, 1, 0, 1, false}, {4, 24, 3, 3, 16, 3, 1, 2, 1, false},
+  };
+  uint64_t seed = 70;
+  for (const Shape& s : shapes) {
+    SCOPED_TRACE(fmt::format("[{}, {}, {}, {}] * [{}, {}, {k}, {k}] stride {} pad {} dilation {}", s.N, s.C, s.H, s.W,
+                             s.O, s.C, s.stride, s.pad, s.dilation, fmt::arg("k", s.K)));
+    const Tensor x = random_tensor({s.N, s.C, s.H, s.W}, ++seed, DType::f32).contiguous(MemoryFormat::channels_last);
+    Tensor w0 = random_tensor({s.O, s.C, s.K, s.K}, ++seed, DType::f32, -0.1, 0.1);
+    if (s.weight_channels_last) w0 = w0.contiguous(MemoryFormat::channels_last);
+    const Conv2dParams p{s.stride, s.stride, s.pad, s.pad, s.dilation, s.dilation};
+    const int64_t OH = (s.H + 2 * s.pad - s.dilation * (s.K - 1) - 1) / s.stride + 1;
+    const int64_t OW = (s.W + 2 * s.pad - s.dilation * (s.K - 1) - 1) / s.stride + 1;
+    const Tensor r = random_tensor({s.N, s.O, OH, OW}, ++seed, DType::f32).contiguous(MemoryFormat::channels_last);
+    auto dw = [&](Backend b, std::string* impl) {
+      BackendGuard guard(DeviceType::cpu, b);
+      const Tensor w = w0.detach().set_requires_grad(true);
+      for (const OpEvent& e : profiled_events([&] { sum(mul(conv2d(x, w, Tensor(), p), r)).backward(); }))
+        if (impl != nullptr && std::string(e.name) == "conv2d.backward_weight") *impl = e.impl;
+      return w.grad();
+    };
+    std::string impl;
+    const Tensor got = dw(Backend::cpu, &impl), want = dw(Backend::reference, nullptr);
+    EXPECT_NE(impl.find("duet:direct_nhwc_avx2 (dy^T by x's taps) [duet direct: DUET_OWN_DIRECT=always"),
+              std::string::npos)
+        << impl;
+    if (s.K > 1) EXPECT_EQ(got.is_contiguous(MemoryFormat::channels_last), s.weight_channels_last);  // 1x1: both
+    EXPECT_TRUE(all_close(got, want, 1e-4, 1e-4));
+  }
+}
+
 // The direct kernel's relu keeps a NaN (as the reference's does, and unlike oneDNN's fused relu
 // below AVX-512), and a frozen weight's packed panels are kept: the second forward repacks nothing
 // and computes the unfrozen weight's bits.
@@ -757,8 +804,17 @@ TEST(CpuBackend, AutomaticPolicyRunsSmallMapWeightGradientsOnIm2col) {
     return impl.rfind("matmul/", 0) == 0 && impl.find("ref") == std::string::npos;
   };
   // f32 first: bf16 convolutions run on the reference loops below AVX-512.
-  // Winograd's with AVX-512; below it im2col takes every weight gradient of 64 inputs or more.
-  EXPECT_EQ(is_matmul(run({64, 64, 4, 4}, {96, 64, 3, 3}, 1, DType::f32, false).first), !cpu::cpu_caps().avx512);
+  // Winograd's with AVX-512; below it duet's direct kernel takes every weight gradient of 64
+  // channels or more on both sides, im2col where the CPU lacks AVX2 as well.
+  const std::string small_f32 = run({64, 64, 4, 4}, {96, 64, 3, 3}, 1, DType::f32, false).first;
+  if (cpu::cpu_caps().avx512)
+    EXPECT_FALSE(is_matmul(small_f32)) << small_f32;
+  else if (cpu::cpu_caps().avx2)
+    EXPECT_NE(small_f32.find("duet:direct_nhwc_avx2 (dy^T by x's taps) [duet direct: 3x3 weight gradient below AVX-512"),
+              std::string::npos)
+        << small_f32;
+  else
+    EXPECT_TRUE(is_matmul(small_f32)) << small_f32;
   const auto [strided_f32, g_strided_f32] = run({8, 32, 16, 16}, {64, 32, 3, 3}, 2, DType::f32, false);  // onto 8x8
   EXPECT_TRUE(is_matmul(strided_f32)) << strided_f32;
   EXPECT_FALSE(is_matmul(run({8, 32, 32, 32}, {64, 32, 3, 3}, 2, DType::f32, false).first));  // onto 16x16
@@ -784,7 +840,8 @@ TEST(CpuBackend, AutomaticPolicyRunsSmallMapWeightGradientsOnIm2col) {
 }
 
 // Below AVX-512 (planner.cpp, dense_kernel_without_avx512) a 3x3 layer of 128 channels runs its
-// weight gradient as im2col and its data gradient as col2im; 32 channels keep oneDNN's direct
+// weight gradient on duet's direct kernel (as im2col where the CPU lacks AVX2) and its data
+// gradient as col2im; 32 channels keep oneDNN's direct
 // kernel for the data gradient. The forwards onto maps of at most 16x16 run duet's direct kernel
 // (where the CPU has AVX2), strided or not; a larger map with more than 4,096 output pixels runs
 // oneDNN's blocked kernel. With AVX-512 none of these reasons appears. Each result matches the
@@ -816,7 +873,12 @@ TEST(CpuBackend, AutomaticPolicyWithoutAvx512RunsDenseLayersOnSgemm) {
   };
   const auto has = [](const std::string& impl, const char* reason) { return impl.find(reason) != std::string::npos; };
   auto wide = impls(4, 128, 16, 1);
-  EXPECT_EQ(has(wide["conv2d.backward_weight"], "[im2col: weight gradient without AVX-512, 128->128 channels >= 64]"), avx2)
+  EXPECT_EQ(has(wide["conv2d.backward_weight"], "[im2col: weight gradient without AVX-512, 128->128 channels >= 64]"),
+            avx2 && !own)
+      << wide["conv2d.backward_weight"];
+  EXPECT_EQ(has(wide["conv2d.backward_weight"],
+                "duet:direct_nhwc_avx2 (dy^T by x's taps) [duet direct: 3x3 weight gradient below AVX-512, 128->128 channels >= 64]"),
+            own)
       << wide["conv2d.backward_weight"];
   EXPECT_EQ(has(wide["conv2d.backward_data"], "[col2im: data gradient without AVX-512, 128->128 channels >= 128]"), avx2)
       << wide["conv2d.backward_data"];
@@ -1000,10 +1062,10 @@ TEST(CpuBackend, AutotunedConvolutionsMatchReferenceAndTuneOnce) {
   const int64_t first = cpu::conv_autotune_runs();
   // 3x3: direct, blocked, Winograd and im2col + matmul forward, direct, Winograd, the flipped forward
   // and col2im backward data, direct, Winograd and im2col + matmul weight gradient; 1x1: direct and
-  // matmul for each pass, and col2im for the data gradient; duet's direct kernel for both forwards
-  // and the 3x3 data gradient where the CPU has AVX2; 4 timed runs each. Below AVX-512 oneDNN
-  // builds no Winograd primitive, and the tuner skips the candidate.
-  const int winograd = cpu::cpu_caps().avx512 ? 3 : 0, own_direct = cpu::cpu_caps().avx2 ? 3 : 0;
+  // matmul for each pass, and col2im for the data gradient; duet's direct kernel for both forwards,
+  // both weight gradients and the 3x3 data gradient where the CPU has AVX2; 4 timed runs each.
+  // Below AVX-512 oneDNN builds no Winograd primitive, and the tuner skips the candidate.
+  const int winograd = cpu::cpu_caps().avx512 ? 3 : 0, own_direct = cpu::cpu_caps().avx2 ? 5 : 0;
   EXPECT_EQ(first - before, 4 * (3 + 3 + 2 + 2 + 3 + 2 + winograd + own_direct));
   step();
   EXPECT_EQ(cpu::conv_autotune_runs(), first) << "the second step timed algorithms again";

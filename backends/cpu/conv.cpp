@@ -322,6 +322,7 @@ std::shared_ptr<const ConvBwdWeights> weight_entry(ConvAlgo a, const Tensor& x, 
 constexpr const char* kOwnDepthwise = "duet:depthwise_nhwc";
 constexpr const char* kOwnDirect = "duet:direct_nhwc_avx2";
 constexpr const char* kOwnDirectFlipped = "duet:direct_nhwc_avx2 (dy by the flipped weights)";
+constexpr const char* kOwnDirectWeights = "duet:direct_nhwc_avx2 (dy^T by x's taps)";
 
 }  // namespace
 
@@ -426,7 +427,9 @@ void run_conv_backward_weight(ConvAlgo a, const Tensor& x, const Tensor& dy, con
     case ConvAlgo::col2im_matmul:
       throw Error(fmt::format("conv2d_backward on backend 'cpu': {} runs a data gradient", algo_name(a)));
     case ConvAlgo::own_direct:
-      throw Error("conv2d_backward on backend 'cpu': duet direct runs forwards and data gradients only");
+      if (dbias.defined()) throw Error("conv2d_backward on backend 'cpu': duet direct sums no bias gradient");
+      profiler::note_impl(kOwnDirectWeights);
+      return own_direct_backward_weight(x, dy, dw, p);
     default: break;
   }
   const auto e = weight_entry(a, x, dy, dw, dbias, p);

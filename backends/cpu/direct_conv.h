@@ -10,7 +10,8 @@
 // into the padding). The register tile is the classic AVX2 one (BLIS's Haswell sgemm): 6 pixels by
 // 16 output channels, 12 accumulators, 2 weight vectors and 1 broadcast input of the 16 ymm
 // registers, 8 loads per 12 FMAs. The weights are packed once per call (kept for frozen weights)
-// as 16-channel panels in the order the kernel reads them.
+// as 16-channel panels in the order the kernel reads them. The weight gradient is the same kind of
+// product with the output pixels as its long sum (direct_conv.cpp says how it is blocked).
 #pragma once
 #include "engine/op_params.h"
 #include "engine/tensor.h"
@@ -26,6 +27,10 @@ bool own_direct_applicable(const Tensor& x, const Tensor& w, const Tensor& y, co
 // weights packed straight from w; dx, w, dy as own_direct_applicable wants them.
 bool own_direct_data_gradient_applicable(const Tensor& dx, const Tensor& w, const Tensor& dy, const Conv2dParams& p);
 void own_direct_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p);
+
+// The weight gradient dw = dy^T x over every tap (dw in any layout; no bias gradient): x and dy as
+// own_direct_applicable wants x and y.
+void own_direct_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const Conv2dParams& p);
 
 // y = act(conv(x, w) + bias + residual): the bias, a residual laid out as y and a relu are applied
 // to the accumulators before they are stored; another activation, or a residual in another

@@ -387,6 +387,39 @@ std::string own_direct_dgrad_rule(const ConvProblem& pb) {
   return "";
 }
 
+// The weight gradient on the same kernel's register tile (direct_conv.h): dy^T times x's taps,
+// packed per chunk of 256 pixels, the padding skipped. Below AVX-512 it takes the dense layers of
+// 64 channels or more on both sides with a kernel larger than 1x1 (the layers the im2col rule took
+// before), and the 1x1 layers of 256 input channels or more that the matrix product's rule does
+// not take. Measured on AMD Zen 3 (2 threads, f32 resnet50_cifar at batch 64, the autotuner's
+// times, bench/results/conv_candidates_zen3_r50_wgrad.json): against the best other candidate,
+// 256->256 at 8x8 31.0 ms against 43.4 (im2col), 512->512 at 4x4 27.5 against 35.7, 128->128 at
+// 16x16 35.7 against 43.1, 64->64 at 32x32 39.5 against 43.6; the strided 3x3 layers within 12%
+// either way (256 onto 8x8 36.9 against 42.4; 128 onto 16x16 46.3 against 41.5); 1x1 layers of 256
+// inputs or more 0.62-0.92 of oneDNN's jit_1x1 time (1024->2048 strided 35.0 against 56.6;
+// 1024->256 at 8x8 24.4 against 27.8), but 128->512 at 16x16 21.9 against 18.7, so 1x1 layers of
+// fewer inputs keep oneDNN's kernel. The whole training step against the rules before (35c85c9, 4
+// alternated rounds, bench/results/compare_zen3_own_wgrad_train.json): resnet50_cifar 1.03x,
+// resnet18_cifar 1.04x, densenet121 0.99x, on a host whose load moved the same binary's
+// densenet121 step from 236 to 292 ms between two runs; the run before, where 1x1 layers of 64
+// inputs or more took it too, gave 1.08x, 1.08x and 1.02x.
+std::string own_direct_wgrad_rule(const ConvProblem& pb) {
+  const KernelPolicy pol = own_direct_policy();
+  if (pol == KernelPolicy::never || pb.bias || !own_direct_applicable(pb.x, pb.w, pb.y, pb.p)) return "";
+  if (pol == KernelPolicy::always) return "duet direct: DUET_OWN_DIRECT=always, weight gradient";
+  const Tensor &x = pb.x, &w = pb.w, &y = pb.y;
+  if (cpu_caps().avx512 || pb.p.groups != 1 || w.size(0) < 64 || w.size(1) < 64) return "";
+  const bool pointwise = w.size(2) == 1 && w.size(3) == 1;
+  if (pointwise && (w.size(1) < 256 || !pointwise_rule(pb.pass, x, w, y, pb.p, pb.bias).empty())) return "";
+  // Chosen automatically, it yields to another weight-gradient algorithm that a test forces.
+  for (KernelPolicy forced : {pointwise_gemm_policy(), im2col_weight_gradient_policy()})
+    if (forced == KernelPolicy::always) return "";
+  if (pointwise)
+    return fmt::format("duet direct: 1x1 weight gradient below AVX-512, {} >= 256, {} rows", channels(w),
+                       pixel_rows(y));
+  return fmt::format("duet direct: {}x{} weight gradient below AVX-512, {} >= 64", w.size(2), w.size(3), channels(w));
+}
+
 // A KxK kernel over a 1x1 map with one output pixel sees the input through a single tap (DenseNet's
 // 3x3 layers in its last block at 32 px, any padded 3x3 layer on a 1x1 map): it is the 1x1
 // convolution with that tap, a matrix product over the N rows. oneDNN 2.6's 3x3 weight-gradient
@@ -420,6 +453,8 @@ ConvPlan rule_plan(const ConvProblem& pb) {
   if (std::string r = depthwise_rule(pb.pass, x, w, y, pb.p, pb.bias); !r.empty()) return {ConvAlgo::own_depthwise, r};
   if (pb.pass == ConvPass::forward)
     if (std::string r = own_direct_rule(pb); !r.empty()) return {ConvAlgo::own_direct, r};
+  if (pb.pass == ConvPass::backward_weight)
+    if (std::string r = own_direct_wgrad_rule(pb); !r.empty()) return {ConvAlgo::own_direct, r};
   if (std::string r = pointwise_rule(pb.pass, x, w, y, pb.p, pb.bias); !r.empty()) return {ConvAlgo::matmul, r};
   if (pb.pass == ConvPass::backward_weight)
     if (std::string r = im2col_rule(x, w, y, pb.p, pb.bias); !r.empty()) return {ConvAlgo::im2col_matmul, r};
@@ -450,8 +485,9 @@ std::vector<ConvAlgo> candidates(const ConvProblem& pb) {
       im2col_forward_applicable(x, w, y, pb.p))
     c.push_back(ConvAlgo::im2col_matmul);
   if (own_direct_policy() != KernelPolicy::never &&
-      (pb.pass == ConvPass::forward ? own_direct_applicable(x, w, y, pb.p)
-                                    : pb.pass == ConvPass::backward_data && own_direct_data_gradient_applicable(x, w, y, pb.p)))
+      (pb.pass == ConvPass::backward_data ? own_direct_data_gradient_applicable(x, w, y, pb.p)
+                                          : own_direct_applicable(x, w, y, pb.p)) &&
+      !(pb.pass == ConvPass::backward_weight && pb.bias))
     c.push_back(ConvAlgo::own_direct);
   if (pb.pass == ConvPass::backward_weight && im2col_weight_gradient_policy() != KernelPolicy::never &&
       im2col_weight_gradient_applicable(x, w, y, pb.p) && !pb.bias)

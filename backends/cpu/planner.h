@@ -34,8 +34,9 @@ enum class ConvAlgo : uint8_t {
   own_depthwise,   // duet's depthwise loops (depthwise.h)
   flipped_forward, // a data gradient as oneDNN's forward convolution of dy by the flipped weights
   col2im_matmul,   // a data gradient as dy W, a column matrix scattered back onto dx (col2im)
-  own_direct,      // duet's AVX2 direct kernel on channels-last f32 maps (direct_conv.h): a forward, or a
-                   // stride-1 data gradient as its forward of dy by the flipped weights
+  own_direct,      // duet's AVX2 direct kernel on channels-last f32 maps (direct_conv.h): a forward, a
+                   // weight gradient (dy^T times x's taps), or a stride-1 data gradient as its forward
+                   // of dy by the flipped weights
 };
 const char* algo_name(ConvAlgo a);
 
