@@ -368,6 +368,8 @@ TABLES = {
     "compare_zen3_direct_infer": (compare_builds, ("compare_zen3_own_direct_infer.json",), {}),
     "compare_zen3_direct_train": (compare_builds, ("compare_zen3_own_direct_train.json",), {}),
     "throughput_zen3_direct": (throughput, ("train_throughput_zen3_cnn_f5ce9f4.json",), {}),
+    "throughput_zen3_wgrad": (throughput, ("train_throughput_zen3_cnn_f8a1d1d.json",), {}),
+    "compare_zen3_wgrad_train": (compare_builds, ("compare_zen3_own_wgrad_train.json",), {}),
     "inference_fold_amx": (inference, ("infer_throughput_amx_33acfea.json",), {}),
     "inference_pack_amx": (inference, ("infer_throughput_amx_b6b2de2.json",), {}),
     "inference_bf16_amx": (inference, ("infer_throughput_amx_bf16_77e36f9.json",), {}),
