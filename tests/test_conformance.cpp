@@ -659,8 +659,8 @@ TEST(CpuBackend, OwnDirectDataGradientMatchesReference) {
 // The weight gradient on the direct kernel's register tile (dy^T times x's taps, the padding
 // skipped), forced on, against the reference backend: 1x1 to 7x7 kernels, strides, every padding
 // from 0 to d * (K - 1) and beyond the map, dilation, channel counts that leave a partial 6-channel
-// or 16-channel tile, sums over several 256-pixel chunks, a weight in NCHW (summed in a buffer and
-// copied) and one channels-last (summed in place).
+// or 16-channel tile, sums over several 256-pixel chunks (1x1, and 3x3 with partial tiles: 432
+// pixels), a weight in NCHW (summed in a buffer and copied) and one channels-last (summed in place).
 TEST(CpuBackend, OwnDirectWeightGradientMatchesReference) {
   if (!backend_available(Backend::cpu)) GTEST_SKIP() << "needs the cpu backend";
   if (!cpu::cpu_caps().avx2) GTEST_SKIP() << "duet's direct convolution needs AVX2 and FMA, which this CPU lacks";
@@ -672,7 +672,7 @@ TEST(CpuBackend, OwnDirectWeightGradientMatchesReference) {
   const std::vector<Shape> shapes = {
       {2, 64, 8, 8, 64, 3, 1, 1, 1, false},  {1, 150, 6, 5, 33, 3, 1, 0, 1, true}, {2, 8, 11, 9, 20, 5, 2, 2, 1, false},
       {1, 20, 9, 9, 24, 7, 1, 3, 1, true},   {2, 16, 9, 9, 32, 3, 1, 2, 2, false}, {3, 17, 7, 7, 40, 3, 2, 1, 1, true},
-      {9, 32, 12, 12, 13, 1, 1, 0, 1, false}, {4, 24, 3, 3, 16, 3, 1, 2, 1, false},
+      {9, 32, 12, 12, 13, 1, 1, 0, 1, false}, {4, 24, 3, 3, 16, 3, 1, 2, 1, false}, {3, 24, 12, 12, 20, 3, 1, 1, 1, true},
   };
   uint64_t seed = 70;
   for (const Shape& s : shapes) {

@@ -396,9 +396,10 @@ std::string own_direct_dgrad_rule(const ConvProblem& pb) {
 // 256->256 at 8x8 31.0 ms against 43.4 (im2col), 512->512 at 4x4 27.5 against 35.7, 128->128 at
 // 16x16 35.7 against 43.1, 64->64 at 32x32 39.5 against 43.6; the strided 3x3 layers within 12%
 // either way (256 onto 8x8 36.9 against 42.4; 128 onto 16x16 46.3 against 41.5); 1x1 layers of 256
-// inputs or more 0.62-0.92 of oneDNN's jit_1x1 time (1024->2048 strided 35.0 against 56.6;
-// 1024->256 at 8x8 24.4 against 27.8), but 128->512 at 16x16 21.9 against 18.7, so 1x1 layers of
-// fewer inputs keep oneDNN's kernel. The whole training step against the rules before (35c85c9, 4
+// inputs or more 0.62-0.92 of the time of oneDNN's jit_1x1 kernel, which the rules gave them before
+// (1024->2048 strided 35.0 against 56.6; 1024->256 at 8x8 24.4 against 27.8; 1024->512 at 8x8 32.6
+// against 46.5, where the matrix product, which no rule gives it, took 28.4), but 128->512 at 16x16
+// 21.9 against 18.7, so 1x1 layers of fewer inputs keep oneDNN's kernel. The whole training step against the rules before (35c85c9, 4
 // alternated rounds, bench/results/compare_zen3_own_wgrad_train.json): resnet50_cifar 1.03x,
 // resnet18_cifar 1.04x, densenet121 0.99x, on a host whose load moved the same binary's
 // densenet121 step from 236 to 292 ms between two runs; the run before, where 1x1 layers of 64
