@@ -144,6 +144,14 @@ void im2col_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
                         p.act);
 }
 
+void weight_gradient_in_ohwi(const Tensor& dw, const std::function<void(const Tensor& out)>& compute) {
+  const Tensor ohwi = dw.permute({0, 2, 3, 1});
+  if (ohwi.is_contiguous()) return compute(dw);
+  const Tensor out = Tensor::empty({dw.size(0), dw.size(2), dw.size(3), dw.size(1)}, TensorOptions(dw.dtype()));
+  compute(out);
+  cpu_backend().copy(out, ohwi);
+}
+
 // dW = dy^T im2col(x) (planner.h), straight into a channels-last weight gradient (its
 // memory is the [O, KH*KW*C] matrix), else through a scratch matrix copied into dw's layout.
 void im2col_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const Conv2dParams& p) {
@@ -151,11 +159,9 @@ void im2col_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw,
   const int64_t P = dy.size(0) * dy.size(2) * dy.size(3);
   const Tensor col = Tensor::empty({P, K}, TensorOptions(x.dtype()));
   im2col_nhwc(x, col, dy.size(2), dy.size(3), KH, KW, p);
-  const Tensor ohwi = dw.permute({0, 2, 3, 1});
-  const bool in_place = ohwi.is_contiguous();
-  const Tensor out = in_place ? dw : Tensor::empty({O, KH, KW, C}, TensorOptions(dw.dtype()));
-  gemm("conv2d_backward_weight", transposed(pixel_rows(dy)), {col, P, K, K, 1}, {out, O, K, K, 1});
-  if (!in_place) cpu_backend().copy(out, ohwi);
+  weight_gradient_in_ohwi(dw, [&](const Tensor& out) {
+    gemm("conv2d_backward_weight", transposed(pixel_rows(dy)), {col, P, K, K, 1}, {out, O, K, K, 1});
+  });
 }
 
 

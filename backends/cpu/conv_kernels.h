@@ -3,6 +3,7 @@
 // (pointwise, im2col, one tap), depthwise.h duet's own loops. These run what they are given;
 // the choice is the planner's.
 #pragma once
+#include <functional>
 #include <optional>
 #include <string>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -42,6 +43,9 @@ void pointwise_forward(const Tensor& x, const Tensor& w, const Tensor& bias, con
                        std::optional<Activation> act);
 void pointwise_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx);
 void pointwise_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw);
+// A weight gradient that `compute(out)` writes in [O, KH, KW, C] order (im2col's tap order): out is
+// dw itself when dw is laid out so (channels-last), else a buffer copied into dw's layout after.
+void weight_gradient_in_ohwi(const Tensor& dw, const std::function<void(const Tensor& out)>& compute);
 // y = act(im2col(x) W^T + bias + residual) and dW = dy^T im2col(x), for kernels larger than 1x1.
 void im2col_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual, const Tensor& y,
                     const Conv2dParams& p);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 #include "backends/cpu/common.h"
+#include "backends/cpu/conv_kernels.h"
 #include "backends/cpu/planner.h"
 #include "engine/conv_epilogue.h"
 
@@ -466,16 +467,12 @@ void own_direct_backward_data(const Tensor& dy, const Tensor& w, const Tensor& d
 
 void own_direct_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const Conv2dParams& p) {
   const Geometry g = geometry(x, dy, dw.size(2), dw.size(3), p);
-  // The sums land in [O, KH, KW, C] order: in dw itself when it is laid out so (channels-last),
-  // else in a buffer copied into dw's layout after.
-  const Tensor ohwi = dw.permute({0, 2, 3, 1});
-  const bool in_place = ohwi.is_contiguous();
-  const Tensor out = in_place ? dw : Tensor::empty({g.O, g.KH, g.KW, g.C});
-  if (g.pixels() == 0)
-    std::fill_n(out.data<float>(), out.numel(), 0.0f);
-  else
-    direct_weight_gradient(g, x.data<float>(), dy.data<float>(), out.data<float>());
-  if (!in_place) cpu_backend().copy(out, ohwi);
+  weight_gradient_in_ohwi(dw, [&](const Tensor& out) {
+    if (g.pixels() == 0)
+      std::fill_n(out.data<float>(), out.numel(), 0.0f);
+    else
+      direct_weight_gradient(g, x.data<float>(), dy.data<float>(), out.data<float>());
+  });
 }
 
 }  // namespace duet::cpu
