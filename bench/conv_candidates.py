@@ -29,7 +29,7 @@ RULE_ALGO = [("winograd", "winograd"), ("matrix product:", "matrix product"), ("
              ("blocked layout:", "blocked direct"), ("direct:", "direct"), ("one tap:", "one tap as a matrix product"),
              ("duet depthwise:", "duet depthwise"), ("flipped forward:", "forward of dy by flipped weights"),
              ("col2im:", "matrix product + col2im"),
-             ("duet direct:", "duet direct")]
+             ("duet direct:", "duet direct"), ("duet winograd:", "duet winograd")]
 
 
 def profile(a, autotune):

@@ -702,6 +702,83 @@ TEST(CpuBackend, OwnDirectWeightGradientMatchesReference) {
   }
 }
 
+// duet's Winograd F(4x4, 3x3) (backends/cpu/winograd_conv.h), forced on, against the reference
+// backend in all three passes: padding 0, 1 and 2 (the data gradient's flipped forward pads 2, 1
+// and 0), maps that fit the 4x4 tiles (8x8, 4x4) and maps that leave partial tiles or are smaller
+// than one (7x5, 9x9, 3x3), channel counts that leave a partial 8-channel vector on either side, a
+// bias, a residual laid out as y (added in the output transform) or in NCHW (a pass after), relu
+// inside and relu6 after, weights in NCHW (gradient stored through its strides) and channels-last.
+TEST(CpuBackend, OwnWinogradMatchesReference) {
+  if (!backend_available(Backend::cpu)) GTEST_SKIP() << "needs the cpu backend";
+  if (!cpu::cpu_caps().avx2) GTEST_SKIP() << "duet's Winograd convolution needs AVX2 and FMA, which this CPU lacks";
+  ScopedPolicy always(cpu::set_own_winograd_policy, cpu::KernelPolicy::always);
+  enum Residual { none, like_y, nchw };
+  struct Shape {
+    int64_t N, C, H, W, O, pad;
+    bool weight_channels_last;
+    Residual residual;
+    std::optional<Activation> act;
+  };
+  const std::vector<Shape> shapes = {
+      {2, 64, 8, 8, 64, 1, false, none, Activation::relu},  {1, 13, 7, 5, 21, 1, true, like_y, Activation::relu},
+      {3, 24, 9, 9, 16, 0, false, nchw, Activation::relu},  {1, 40, 6, 6, 9, 2, true, like_y, std::nullopt},
+      {2, 8, 4, 4, 32, 1, false, none, Activation::relu6},  {1, 130, 3, 3, 70, 1, false, none, std::nullopt},
+  };
+  uint64_t seed = 100;
+  for (const Shape& s : shapes) {
+    SCOPED_TRACE(fmt::format("[{}, {}, {}, {}] * [{}, {}, 3, 3] pad {}", s.N, s.C, s.H, s.W, s.O, s.C, s.pad));
+    const int64_t OH = s.H + 2 * s.pad - 2, OW = s.W + 2 * s.pad - 2;
+    const Tensor x0 = random_tensor({s.N, s.C, s.H, s.W}, ++seed, DType::f32).contiguous(MemoryFormat::channels_last);
+    Tensor w0 = random_tensor({s.O, s.C, 3, 3}, ++seed, DType::f32, -0.1, 0.1);
+    if (s.weight_channels_last) w0 = w0.contiguous(MemoryFormat::channels_last);
+    const Tensor b = random_tensor({s.O}, ++seed, DType::f32);
+    Tensor r;
+    if (s.residual != none) r = random_tensor({s.N, s.O, OH, OW}, ++seed, DType::f32);
+    if (s.residual == like_y) r = r.contiguous(MemoryFormat::channels_last);
+    const Tensor dy = random_tensor({s.N, s.O, OH, OW}, ++seed, DType::f32).contiguous(MemoryFormat::channels_last);
+    Conv2dParams p{1, 1, s.pad, s.pad, 1, 1};
+    p.act = s.act;
+    const Conv2dParams plain{1, 1, s.pad, s.pad, 1, 1};
+    struct Result {
+      Tensor y, dx, dw;
+      std::map<std::string, std::string> impl;  // by event name
+    };
+    auto run = [&](Backend be) {
+      BackendGuard guard(DeviceType::cpu, be);
+      Result out;
+      const Tensor x = x0.detach().set_requires_grad(true), w = w0.detach().set_requires_grad(true);
+      for (const OpEvent& e : profiled_events([&] {
+             {
+               NoGradGuard no_grad;
+               out.y = conv2d(x0, w0, b, p, r);
+             }
+             sum(mul(conv2d(x, w, Tensor(), plain), dy)).backward();
+           }))
+        out.impl[std::string(e.name).starts_with("conv2d.backward") ? e.name : std::string(e.name).substr(0, 6)] = e.impl;
+      out.dx = x.grad();
+      out.dw = w.grad();
+      return out;
+    };
+    const Result got = run(Backend::cpu), want = run(Backend::reference);
+    const std::string forced = "[duet winograd: DUET_OWN_WINOGRAD=always]";
+    EXPECT_EQ(got.impl.at("conv2d"), "duet:winograd_f4x4_3x3_avx2 " + forced);
+    EXPECT_EQ(got.impl.at("conv2d.backward_data"), "duet:winograd_f4x4_3x3_avx2 (dy by the flipped weights) " + forced);
+    EXPECT_EQ(got.impl.at("conv2d.backward_weight"), "duet:winograd_f4x4_3x3_avx2 " + forced);
+    EXPECT_TRUE(all_close(got.y, want.y, 1e-4, 1e-4));
+    EXPECT_TRUE(all_close(got.dx, want.dx, 1e-4, 1e-4));
+    EXPECT_TRUE(all_close(got.dw, want.dw, 1e-4, 1e-4));
+    EXPECT_EQ(got.dw.is_contiguous(MemoryFormat::channels_last), s.weight_channels_last);
+  }
+}
+
+// duet's Winograd forced on for every conv case, f32 and bf16: the three passes of the channels-last
+// f32 3x3 stride-1 ones of one group take it (the weight gradient without a bias gradient), the
+// others keep their kernels.
+TEST(CpuBackend, OwnWinogradMatchesReferenceOnEveryConvCase) {
+  if (!cpu::cpu_caps().avx2) GTEST_SKIP() << "duet's Winograd convolution needs AVX2 and FMA, which this CPU lacks";
+  EXPECT_GE(forced_conv_cases_match_reference(cpu::set_own_winograd_policy, name_has("_nhwc")), 20);
+}
+
 // The direct kernel's relu keeps a NaN (as the reference's does, and unlike oneDNN's fused relu
 // below AVX-512), and a frozen weight's packed panels are kept: the second forward repacks nothing
 // and computes the unfrozen weight's bits.
@@ -804,13 +881,13 @@ TEST(CpuBackend, AutomaticPolicyRunsSmallMapWeightGradientsOnIm2col) {
     return impl.rfind("matmul/", 0) == 0 && impl.find("ref") == std::string::npos;
   };
   // f32 first: bf16 convolutions run on the reference loops below AVX-512.
-  // Winograd's with AVX-512; below it duet's direct kernel takes every weight gradient of 64
-  // channels or more on both sides, im2col where the CPU lacks AVX2 as well.
+  // Winograd's with AVX-512; below it duet's Winograd takes this stride-1 layer (64 tiles), im2col
+  // where the CPU lacks AVX2 as well.
   const std::string small_f32 = run({64, 64, 4, 4}, {96, 64, 3, 3}, 1, DType::f32, false).first;
   if (cpu::cpu_caps().avx512)
     EXPECT_FALSE(is_matmul(small_f32)) << small_f32;
   else if (cpu::cpu_caps().avx2)
-    EXPECT_NE(small_f32.find("duet:direct_nhwc_avx2 (dy^T by x's taps) [duet direct: 3x3 weight gradient below AVX-512"),
+    EXPECT_NE(small_f32.find("duet:winograd_f4x4_3x3_avx2 [duet winograd: 3x3 stride 1 below AVX-512, 64->96 channels"),
               std::string::npos)
         << small_f32;
   else
@@ -845,8 +922,10 @@ TEST(CpuBackend, AutomaticPolicyRunsSmallMapWeightGradientsOnIm2col) {
 // kernel for the data gradient. The forwards onto maps of at most 16x16 run duet's direct kernel
 // (where the CPU has AVX2), strided or not; a larger map with more than 4,096 output pixels runs
 // oneDNN's blocked kernel. With AVX-512 none of these reasons appears. Each result matches the
-// reference backend.
+// reference backend. duet's Winograd, which takes the stride-1 layers first where the CPU has AVX2
+// (the next test), is off here: these are the rules for its layers when DUET_OWN_WINOGRAD=0.
 TEST(CpuBackend, AutomaticPolicyWithoutAvx512RunsDenseLayersOnSgemm) {
+  ScopedPolicy no_winograd(cpu::set_own_winograd_policy, cpu::KernelPolicy::never);
   const bool avx2 = !cpu::cpu_caps().avx512, own = avx2 && cpu::cpu_caps().avx2;
   // The gradients of sum(y^2) on backend b, and on the cpu backend each conv pass's implementation.
   auto grads = [](Backend b, int64_t N, int64_t C, int64_t H, int64_t stride, std::map<std::string, std::string>& impls) {
@@ -898,6 +977,58 @@ TEST(CpuBackend, AutomaticPolicyWithoutAvx512RunsDenseLayersOnSgemm) {
   auto few_images = impls(2, 64, 32, 1);
   EXPECT_EQ(has(few_images["conv2d"], "[duet direct: 3x3 kernel below AVX-512, 2048 output pixels <= 4096]"), own)
       << few_images["conv2d"];
+}
+
+// Below AVX-512 with AVX2 (planner.cpp's own_winograd_rule) duet's Winograd takes all three passes
+// of 3x3 stride-1 layers of 32 channels or more on both sides, onto maps of 4x4 or more, with at
+// least 4 tiles; not the strided layers, not 16 channels, not a 2x2 map, not a single tile (one
+// image of a 4x4 map), and not a weight gradient with a bias gradient. With AVX-512, or without
+// AVX2, it takes nothing. Each result matches the reference backend.
+TEST(CpuBackend, AutomaticPolicyRunsStride1LayersOnOwnWinograd) {
+  const bool own = !cpu::cpu_caps().avx512 && cpu::cpu_caps().avx2;
+  auto impls = [](int64_t N, int64_t C, int64_t O, int64_t H, int64_t stride, bool bias) {
+    std::map<std::string, std::string> by_pass;
+    Tensor grads[2][3];
+    for (Backend b : {Backend::cpu, Backend::reference}) {
+      BackendGuard guard(DeviceType::cpu, b);
+      const Tensor x =
+          random_tensor({N, C, H, H}, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);
+      const Tensor w = random_tensor({O, C, 3, 3}, 2, DType::f32, -0.1, 0.1).set_requires_grad(true);
+      const Tensor bv = bias ? random_tensor({O}, 3, DType::f32).set_requires_grad(true) : Tensor();
+      for (const OpEvent& e : profiled_events([&] {
+             const Tensor y = conv2d(x, w, bv, Conv2dParams{stride, stride, 1, 1});
+             sum(mul(y, y)).backward();
+           }))
+        if (b == Backend::cpu && std::string(e.name).rfind("conv2d", 0) == 0) by_pass[e.name] = e.impl;
+      Tensor* g = grads[b == Backend::cpu ? 0 : 1];
+      g[0] = x.grad();
+      g[1] = w.grad();
+      g[2] = bias ? bv.grad() : Tensor();
+    }
+    EXPECT_TRUE(all_close(grads[0][0], grads[1][0], 1e-3, 1e-3)) << C << "->" << O << " at " << H << "x" << H;
+    EXPECT_TRUE(all_close(grads[0][1], grads[1][1], 1e-2, 1e-3)) << C << "->" << O << " at " << H << "x" << H;
+    return by_pass;
+  };
+  const auto winograd = [](const std::string& impl) { return impl.find("[duet winograd: ") != std::string::npos; };
+  auto wide = impls(4, 128, 64, 16, 1, false);
+  for (const char* pass : {"conv2d", "conv2d.backward_data", "conv2d.backward_weight"})
+    EXPECT_EQ(winograd(wide[pass]), own) << pass << ": " << wide[pass];
+  EXPECT_EQ(wide["conv2d"].find("duet:winograd_f4x4_3x3_avx2 [duet winograd: 3x3 stride 1 below AVX-512, 128->64 "
+                                "channels >= 32, 64 tiles of 4x4 onto 16x16]") != std::string::npos,
+            own)
+      << wide["conv2d"];
+  auto one_tile = impls(1, 64, 64, 4, 1, false);
+  auto four_tiles = impls(4, 64, 64, 4, 1, false);
+  EXPECT_FALSE(winograd(one_tile["conv2d"])) << one_tile["conv2d"];
+  EXPECT_EQ(winograd(four_tiles["conv2d"]), own) << four_tiles["conv2d"];
+  for (const auto& [N, C, O, H, stride] : {std::tuple{4, 64, 64, 16, 2}, std::tuple{4, 16, 64, 16, 1},
+                                           std::tuple{4, 64, 16, 16, 1}, std::tuple{16, 64, 64, 2, 1}}) {
+    auto no = impls(N, C, O, H, stride, false);
+    for (const auto& [pass, impl] : no) EXPECT_FALSE(winograd(impl)) << C << "->" << O << " at " << H << ", " << pass;
+  }
+  auto with_bias = impls(4, 64, 64, 8, 1, true);
+  EXPECT_EQ(winograd(with_bias["conv2d"]), own) << with_bias["conv2d"];
+  EXPECT_FALSE(winograd(with_bias["conv2d.backward_weight"])) << with_bias["conv2d.backward_weight"];
 }
 
 // The weight gradient of a pointwise convolution over many pixel rows sums them in one chunk per
@@ -1065,8 +1196,10 @@ TEST(CpuBackend, AutotunedConvolutionsMatchReferenceAndTuneOnce) {
   // matmul for each pass, and col2im for the data gradient; duet's direct kernel for both forwards,
   // both weight gradients and the 3x3 data gradient where the CPU has AVX2; 4 timed runs each.
   // Below AVX-512 oneDNN builds no Winograd primitive, and the tuner skips the candidate.
+  // duet's Winograd for the three passes of the 3x3 layer where the CPU has AVX2.
   const int winograd = cpu::cpu_caps().avx512 ? 3 : 0, own_direct = cpu::cpu_caps().avx2 ? 5 : 0;
-  EXPECT_EQ(first - before, 4 * (3 + 3 + 2 + 2 + 3 + 2 + winograd + own_direct));
+  const int own_winograd = cpu::cpu_caps().avx2 ? 3 : 0;
+  EXPECT_EQ(first - before, 4 * (3 + 3 + 2 + 2 + 3 + 2 + winograd + own_direct + own_winograd));
   step();
   EXPECT_EQ(cpu::conv_autotune_runs(), first) << "the second step timed algorithms again";
 }
@@ -1556,10 +1689,11 @@ TEST(CpuBackend, ConvBackwardShowsEachPassWithItsReason) {
   EXPECT_EQ(op.flops, 0.0);
   EXPECT_DOUBLE_EQ(data.flops, 2.0 * 16 * 32 * 8 * 8 * 32 * 9);
   EXPECT_GT(weight.flops, 0.0);
-  // Winograd where oneDNN has it (AVX-512), the direct kernel below.
-  const std::string reason = cpu::cpu_caps().avx512
-                                 ? "[winograd: 3x3 stride 1, 32->32 channels >= 32, output 8x8 >= 4x4, 1024 >= 1024 pixels]"
-                                 : "[direct: no other rule applies]";
+  // oneDNN's Winograd where it has one (AVX-512), duet's below it with AVX2, else the direct kernel.
+  const std::string reason =
+      cpu::cpu_caps().avx512 ? "[winograd: 3x3 stride 1, 32->32 channels >= 32, output 8x8 >= 4x4, 1024 >= 1024 pixels]"
+      : cpu::cpu_caps().avx2 ? "[duet winograd: 3x3 stride 1 below AVX-512, 32->32 channels >= 32, 64 tiles of 4x4 onto 8x8]"
+                             : "[direct: no other rule applies]";
   for (const OpEvent* e : {&data, &weight}) EXPECT_NE(e->impl.find(reason), std::string::npos) << e->name << ": " << e->impl;
 }
 

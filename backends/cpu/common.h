@@ -266,6 +266,10 @@ void* scratch(size_t bytes, int slot);
 #define DUET_SIMD_CLONES __attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
 #endif
 
+// A function of duet's own AVX2 kernels (direct_conv.cpp, winograd_conv.cpp): compiled for AVX2 and
+// FMA whatever the build's baseline, and called only where cpu_caps() reports both (planner.h).
+#define DUET_AVX2_FMA __attribute__((target("avx2,fma")))
+
 // ---- OpenMP ---------------------------------------------------------------------------------------
 
 // Below this many elements a loop runs on the calling thread: waking the team costs more than

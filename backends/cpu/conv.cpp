@@ -13,6 +13,7 @@
 #include "backends/cpu/conv_kernels.h"
 #include "backends/cpu/depthwise.h"
 #include "backends/cpu/direct_conv.h"
+#include "backends/cpu/winograd_conv.h"
 #include "engine/conv_backward.h"
 #include "engine/conv_epilogue.h"
 
@@ -323,6 +324,8 @@ constexpr const char* kOwnDepthwise = "duet:depthwise_nhwc";
 constexpr const char* kOwnDirect = "duet:direct_nhwc_avx2";
 constexpr const char* kOwnDirectFlipped = "duet:direct_nhwc_avx2 (dy by the flipped weights)";
 constexpr const char* kOwnDirectWeights = "duet:direct_nhwc_avx2 (dy^T by x's taps)";
+constexpr const char* kOwnWinograd = "duet:winograd_f4x4_3x3_avx2";
+constexpr const char* kOwnWinogradFlipped = "duet:winograd_f4x4_3x3_avx2 (dy by the flipped weights)";
 
 }  // namespace
 
@@ -341,6 +344,9 @@ void run_conv_forward(ConvAlgo a, const Tensor& x, const Tensor& w, const Tensor
     case ConvAlgo::own_direct:
       profiler::note_impl(kOwnDirect);
       return own_direct_forward(x, w, bias, residual, y, p);
+    case ConvAlgo::own_winograd:
+      own_winograd_forward(x, w, bias, residual, y, p);
+      return profiler::note_impl(kOwnWinograd);  // after its matrix products, which name themselves
     case ConvAlgo::flipped_forward:
     case ConvAlgo::col2im_matmul:
       throw Error(fmt::format("conv2d on backend 'cpu': {} runs a gradient, not the forward", algo_name(a)));
@@ -403,6 +409,9 @@ void run_conv_backward_data(ConvAlgo a, const Tensor& dy, const Tensor& w, const
     case ConvAlgo::own_direct:
       profiler::note_impl(kOwnDirectFlipped);
       return own_direct_backward_data(dy, w, dx, p);
+    case ConvAlgo::own_winograd:
+      own_winograd_backward_data(dy, w, dx, p);
+      return profiler::note_impl(kOwnWinogradFlipped);
     default: break;
   }
   const auto e = data_entry(a, dy, w, dx, p);
@@ -430,6 +439,10 @@ void run_conv_backward_weight(ConvAlgo a, const Tensor& x, const Tensor& dy, con
       if (dbias.defined()) throw Error("conv2d_backward on backend 'cpu': duet direct sums no bias gradient");
       profiler::note_impl(kOwnDirectWeights);
       return own_direct_backward_weight(x, dy, dw, p);
+    case ConvAlgo::own_winograd:
+      if (dbias.defined()) throw Error("conv2d_backward on backend 'cpu': duet winograd sums no bias gradient");
+      own_winograd_backward_weight(x, dy, dw, p);
+      return profiler::note_impl(kOwnWinograd);
     default: break;
   }
   const auto e = weight_entry(a, x, dy, dw, dbias, p);

@@ -20,8 +20,6 @@ constexpr int kNR = 16;  // output channels per register tile: two ymm vectors
 constexpr int64_t kMaxChunk = 1024;
 alignas(64) const float kZeros[kMaxChunk] = {};
 
-#define DUET_AVX2_FMA __attribute__((target("avx2,fma")))
-
 // The sizes the loops need, in elements.
 struct Geometry {
   int64_t N, C, H, W, O, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw;

@@ -17,6 +17,7 @@
 #include "backends/cpu/conv_kernels.h"
 #include "backends/cpu/depthwise.h"
 #include "backends/cpu/direct_conv.h"
+#include "backends/cpu/winograd_conv.h"
 
 namespace duet::cpu {
 
@@ -28,6 +29,7 @@ std::atomic<KernelPolicy> g_im2col_forward{policy_from_env("DUET_IM2COL_FORWARD"
 std::atomic<KernelPolicy> g_flipped_dgrad{policy_from_env("DUET_FLIPPED_DGRAD")};
 std::atomic<KernelPolicy> g_col2im_dgrad{policy_from_env("DUET_COL2IM_DGRAD")};
 std::atomic<KernelPolicy> g_own_direct{policy_from_env("DUET_OWN_DIRECT")};
+std::atomic<KernelPolicy> g_own_winograd{policy_from_env("DUET_OWN_WINOGRAD")};
 std::atomic<bool> g_autotune{[] {
   const char* v = std::getenv("DUET_CONV_AUTOTUNE");
   return v != nullptr && std::string(v) == "1";
@@ -49,6 +51,8 @@ void set_col2im_data_gradient_policy(KernelPolicy p) { g_col2im_dgrad.store(p); 
 KernelPolicy col2im_data_gradient_policy() { return g_col2im_dgrad.load(); }
 void set_own_direct_policy(KernelPolicy p) { g_own_direct.store(p); }
 KernelPolicy own_direct_policy() { return g_own_direct.load(); }
+void set_own_winograd_policy(KernelPolicy p) { g_own_winograd.store(p); }
+KernelPolicy own_winograd_policy() { return g_own_winograd.load(); }
 void set_conv_autotune(bool on) { g_autotune.store(on); }
 bool conv_autotune() { return g_autotune.load(); }
 int64_t conv_autotune_runs() { return g_tuning_runs.load(); }
@@ -65,6 +69,7 @@ const char* algo_name(ConvAlgo a) {
     case ConvAlgo::flipped_forward: return "forward of dy by flipped weights";
     case ConvAlgo::col2im_matmul: return "matrix product + col2im";
     case ConvAlgo::own_direct: return "duet direct";
+    case ConvAlgo::own_winograd: return "duet winograd";
   }
   return "?";
 }
@@ -421,6 +426,40 @@ std::string own_direct_wgrad_rule(const ConvProblem& pb) {
   return fmt::format("duet direct: {}x{} weight gradient below AVX-512, {} >= 64", w.size(2), w.size(3), channels(w));
 }
 
+// duet's own Winograd F(4x4, 3x3) (winograd_conv.h) for all three passes of 3x3 stride-1 layers
+// below AVX-512, where oneDNN 2.6 has no Winograd kernel: a quarter of a direct sum's
+// multiplications, as 36 matrix products between transforms. It takes layers of 32 channels or
+// more on both sides, output maps of at least 4x4 and at least 4 tiles of 4x4 outputs. Measured on
+// AMD Zen 3 (2 threads, bench/conv_candidates.py, bench/results/conv_candidates_zen3_r18_winograd_
+// {train,infer_b1,infer_b8}.json and conv_candidates_zen3_dn121_winograd.json), against the best other candidate: f32 training of resnet18_cifar at
+// batch 64 took 0.28-0.60 of the time forward (256->256 at 8x8 10.6 ms against 28.4 duet direct;
+// 64->64 at 32x32 22.3 against 36.8 blocked), 0.45-0.80 for the data gradients and 0.46-0.86 for
+// the weight gradients; DenseNet-121's 128->32 layers (224 px) 0.57-0.74 on every pass but one tie
+// (the forward at 14x14, 8.48 against 8.35). Batch-1 inference (frozen weights, their transform
+// kept) took 0.48-0.65 of the time from 8x8 maps up (256->256 at 8x8, 4 tiles: 0.37 against 0.57)
+// but 2x on 512->512 at 4x4 (one tile: 1.44 against 0.70), where the products read 36 transformed
+// kernels of 1 MB for one row each; 8 such tiles took 4.99 against 6.90. The 3-channel stem stays on
+// oneDNN (9.6 ms against 1.8). Its rounding error is about 4x a direct sum's (winograd_conv.cpp).
+std::string own_winograd_rule(const ConvProblem& pb) {
+  const KernelPolicy pol = own_winograd_policy();
+  const bool applies = pb.pass == ConvPass::backward_data ? own_winograd_data_gradient_applicable(pb.x, pb.w, pb.y, pb.p)
+                                                          : own_winograd_applicable(pb.x, pb.w, pb.y, pb.p);
+  if (pol == KernelPolicy::never || !applies || (pb.pass == ConvPass::backward_weight && pb.bias)) return "";
+  if (pol == KernelPolicy::always) return "duet winograd: DUET_OWN_WINOGRAD=always";
+  // Chosen automatically, it yields to another algorithm that a test forces.
+  for (KernelPolicy forced : {winograd_policy(), pointwise_gemm_policy(), im2col_weight_gradient_policy(),
+                              im2col_forward_policy(), flipped_data_gradient_policy(), col2im_data_gradient_policy(),
+                              own_direct_policy()})
+    if (forced == KernelPolicy::always) return "";
+  const Tensor &w = pb.w, &y = pb.y;  // y: the output, or dy (its map is the output's in every pass)
+  const Tensor& out = pb.pass == ConvPass::backward_data ? pb.x : y;  // the map the 4x4 tiles cover
+  const int64_t tiles = out.size(0) * ((out.size(2) + 3) / 4) * ((out.size(3) + 3) / 4);
+  if (cpu_caps().avx512 || w.size(0) < 32 || w.size(1) < 32 || out.size(2) < 4 || out.size(3) < 4 || tiles < 4)
+    return "";
+  return fmt::format("duet winograd: 3x3 stride 1 below AVX-512, {} >= 32, {} tiles of 4x4 onto {}", channels(w), tiles,
+                     map_of(out));
+}
+
 // A KxK kernel over a 1x1 map with one output pixel sees the input through a single tap (DenseNet's
 // 3x3 layers in its last block at 32 px, any padded 3x3 layer on a 1x1 map): it is the 1x1
 // convolution with that tap, a matrix product over the N rows. oneDNN 2.6's 3x3 weight-gradient
@@ -452,6 +491,7 @@ ConvPlan rule_plan(const ConvProblem& pb) {
   const Tensor &x = pb.x, &w = pb.w, &y = pb.y;
   if (std::string r = tap_rule(x, w, y, pb.p); !r.empty()) return {ConvAlgo::tap_matmul, r};
   if (std::string r = depthwise_rule(pb.pass, x, w, y, pb.p, pb.bias); !r.empty()) return {ConvAlgo::own_depthwise, r};
+  if (std::string r = own_winograd_rule(pb); !r.empty()) return {ConvAlgo::own_winograd, r};
   if (pb.pass == ConvPass::forward)
     if (std::string r = own_direct_rule(pb); !r.empty()) return {ConvAlgo::own_direct, r};
   if (pb.pass == ConvPass::backward_weight)
@@ -490,6 +530,11 @@ std::vector<ConvAlgo> candidates(const ConvProblem& pb) {
                                           : own_direct_applicable(x, w, y, pb.p)) &&
       !(pb.pass == ConvPass::backward_weight && pb.bias))
     c.push_back(ConvAlgo::own_direct);
+  if (own_winograd_policy() != KernelPolicy::never &&
+      (pb.pass == ConvPass::backward_data ? own_winograd_data_gradient_applicable(x, w, y, pb.p)
+                                          : own_winograd_applicable(x, w, y, pb.p)) &&
+      !(pb.pass == ConvPass::backward_weight && pb.bias))
+    c.push_back(ConvAlgo::own_winograd);
   if (pb.pass == ConvPass::backward_weight && im2col_weight_gradient_policy() != KernelPolicy::never &&
       im2col_weight_gradient_applicable(x, w, y, pb.p) && !pb.bias)
     c.push_back(ConvAlgo::im2col_matmul);
@@ -512,7 +557,7 @@ Key plan_key(const ConvProblem& pb) {
   k.add(static_cast<int64_t>(pb.pass)).add(int64_t(pb.bias)).add(p.act ? 1 + static_cast<int64_t>(*p.act) : 0);
   for (KernelPolicy pol : {winograd_policy(), pointwise_gemm_policy(), im2col_weight_gradient_policy(), im2col_forward_policy(),
                            flipped_data_gradient_policy(), col2im_data_gradient_policy(), own_direct_policy(),
-                           depthwise_policy()})
+                           own_winograd_policy(), depthwise_policy()})
     k.add(static_cast<int64_t>(pol));
   k.add(int64_t(conv_autotune()));
   return k;

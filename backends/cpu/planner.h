@@ -9,7 +9,7 @@
 //
 // Each rule has a policy (kernel_policy.h): automatic (the rule), always (wherever the algorithm
 // applies: tests force a path with it) or never; DUET_WINOGRAD, DUET_POINTWISE_GEMM,
-// DUET_IM2COL_WGRAD, DUET_IM2COL_FORWARD, DUET_OWN_DIRECT set them at start-up, as
+// DUET_IM2COL_WGRAD, DUET_IM2COL_FORWARD, DUET_OWN_DIRECT, DUET_OWN_WINOGRAD set them at start-up, as
 // DUET_CONV_AUTOTUNE=1 turns autotuning on.
 #pragma once
 #include <cstdint>
@@ -37,6 +37,8 @@ enum class ConvAlgo : uint8_t {
   own_direct,      // duet's AVX2 direct kernel on channels-last f32 maps (direct_conv.h): a forward, a
                    // weight gradient (dy^T times x's taps), or a stride-1 data gradient as its forward
                    // of dy by the flipped weights
+  own_winograd,    // duet's AVX2 Winograd F(4x4, 3x3) on channels-last f32 maps (winograd_conv.h): all
+                   // three passes of a 3x3 stride-1 layer
 };
 const char* algo_name(ConvAlgo a);
 
@@ -85,6 +87,8 @@ void set_col2im_data_gradient_policy(KernelPolicy p);   // DUET_COL2IM_DGRAD
 KernelPolicy col2im_data_gradient_policy();
 void set_own_direct_policy(KernelPolicy p);             // DUET_OWN_DIRECT
 KernelPolicy own_direct_policy();
+void set_own_winograd_policy(KernelPolicy p);           // DUET_OWN_WINOGRAD
+KernelPolicy own_winograd_policy();
 // Autotuning, off by default: the first time a pass meets a shape (with its layouts, dtype and
 // thread count), every algorithm that can run it is timed, one warm-up and the median of three
 // runs each, and the fastest is used for that shape from then on, like
