@@ -430,16 +430,18 @@ std::string own_direct_wgrad_rule(const ConvProblem& pb) {
 // below AVX-512, where oneDNN 2.6 has no Winograd kernel: a quarter of a direct sum's
 // multiplications, as 36 matrix products between transforms. It takes layers of 32 channels or
 // more on both sides, output maps of at least 4x4 and at least 4 tiles of 4x4 outputs. Measured on
-// AMD Zen 3 (2 threads, bench/conv_candidates.py, bench/results/conv_candidates_zen3_r18_winograd_
-// {train,infer_b1,infer_b8}.json and conv_candidates_zen3_dn121_winograd.json), against the best other candidate: f32 training of resnet18_cifar at
-// batch 64 took 0.28-0.60 of the time forward (256->256 at 8x8 10.6 ms against 28.4 duet direct;
-// 64->64 at 32x32 22.3 against 36.8 blocked), 0.45-0.80 for the data gradients and 0.46-0.86 for
-// the weight gradients; DenseNet-121's 128->32 layers (224 px) 0.57-0.74 on every pass but one tie
-// (the forward at 14x14, 8.48 against 8.35). Batch-1 inference (frozen weights, their transform
-// kept) took 0.48-0.65 of the time from 8x8 maps up (256->256 at 8x8, 4 tiles: 0.37 against 0.57)
-// but 2x on 512->512 at 4x4 (one tile: 1.44 against 0.70), where the products read 36 transformed
-// kernels of 1 MB for one row each; 8 such tiles took 4.99 against 6.90. The 3-channel stem stays on
-// oneDNN (9.6 ms against 1.8). Its rounding error is about 4x a direct sum's (winograd_conv.cpp).
+// AMD Zen 3 (2 threads, bench/conv_candidates.py, the fastest of 2 rounds, bench/results/
+// conv_candidates_zen3_r18_winograd_{train,infer_b1,infer_b8}.json and, 1 round,
+// conv_candidates_zen3_dn121_winograd.json), its time over the best other candidate's: f32 training
+// of resnet18_cifar at batch 64, every 3x3 stride-1 pass 0.35-0.93 (forward 256->256 at 8x8 11.7 ms
+// against 33.1 duet direct; 64->64 at 32x32 23.4 against 38.0; the weight gradient of 512->512 at
+// 4x4 24.8 against 26.6); DenseNet-121's 128->32 layers (224 px) 0.47-0.96 on every pass but the
+// data gradient at 14x14 (6.05 against 5.59 direct); inference with frozen weights (their transform
+// kept) 0.45-0.70 at batch 1 from 8x8 maps up (256->256 at 8x8, 4 tiles: 0.39 against 0.56) and
+// 0.37-0.56 at batch 8 (512->512 at 4x4, 8 tiles: 2.33 against 4.16), but 2.5x at batch 1 on
+// 512->512 at 4x4 (one tile: 1.67 against 0.67), where the products read 36 transformed kernels of
+// 1 MB for one row each. The 3-channel stem stays on oneDNN (10.7 ms against 2.0). Its rounding
+// error is about 4x a direct sum's (winograd_conv.cpp).
 std::string own_winograd_rule(const ConvProblem& pb) {
   const KernelPolicy pol = own_winograd_policy();
   const bool applies = pb.pass == ConvPass::backward_data ? own_winograd_data_gradient_applicable(pb.x, pb.w, pb.y, pb.p)
