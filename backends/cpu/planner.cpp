@@ -441,7 +441,7 @@ std::string own_direct_wgrad_rule(const ConvProblem& pb) {
 // 0.37-0.56 at batch 8 (512->512 at 4x4, 8 tiles: 2.33 against 4.16), but 2.5x at batch 1 on
 // 512->512 at 4x4 (one tile: 1.67 against 0.67), where the products read 36 transformed kernels of
 // 1 MB for one row each. The 3-channel stem stays on oneDNN (10.7 ms against 2.0). Its rounding
-// error is about 4x a direct sum's (winograd_conv.cpp).
+// error is about 7x a direct sum's (winograd_conv.cpp).
 std::string own_winograd_rule(const ConvProblem& pb) {
   const KernelPolicy pol = own_winograd_policy();
   const bool applies = pb.pass == ConvPass::backward_data ? own_winograd_data_gradient_applicable(pb.x, pb.w, pb.y, pb.p)

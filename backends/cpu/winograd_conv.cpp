@@ -43,15 +43,14 @@ MatrixOperand matrices(const Tensor& t, const Planes& p) { return {t, p.rows, p.
 MatrixOperand transposed_matrices(const Tensor& t, const Planes& p) { return {t, p.cols, p.rows, 1, p.cols, p.stride}; }
 
 // ---- the transforms ----------------------------------------------------------------------------------
-// Toom-Cook's matrices for the points 0, -1, 1, 1/2, -3 and infinity. Lavin & Gray's points (0, 1,
-// -1, 2, -2) give simpler matrices but, in f32, about twice the rounding error: the largest error of
-// a 4x4 tile summed over 64 channels, against the exact sum, was 3.0e-6 with theirs, 1.3e-6 with
-// these and 0.3e-6 for the direct sum (median of 5 random draws, inputs in [-1, 1], weights in
-// [-0.1, 0.1]); these points are among the most accurate for F(4x4, 3x3) (Barabasz et al., "Error
-// analysis and improving the accuracy of Winograd convolution", 2020). Row j of B^T holds the
-// coefficients of the product of (x - p) over the points p other than p_j (all of them for the last
-// row), G's row j is (1, p_j, p_j^2) over the product of (p_j - p) over those points, A^T's column
-// j is (1, p_j, p_j^2, p_j^3).
+// Toom-Cook's matrices for the points 0, 1, -1, 2, -1/2 and infinity. In f32 their rounding error is
+// about half that of Lavin & Gray's points (0, 1, -1, 2, -2) and 7x a direct sum's: the largest
+// error of a 4x4 tile against the exact sum, over 256 channels (inputs in [-1, 1], weights in
+// [-0.1, 0.1], median of 60 draws), was 6.6e-6 with these points, 12.5e-6 with Lavin & Gray's and
+// 1.0e-6 for a direct sum; over 64 channels 1.9e-6, 2.9e-6 and 0.28e-6 (bench/winograd_error.py,
+// which also tries other sets). Row j of B^T holds the coefficients of the product of (x - p) over
+// the points p other than p_j (over all of them for the last row); G's row j is (1, p_j, p_j^2)
+// over the product of (p_j - p) over the others; A^T's column j is (1, p_j, p_j^2, p_j^3).
 template <int R, int K>
 struct Matrix {
   static constexpr int rows = R, cols = K;
@@ -64,22 +63,22 @@ constexpr Matrix<K, R> transposed(const Matrix<R, K>& m) {
     for (int j = 0; j < K; ++j) t.at[j][i] = m.at[i][j];
   return t;
 }
-constexpr Matrix<6, 6> kBT = {{{1.5f, -2.5f, -2.5f, 2.5f, 1, 0},
-                               {0, 1.5f, -4, 1.5f, 1, 0},
-                               {0, -1.5f, 1, 3.5f, 1, 0},
-                               {0, -3, -1, 3, 1, 0},
-                               {0, 0.5f, -1, -0.5f, 1, 0},
-                               {0, 1.5f, -2.5f, -2.5f, 2.5f, 1}}};
-constexpr Matrix<6, 3> kG = {{{2.0f / 3, 0, 0},
-                              {-1.0f / 6, 1.0f / 6, -1.0f / 6},
-                              {0.25f, 0.25f, 0.25f},
-                              {-16.0f / 21, -8.0f / 21, -4.0f / 21},
-                              {1.0f / 84, -1.0f / 28, 3.0f / 28},
+constexpr Matrix<6, 6> kBT = {{{1, 1.5f, -2, -1.5f, 1, 0},
+                               {0, -1, -2.5f, -0.5f, 1, 0},
+                               {0, 1, 0.5f, -2.5f, 1, 0},
+                               {0, -0.5f, -1, 0.5f, 1, 0},
+                               {0, 2, -1, -2, 1, 0},
+                               {0, 1, 1.5f, -2, -1.5f, 1}}};
+constexpr Matrix<6, 3> kG = {{{1, 0, 0},
+                              {-1.0f / 3, -1.0f / 3, -1.0f / 3},
+                              {1.0f / 3, -1.0f / 3, 1.0f / 3},
+                              {1.0f / 15, 2.0f / 15, 4.0f / 15},
+                              {-16.0f / 15, 8.0f / 15, -4.0f / 15},
                               {0, 0, 1}}};
 constexpr Matrix<4, 6> kAT = {{{1, 1, 1, 1, 1, 0},
-                               {0, -1, 1, 0.5f, -3, 0},
-                               {0, 1, 1, 0.25f, 9, 0},
-                               {0, -1, 1, 0.125f, -27, 1}}};
+                               {0, 1, -1, 2, -0.5f, 0},
+                               {0, 1, 1, 4, 0.25f, 0},
+                               {0, 1, -1, 8, -0.125f, 1}}};
 // The weight gradient's steps back through the output and kernel transforms.
 constexpr Matrix<6, 4> kA = transposed(kAT);
 constexpr Matrix<3, 6> kGT = transposed(kG);
