@@ -705,7 +705,7 @@ TEST(CpuBackend, OwnDirectWeightGradientMatchesReference) {
 // duet's Winograd F(4x4, 3x3) (backends/cpu/winograd_conv.h), forced on, against the reference
 // backend in all three passes: padding 0, 1 and 2 (the data gradient's flipped forward pads 2, 1
 // and 0), maps that fit the 4x4 tiles (8x8, 4x4) and maps that leave partial tiles or are smaller
-// than one (7x5, 9x9, 3x3), channel counts that leave a partial 8-channel vector on either side, a
+// than one (7x5, 9x9, 3x3), a forward in two blocks of tiles, channel counts that leave a partial 8-channel vector on either side, a
 // bias, a residual laid out as y (added in the output transform) or in NCHW (a pass after), relu
 // inside and relu6 after, weights in NCHW (gradient stored through its strides) and channels-last.
 TEST(CpuBackend, OwnWinogradMatchesReference) {
@@ -723,6 +723,9 @@ TEST(CpuBackend, OwnWinogradMatchesReference) {
       {2, 64, 8, 8, 64, 1, false, none, Activation::relu},  {1, 13, 7, 5, 21, 1, true, like_y, Activation::relu},
       {3, 24, 9, 9, 16, 0, false, nchw, Activation::relu},  {1, 40, 6, 6, 9, 2, true, like_y, std::nullopt},
       {2, 8, 4, 4, 32, 1, false, none, Activation::relu6},  {1, 130, 3, 3, 70, 1, false, none, std::nullopt},
+      // 256 tiles: the forward's blocks of 227 tiles (4 MiB of V and M at 64 + 64 channels) and a last
+      // one of 29.
+      {4, 64, 32, 30, 64, 1, false, like_y, Activation::relu},
   };
   uint64_t seed = 100;
   for (const Shape& s : shapes) {
@@ -981,8 +984,9 @@ TEST(CpuBackend, AutomaticPolicyWithoutAvx512RunsDenseLayersOnSgemm) {
 
 // Below AVX-512 with AVX2 (planner.cpp's own_winograd_rule) duet's Winograd takes all three passes
 // of 3x3 stride-1 layers of 32 channels or more on both sides, onto maps of 4x4 or more, with at
-// least 4 tiles; not the strided layers, not 16 channels, not a 2x2 map, not a single tile (one
-// image of a 4x4 map), and not a weight gradient with a bias gradient. With AVX-512, or without
+// least 4 tiles and products of at least 2^21 multiply-adds; not the strided layers, not 16
+// channels, not a 2x2 map, not a single tile (one image of a 4x4 map), not small products (16
+// tiles of 64->32: 1.2 million), and not a weight gradient with a bias gradient. With AVX-512, or without
 // AVX2, it takes nothing. Each result matches the reference backend.
 TEST(CpuBackend, AutomaticPolicyRunsStride1LayersOnOwnWinograd) {
   const bool own = !cpu::cpu_caps().avx512 && cpu::cpu_caps().avx2;
@@ -1017,12 +1021,13 @@ TEST(CpuBackend, AutomaticPolicyRunsStride1LayersOnOwnWinograd) {
                                 "channels >= 32, 64 tiles of 4x4 onto 16x16]") != std::string::npos,
             own)
       << wide["conv2d"];
-  auto one_tile = impls(1, 64, 64, 4, 1, false);
-  auto four_tiles = impls(4, 64, 64, 4, 1, false);
+  auto one_tile = impls(1, 128, 128, 4, 1, false);
+  auto four_tiles = impls(4, 128, 128, 4, 1, false);  // 2.4 million multiply-adds
   EXPECT_FALSE(winograd(one_tile["conv2d"])) << one_tile["conv2d"];
   EXPECT_EQ(winograd(four_tiles["conv2d"]), own) << four_tiles["conv2d"];
   for (const auto& [N, C, O, H, stride] : {std::tuple{4, 64, 64, 16, 2}, std::tuple{4, 16, 64, 16, 1},
-                                           std::tuple{4, 64, 16, 16, 1}, std::tuple{16, 64, 64, 2, 1}}) {
+                                           std::tuple{4, 64, 16, 16, 1}, std::tuple{16, 64, 64, 2, 1},
+                                           std::tuple{4, 64, 32, 8, 1}}) {
     auto no = impls(N, C, O, H, stride, false);
     for (const auto& [pass, impl] : no) EXPECT_FALSE(winograd(impl)) << C << "->" << O << " at " << H << ", " << pass;
   }

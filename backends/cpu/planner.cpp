@@ -429,7 +429,8 @@ std::string own_direct_wgrad_rule(const ConvProblem& pb) {
 // duet's own Winograd F(4x4, 3x3) (winograd_conv.h) for all three passes of 3x3 stride-1 layers
 // below AVX-512, where oneDNN 2.6 has no Winograd kernel: a quarter of a direct sum's
 // multiplications, as 36 matrix products between transforms. It takes layers of 32 channels or
-// more on both sides, output maps of at least 4x4 and at least 4 tiles of 4x4 outputs. Measured on
+// more on both sides, output maps of at least 4x4, at least 4 tiles of 4x4 outputs and products of
+// at least 2^21 multiply-adds. Measured on
 // AMD Zen 3 (2 threads, bench/conv_candidates.py, the fastest of 2 rounds, bench/results/
 // conv_candidates_zen3_r18_winograd_{train,infer_b1,infer_b8}.json and, 1 round,
 // conv_candidates_zen3_dn121_winograd.json), its time over the best other candidate's: f32 training
@@ -440,7 +441,15 @@ std::string own_direct_wgrad_rule(const ConvProblem& pb) {
 // kept) 0.45-0.70 at batch 1 from 8x8 maps up (256->256 at 8x8, 4 tiles: 0.39 against 0.56) and
 // 0.37-0.56 at batch 8 (512->512 at 4x4, 8 tiles: 2.33 against 4.16), but 2.5x at batch 1 on
 // 512->512 at 4x4 (one tile: 1.67 against 0.67), where the products read 36 transformed kernels of
-// 1 MB for one row each. The 3-channel stem stays on oneDNN (10.7 ms against 2.0). Its rounding
+// 1 MB for one row each. Small products lose to the calls' own cost: DenseNet-121's 128->32 layers
+// at 32 px (bench/results/conv_candidates_zen3_dn121_32px_winograd_infer_b{1,8}.json) tied at batch
+// 1 onto 8x8 (4 tiles, 0.6 million multiply-adds in the 36 products: 0.04 ms each) and lost at
+// batch 8 onto 4x4 (8 tiles, 1.2 million: 0.08 against 0.06), and won at batch 8 onto 8x8 (4.7
+// million: 0.16 against 0.27); alternated whole batch-1 passes of DenseNet-121 with the rule at 4
+// tiles took 1.25x the time without it (bench/results/compare_zen3_own_winograd_infer.json, load
+// 2.0) and 1.06x in a second run of 4 rounds, so the products must
+// have at least 2^21 multiply-adds (every layer above that won has 4.7 million or more). The
+// 3-channel stem stays on oneDNN (10.7 ms against 2.0). Its rounding
 // error is about 7x a direct sum's (winograd_conv.cpp).
 std::string own_winograd_rule(const ConvProblem& pb) {
   const KernelPolicy pol = own_winograd_policy();
@@ -458,6 +467,7 @@ std::string own_winograd_rule(const ConvProblem& pb) {
   const int64_t tiles = out.size(0) * ((out.size(2) + 3) / 4) * ((out.size(3) + 3) / 4);
   if (cpu_caps().avx512 || w.size(0) < 32 || w.size(1) < 32 || out.size(2) < 4 || out.size(3) < 4 || tiles < 4)
     return "";
+  if (36 * tiles * w.size(0) * w.size(1) < (int64_t(1) << 21)) return "";  // the 36 products' multiply-adds
   return fmt::format("duet winograd: 3x3 stride 1 below AVX-512, {} >= 32, {} tiles of 4x4 onto {}", channels(w), tiles,
                      map_of(out));
 }

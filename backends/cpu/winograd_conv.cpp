@@ -133,8 +133,8 @@ Tiles tiles_of(const Tensor& x, const Tensor& y, int64_t ph, int64_t pw) {
           (OH + kTile - 1) / kTile, (OW + kTile - 1) / kTile};
 }
 
-// V[xi][t][.] = (B^T d B)[xi] for tile t's window d of x (zeros outside the map), 8 channels at a time.
-DUET_AVX2_FMA void transform_input_tile(const Tiles& g, const float* x, int64_t t, const Planes& V) {
+// V[xi][row][.] = (B^T d B)[xi] for tile t's window d of x (zeros outside the map), 8 channels at a time.
+DUET_AVX2_FMA void transform_input_tile(const Tiles& g, const float* x, int64_t t, const Planes& V, int64_t row) {
   const int64_t n = t / (g.TH * g.TW), h0 = t / g.TW % g.TH * kTile - g.ph, w0 = t % g.TW * kTile - g.pw;
   const float* image = x + n * g.H * g.W * g.C;
   for (int64_t c = 0; c < g.C; c += kLanes) {
@@ -148,7 +148,7 @@ DUET_AVX2_FMA void transform_input_tile(const Tiles& g, const float* x, int64_t 
       }
     for (int j = 0; j < kWindow; ++j) apply<kBT>(d + j, kWindow, e + j, kWindow);
     for (int i = 0; i < kWindow; ++i) apply<kBT>(e + i * kWindow, 1, d + i * kWindow, 1);
-    for (int xi = 0; xi < kXi; ++xi) lanes.store(V.row(xi, t) + c, d[xi]);
+    for (int xi = 0; xi < kXi; ++xi) lanes.store(V.row(xi, row) + c, d[xi]);
   }
 }
 
@@ -195,14 +195,16 @@ struct Epilogue {
   const float* residual = nullptr;  // laid out as y, or null
   bool relu = false;
 };
-DUET_AVX2_FMA void transform_output_tile(const Tiles& g, const Planes& M, int64_t t, const Epilogue& epi, float* y) {
+// (M's row `row` holds tile t.)
+DUET_AVX2_FMA void transform_output_tile(const Tiles& g, const Planes& M, int64_t row, int64_t t, const Epilogue& epi,
+                                         float* y) {
   const int64_t n = t / (g.TH * g.TW), h0 = t / g.TW % g.TH * kTile, w0 = t % g.TW * kTile;
   const int64_t rows = std::min<int64_t>(kTile, g.OH - h0), cols = std::min<int64_t>(kTile, g.OW - w0);
   const __m256 zero = _mm256_setzero_ps();
   for (int64_t o = 0; o < g.O; o += kLanes) {
     const Lanes lanes(g.O - o);
     __m256 m[kXi], e[kTile * kWindow], out[kTile * kTile];
-    for (int xi = 0; xi < kXi; ++xi) m[xi] = lanes.load(M.row(xi, t) + o);
+    for (int xi = 0; xi < kXi; ++xi) m[xi] = lanes.load(M.row(xi, row) + o);
     for (int j = 0; j < kWindow; ++j) apply<kAT>(m + j, kWindow, e + j, kWindow);  // e: 4 x 6
     for (int i = 0; i < kTile; ++i) apply<kAT>(e + i * kWindow, 1, out + i * kTile, 1);
     const __m256 b = epi.bias != nullptr ? lanes.load(epi.bias + o) : zero;
@@ -257,9 +259,10 @@ DUET_AVX2_FMA void kernel_gradients(const Planes& dU, int64_t C, int64_t O, int6
 
 // ---- the passes -----------------------------------------------------------------------------------
 
-void transform_input(const Tiles& g, const float* x, const Planes& V) {
-  parallel_for(g.count(), g.count() * kXi * g.C, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) transform_input_tile(g, x, t, V);
+// Tiles [t0, t0 + V.rows) into V's rows from 0.
+void transform_input(const Tiles& g, const float* x, int64_t t0, const Planes& V) {
+  parallel_for(V.rows, V.rows * kXi * g.C, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) transform_input_tile(g, x, t0 + r, V, r);
   });
 }
 
@@ -269,18 +272,34 @@ void transform_kernels(const KernelView& v, int64_t I, int64_t O, const Tensor& 
   parallel_for((O + kBlock - 1) / kBlock, I * O * kXi, [&](int64_t b, int64_t e) { transform_kernels(v, I, O, b, e, U); });
 }
 
+// The forward runs block by block of tiles: each block's V and M (36 rows of C and O floats per
+// tile) take about kBlockBytes, so that the products and the output transform read them from cache
+// and the workspace stays bounded (DenseNet-121's 128->32 layers at 224 px would need 290 MB).
+// Unblocked, the transforms of 64->64 at 32x32 (V and M 37.7 MB each) ran at the memory's 6-8 GB/s
+// and took 15 of the forward's 25 ms (AMD Zen 3, a temporary per-phase trace); blocked, whole
+// training steps took 0.94x (resnet18_cifar) and 0.97x (resnet50_cifar) of the unblocked time,
+// with pairwise rounds from 0.83x to 1.02x (bench/results/compare_zen3_winograd_blocked_train.json).
+constexpr int64_t kBlockBytes = 4 << 20;
+constexpr int64_t kMinBlockTiles = 64;  // the products' rows: fewer make oneDNN's calls the cost
+
 // y = epilogue(conv(x)) for x [N, I, H, W] -> y [N, O, OH, OW], both channels-last, by the
 // transformed kernels U (planes of [I, O]).
 void winograd_forward(const Tensor& x, const Tensor& U, const Tensor& y, int64_t ph, int64_t pw, const Epilogue& epi) {
   const Tiles g = tiles_of(x, y, ph, pw);
   const int64_t T = g.count();
-  const Tensor Vt = planes_tensor(T, g.C), Mt = planes_tensor(T, g.O);
-  const Planes V = planes_in(Vt, T, g.C), M = planes_in(Mt, T, g.O);
-  transform_input(g, x.data<float>(), V);
-  gemm_batched("conv2d", kXi, matrices(Vt, V), matrices(U, planes_in(U, g.C, g.O)), matrices(Mt, M));
-  parallel_for(T, T * kXi * g.O, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) transform_output_tile(g, M, t, epi, y.data<float>());
-  });
+  const int64_t per_block = std::max<int64_t>(kMinBlockTiles, kBlockBytes / (kXi * (g.C + g.O) * 4));
+  const int64_t Tb = std::min(T, per_block);
+  const Tensor Vt = planes_tensor(Tb, g.C), Mt = planes_tensor(Tb, g.O);
+  const MatrixOperand u = matrices(U, planes_in(U, g.C, g.O));
+  for (int64_t t0 = 0; t0 < T; t0 += Tb) {
+    Planes V = planes_in(Vt, Tb, g.C), M = planes_in(Mt, Tb, g.O);
+    V.rows = M.rows = std::min(Tb, T - t0);  // the last block's; the planes stay where they are
+    transform_input(g, x.data<float>(), t0, V);
+    gemm_batched("conv2d", kXi, matrices(Vt, V), u, matrices(Mt, M));
+    parallel_for(M.rows, M.rows * kXi * g.O, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) transform_output_tile(g, M, r, t0 + r, epi, y.data<float>());
+    });
+  }
 }
 
 // The forward's transformed kernels: kept once per freeze for a frozen weight (inference), else
@@ -342,7 +361,7 @@ void own_winograd_backward_weight(const Tensor& x, const Tensor& dy, const Tenso
   }
   const Tensor Vt = planes_tensor(T, g.C), dMt = planes_tensor(T, g.O), dUt = planes_tensor(g.C, g.O);
   const Planes V = planes_in(Vt, T, g.C), dM = planes_in(dMt, T, g.O), dU = planes_in(dUt, g.C, g.O);
-  transform_input(g, x.data<float>(), V);
+  transform_input(g, x.data<float>(), 0, V);
   parallel_for(T, T * kXi * g.O, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) transform_grad_output_tile(g, dy.data<float>(), t, dM);
   });
