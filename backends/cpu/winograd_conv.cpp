@@ -303,7 +303,8 @@ void winograd_forward(const Tensor& x, const Tensor& U, const Tensor& y, int64_t
 }
 
 // The forward's transformed kernels: kept once per freeze for a frozen weight (inference), else
-// transformed at every call.
+// transformed at every call. The kept copy is 4x the weight (36 floats per kernel of 9): about
+// 150 MB for resnet18_cifar's 3x3 stride-1 layers.
 Tensor forward_kernels_transformed(const Tensor& w) {
   const int64_t O = w.size(0), C = w.size(1);
   const auto make = [&] {
