@@ -29,6 +29,7 @@ void cpu_describe_machine(nlohmann::json& m) {
                       {"flipped_dgrad", cpu::policy_name(cpu::flipped_data_gradient_policy())},
                       {"col2im_dgrad", cpu::policy_name(cpu::col2im_data_gradient_policy())},
                       {"own_direct", cpu::policy_name(cpu::own_direct_policy())},
+                      {"own_winograd", cpu::policy_name(cpu::own_winograd_policy())},
                       {"depthwise", cpu::policy_name(cpu::depthwise_policy())},
                       {"small_gemm", cpu::policy_name(cpu::small_gemm_policy())},
                       {"skinny_gemm", cpu::policy_name(cpu::skinny_gemm_policy())},
