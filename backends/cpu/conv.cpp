@@ -331,6 +331,20 @@ constexpr const char* kOwnWinogradFlipped = "duet:winograd_f4x4_3x3_avx2 (dy by 
 
 // ---- each pass with a given algorithm ---------------------------------------------------------------
 
+StoreEpilogue store_epilogue(const Tensor& y, const Tensor& residual, std::optional<Activation> act) {
+  StoreEpilogue e;
+  const bool residual_inside = residual.defined() && residual.dtype() == DType::f32 && same_layout(residual, y);
+  if (residual_inside) e.residual = residual.data<float>();
+  e.relu = act == Activation::relu && (!residual.defined() || residual_inside);
+  return e;
+}
+
+void finish_store_epilogue(const StoreEpilogue& in_store, const Tensor& y, const Tensor& residual,
+                           std::optional<Activation> act) {
+  if (residual.defined() && in_store.residual == nullptr) return conv_epilogue_passes(cpu_backend(), y, residual, act);
+  if (act && !in_store.relu) conv_epilogue_passes(cpu_backend(), y, Tensor(), act);
+}
+
 void run_conv_forward(ConvAlgo a, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual,
                       const Tensor& y, const Conv2dParams& p) {
   switch (a) {

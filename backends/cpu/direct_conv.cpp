@@ -8,7 +8,6 @@
 #include "backends/cpu/common.h"
 #include "backends/cpu/conv_kernels.h"
 #include "backends/cpu/planner.h"
-#include "engine/conv_epilogue.h"
 
 namespace duet::cpu {
 
@@ -442,17 +441,15 @@ void direct_weight_gradient(const Geometry& g, const float* xp, const float* dyp
 void own_direct_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual, const Tensor& y,
                         const Conv2dParams& p) {
   const Geometry g = geometry(x, y, w.size(2), w.size(3), p);
-  const bool residual_inside = residual.defined() && same_layout(residual, y) && residual.dtype() == DType::f32;
-  const bool relu_inside = p.act == Activation::relu && (!residual.defined() || residual_inside);
+  const StoreEpilogue in_store = store_epilogue(y, residual, p.act);
   if (g.pixels() > 0 && g.O > 0) {
     Tensor kept, b;
     const float* wp = packed(w, forward_weights(w), g, kept);
     if (bias.defined()) b = bias.dtype() == DType::f32 ? bias.contiguous() : bias.to(DType::f32);
     direct_conv(g, x.data<float>(), wp, b.defined() ? b.data<float>() : nullptr, y.data<float>(),
-                residual_inside ? residual.data<float>() : nullptr, relu_inside);
+                in_store.residual, in_store.relu);
   }
-  if (residual.defined() && !residual_inside) return conv_epilogue_passes(cpu_backend(), y, residual, p.act);
-  if (p.act && !relu_inside) conv_epilogue_passes(cpu_backend(), y, Tensor(), p.act);
+  finish_store_epilogue(in_store, y, residual, p.act);
 }
 
 void own_direct_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p) {

@@ -10,10 +10,10 @@
 #include <algorithm>
 #include <type_traits>
 #include "backends/cpu/common.h"
+#include "backends/cpu/conv_kernels.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/planner.h"
 #include "engine/frozen_copies.h"
-#include "engine/conv_epilogue.h"
 
 namespace duet::cpu {
 
@@ -330,18 +330,17 @@ bool own_winograd_data_gradient_applicable(const Tensor& dx, const Tensor& w, co
 
 void own_winograd_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual, const Tensor& y,
                           const Conv2dParams& p) {
-  const bool residual_inside = residual.defined() && same_layout(residual, y) && residual.dtype() == DType::f32;
+  const StoreEpilogue in_store = store_epilogue(y, residual, p.act);
   Epilogue epi;
-  epi.relu = p.act == Activation::relu && (!residual.defined() || residual_inside);
-  epi.residual = residual_inside ? residual.data<float>() : nullptr;
+  epi.relu = in_store.relu;
+  epi.residual = in_store.residual;
   Tensor b;
   if (bias.defined()) {
     b = bias.dtype() == DType::f32 ? bias.contiguous() : bias.to(DType::f32);
     epi.bias = b.data<float>();
   }
   if (x.size(0) > 0 && y.size(1) > 0) winograd_forward(x, forward_kernels_transformed(w), y, p.pad_h, p.pad_w, epi);
-  if (residual.defined() && !residual_inside) return conv_epilogue_passes(cpu_backend(), y, residual, p.act);
-  if (p.act && !epi.relu) conv_epilogue_passes(cpu_backend(), y, Tensor(), p.act);
+  finish_store_epilogue(in_store, y, residual, p.act);
 }
 
 void own_winograd_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p) {
