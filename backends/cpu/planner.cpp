@@ -53,6 +53,42 @@ void set_own_direct_policy(KernelPolicy p) { g_own_direct.store(p); }
 KernelPolicy own_direct_policy() { return g_own_direct.load(); }
 void set_own_winograd_policy(KernelPolicy p) { g_own_winograd.store(p); }
 KernelPolicy own_winograd_policy() { return g_own_winograd.load(); }
+namespace {
+// Every policy of the convolution rules, once, in the order rule_plan asks the rules, with the
+// passes its algorithm can run. The plan's key holds them all. A rule chosen automatically yields
+// where a test forces the algorithm of a later rule for its pass (an earlier rule, forced, has
+// taken the layer already where it can run it). A policy added here is in both.
+struct RulePolicy {
+  ConvAlgo algo;
+  KernelPolicy (*get)();
+  bool forward, backward_data, backward_weight;
+};
+constexpr RulePolicy kRulePolicies[] = {
+    {ConvAlgo::own_depthwise, depthwise_policy, true, true, true},
+    {ConvAlgo::own_winograd, own_winograd_policy, true, true, true},
+    {ConvAlgo::own_direct, own_direct_policy, true, true, true},
+    {ConvAlgo::matmul, pointwise_gemm_policy, true, true, true},
+    {ConvAlgo::im2col_matmul, im2col_weight_gradient_policy, false, false, true},
+    {ConvAlgo::flipped_forward, flipped_data_gradient_policy, false, true, false},
+    {ConvAlgo::col2im_matmul, col2im_data_gradient_policy, false, true, false},
+    {ConvAlgo::im2col_matmul, im2col_forward_policy, true, false, false},
+    {ConvAlgo::winograd, winograd_policy, true, true, true},
+};
+
+// Whether a test forces (policy always) the algorithm of a rule after `own`'s for this pass.
+bool later_rule_forced(ConvAlgo own, ConvPass pass) {
+  bool later = false;
+  for (const RulePolicy& r : kRulePolicies) {
+    const bool runs_pass = pass == ConvPass::forward ? r.forward
+                           : pass == ConvPass::backward_data ? r.backward_data
+                                                             : r.backward_weight;
+    if (later && runs_pass && r.get() == KernelPolicy::always) return true;
+    later = later || r.algo == own;
+  }
+  return false;
+}
+}  // namespace
+
 void set_conv_autotune(bool on) { g_autotune.store(on); }
 bool conv_autotune() { return g_autotune.load(); }
 int64_t conv_autotune_runs() { return g_tuning_runs.load(); }
@@ -368,9 +404,8 @@ std::string own_direct_rule(const ConvProblem& pb) {
   const Tensor &w = pb.w, &y = pb.y;
   if (cpu_caps().avx512 || (w.size(2) == 1 && w.size(3) == 1) || w.size(1) < 16) return "";
   // The rule comes first, so that DUET_OWN_DIRECT=always forces it over the others; chosen
-  // automatically, it yields to another forward algorithm that a test forces.
-  for (KernelPolicy forced : {pointwise_gemm_policy(), im2col_forward_policy(), winograd_policy()})
-    if (forced == KernelPolicy::always) return "";
+  // automatically, it yields to a later rule's algorithm that a test forces.
+  if (later_rule_forced(ConvAlgo::own_direct, pb.pass)) return "";
   if (y.size(2) * y.size(3) <= 256)
     return fmt::format("duet direct: {}x{} kernel below AVX-512, output {} of <= 256 pixels", w.size(2), w.size(3),
                        map_of(y));
@@ -417,9 +452,8 @@ std::string own_direct_wgrad_rule(const ConvProblem& pb) {
   if (cpu_caps().avx512 || pb.p.groups != 1 || w.size(0) < 64 || w.size(1) < 64) return "";
   const bool pointwise = w.size(2) == 1 && w.size(3) == 1;
   if (pointwise && (w.size(1) < 256 || !pointwise_rule(pb.pass, x, w, y, pb.p, pb.bias).empty())) return "";
-  // Chosen automatically, it yields to another weight-gradient algorithm that a test forces.
-  for (KernelPolicy forced : {pointwise_gemm_policy(), im2col_weight_gradient_policy()})
-    if (forced == KernelPolicy::always) return "";
+  // Chosen automatically, it yields to a later rule's algorithm that a test forces.
+  if (later_rule_forced(ConvAlgo::own_direct, pb.pass)) return "";
   if (pointwise)
     return fmt::format("duet direct: 1x1 weight gradient below AVX-512, {} >= 256, {} rows", channels(w),
                        pixel_rows(y));
@@ -457,11 +491,8 @@ std::string own_winograd_rule(const ConvProblem& pb) {
                                                           : own_winograd_applicable(pb.x, pb.w, pb.y, pb.p);
   if (pol == KernelPolicy::never || !applies || (pb.pass == ConvPass::backward_weight && pb.bias)) return "";
   if (pol == KernelPolicy::always) return "duet winograd: DUET_OWN_WINOGRAD=always";
-  // Chosen automatically, it yields to another algorithm that a test forces.
-  for (KernelPolicy forced : {winograd_policy(), pointwise_gemm_policy(), im2col_weight_gradient_policy(),
-                              im2col_forward_policy(), flipped_data_gradient_policy(), col2im_data_gradient_policy(),
-                              own_direct_policy()})
-    if (forced == KernelPolicy::always) return "";
+  // Chosen automatically, it yields to a later rule's algorithm that a test forces.
+  if (later_rule_forced(ConvAlgo::own_winograd, pb.pass)) return "";
   const Tensor &w = pb.w, &y = pb.y;  // y: the output, or dy (its map is the output's in every pass)
   const Tensor& out = pb.pass == ConvPass::backward_data ? pb.x : y;  // the map the 4x4 tiles cover
   const int64_t tiles = out.size(0) * ((out.size(2) + 3) / 4) * ((out.size(3) + 3) / 4);
@@ -567,10 +598,7 @@ Key plan_key(const ConvProblem& pb) {
   const Conv2dParams& p = pb.p;
   k.add(p.stride_h).add(p.stride_w).add(p.pad_h).add(p.pad_w).add(p.dilation_h).add(p.dilation_w).add(p.groups);
   k.add(static_cast<int64_t>(pb.pass)).add(int64_t(pb.bias)).add(p.act ? 1 + static_cast<int64_t>(*p.act) : 0);
-  for (KernelPolicy pol : {winograd_policy(), pointwise_gemm_policy(), im2col_weight_gradient_policy(), im2col_forward_policy(),
-                           flipped_data_gradient_policy(), col2im_data_gradient_policy(), own_direct_policy(),
-                           own_winograd_policy(), depthwise_policy()})
-    k.add(static_cast<int64_t>(pol));
+  for (const RulePolicy& r : kRulePolicies) k.add(static_cast<int64_t>(r.get()));
   k.add(int64_t(conv_autotune()));
   return k;
 }
