@@ -40,7 +40,6 @@ MatrixView matrix_view(const Tensor& t, bool trans, int64_t batch) {
 }
 
 constexpr const char* kSmallGemm = "duet:small_gemm_avx512";
-constexpr const char* kSkinnyGemm = "duet:skinny_gemm_avx512";
 
 dnnl::memory::desc matrix_md(const MatrixOperand& m, int64_t batch) {
   if (batch == 1) return dnnl::memory::desc({m.rows, m.cols}, dt_of(m.t.dtype()), dims{m.row, m.col});
@@ -55,7 +54,7 @@ void run_gemm(const char* op, int64_t batch, const MatrixOperand& a, const Matri
   const MatrixOperand* res = epi.residual;
   guarded(op, {&a.t, &b.t, &c.t}, [&] {
     if (batch == 1 && skinny_gemm_wanted(a, b, c, bias, epi)) {
-      profiler::note_impl(kSkinnyGemm);
+      profiler::note_impl(skinny_gemm_impl());
       return skinny_gemm_f32(a, b, c, bias, epi);
     }
     const bool pack_b = batch == 1 && b.t.is_frozen();

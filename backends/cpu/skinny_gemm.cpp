@@ -1,4 +1,4 @@
-// Products with at most four rows (skinny_gemm.h), in AVX-512 intrinsics.
+// Products with at most four rows (skinny_gemm.h): the same blocks in AVX-512 and in AVX2 intrinsics.
 #include "backends/cpu/skinny_gemm.h"
 
 // GCC 12's AVX-512 headers start some intrinsics from _mm512_undefined_ps() and then warn about
@@ -11,6 +11,7 @@
 #include <atomic>
 
 #include "backends/cpu/common.h"
+#include "backends/cpu/planner.h"
 #include "backends/cpu/small_gemm.h"
 #include "engine/scalar_math.h"
 
@@ -73,26 +74,98 @@ DUET_AVX512 void dot_block(const float* a, int64_t lda, const float* w, int64_t 
   }
 }
 
+// ---- AVX2 (CPUs without AVX-512, such as AMD Zen 3): 8-float chunks ------------------------------
+
+// out[g] = the sum of v[g]'s 8 lanes for G <= 4 vectors: three horizontal adds leave the four
+// sums of each 128-bit half in order, and the two halves are added.
+template <int G>
+DUET_AVX2_FMA inline void sum_lanes8(const __m256 v[], float* out) {
+  const __m256 z = _mm256_setzero_ps();
+  const __m256 ab = _mm256_hadd_ps(v[0], G > 1 ? v[1] : z);  // a01 a23 b01 b23 | a45 a67 b45 b67
+  const __m256 cd = _mm256_hadd_ps(G > 2 ? v[2] : z, G > 3 ? v[3] : z);
+  const __m256 abcd = _mm256_hadd_ps(ab, cd);  // a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7
+  alignas(16) float sums[4];
+  _mm_store_ps(sums, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
+  for (int g = 0; g < G; ++g) out[g] = sums[g];
+}
+
+// acc[m][g] += a[m, k..k+8) * w[g, k..k+8), the chunk's first `n` lanes when Masked (the rest 0).
+template <int M, int G, bool Masked>
+DUET_AVX2_FMA inline void fma_chunk(const float* a, int64_t lda, const float* w, int64_t ldw, __m256 acc[M][G],
+                                    __m256i lanes) {
+  const auto load = [](const float* p, __m256i l) DUET_AVX2_FMA {
+    return Masked ? _mm256_maskload_ps(p, l) : _mm256_loadu_ps(p);
+  };
+  __m256 wv[G];
+  for (int g = 0; g < G; ++g) wv[g] = load(w + g * ldw, lanes);
+  for (int m = 0; m < M; ++m) {
+    const __m256 av = load(a + m * lda, lanes);
+    for (int g = 0; g < G; ++g) acc[m][g] = _mm256_fmadd_ps(av, wv[g], acc[m][g]);
+  }
+}
+
+// dots[m][g0 + g] = a[m, :] . w[g, :], as dot_block above. M x G accumulators, G weight chunks
+// and a chunk of a must fit AVX2's 16 registers.
+template <int M, int G>
+DUET_AVX2_FMA void dot_part_avx2(const float* a, int64_t lda, const float* w, int64_t ldw, int64_t K,
+                                 float dots[][kBlock], int g0) {
+  static_assert(M * G + G + 1 <= 16, "the block's accumulators and chunks must stay in registers");
+  __m256 acc[M][G];
+  for (int m = 0; m < M; ++m)
+    for (int g = 0; g < G; ++g) acc[m][g] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8) fma_chunk<M, G, false>(a + k, lda, w + k, ldw, acc, _mm256_setzero_si256());
+  if (k < K) {
+    const __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(K - k)),
+                                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    fma_chunk<M, G, true>(a + k, lda, w + k, ldw, acc, lanes);
+  }
+  for (int m = 0; m < M; ++m) sum_lanes8<G>(acc[m], dots[m] + g0);
+}
+
+// A block of G outputs; for three or four rows of a, 4 outputs would need 21 registers, so the
+// block runs as two halves of at most 2 outputs (a's rows are read again, from L1; every weight
+// row is still read once).
+template <int M, int G>
+DUET_AVX2_FMA void dot_block_avx2(const float* a, int64_t lda, const float* w, int64_t ldw, int64_t K,
+                                  float dots[][kBlock]) {
+  if constexpr (M * G + G + 1 <= 16) {
+    dot_part_avx2<M, G>(a, lda, w, ldw, K, dots, 0);
+  } else {
+    dot_part_avx2<M, 2>(a, lda, w, ldw, K, dots, 0);
+    dot_part_avx2<M, G - 2>(a, lda, w + 2 * ldw, ldw, K, dots, 2);
+  }
+}
+
 using DotBlock = void (*)(const float*, int64_t, const float*, int64_t, int64_t, float[][kBlock]);
 template <int M>
 constexpr DotBlock kDotBlocks[kBlock] = {dot_block<M, 1>, dot_block<M, 2>, dot_block<M, 3>, dot_block<M, 4>};
+template <int M>
+constexpr DotBlock kDotBlocksAvx2[kBlock] = {dot_block_avx2<M, 1>, dot_block_avx2<M, 2>, dot_block_avx2<M, 3>,
+                                             dot_block_avx2<M, 4>};
+// The block for M rows and G outputs in the widest vectors this CPU has.
 DotBlock dot_block_for(int64_t M, int64_t G) {
+  const bool avx512 = small_gemm_available();
   switch (M) {
-    case 1: return kDotBlocks<1>[G - 1];
-    case 2: return kDotBlocks<2>[G - 1];
-    case 3: return kDotBlocks<3>[G - 1];
-    default: return kDotBlocks<4>[G - 1];
+    case 1: return (avx512 ? kDotBlocks<1> : kDotBlocksAvx2<1>)[G - 1];
+    case 2: return (avx512 ? kDotBlocks<2> : kDotBlocksAvx2<2>)[G - 1];
+    case 3: return (avx512 ? kDotBlocks<3> : kDotBlocksAvx2<3>)[G - 1];
+    default: return (avx512 ? kDotBlocks<4> : kDotBlocksAvx2<4>)[G - 1];
   }
 }
 
 }  // namespace
+
+const char* skinny_gemm_impl() {
+  return small_gemm_available() ? "duet:skinny_gemm_avx512" : "duet:skinny_gemm_avx2";
+}
 
 void set_skinny_gemm_policy(KernelPolicy p) { g_policy.store(p); }
 KernelPolicy skinny_gemm_policy() { return g_policy.load(); }
 
 bool skinny_gemm_wanted(const MatrixOperand& a, const MatrixOperand& b, const MatrixOperand& c, const Tensor& bias,
                         const GemmEpilogue& epi) {
-  if (skinny_gemm_policy() == KernelPolicy::never || !small_gemm_available()) return false;  // AVX-512
+  if (skinny_gemm_policy() == KernelPolicy::never || !(small_gemm_available() || cpu_caps().avx2)) return false;
   const auto f32 = [](const Tensor& t) { return t.dtype() == DType::f32; };
   if (!f32(a.t) || !f32(b.t) || !f32(c.t) || (bias.defined() && !f32(bias))) return false;
   if (epi.act && *epi.act != Activation::relu && *epi.act != Activation::relu6) return false;
