@@ -89,12 +89,17 @@ DUET_AVX2_FMA inline void sum_lanes8(const __m256 v[], float* out) {
   for (int g = 0; g < G; ++g) out[g] = sums[g];
 }
 
-// acc[m][g] += a[m, k..k+8) * w[g, k..k+8), the chunk's first `n` lanes when Masked (the rest 0).
+// acc[m][g] += a[m, k..k+8) * w[g, k..k+8), the chunk's first lanes when Masked (the rest 0).
+// Every chunk is loaded once into a register: left to itself GCC keeps a's chunks and folds the
+// weights' loads into the FMAs, M times each, and the loop then waits on loads (12 for 8 FMAs at
+// 4 rows by 2 outputs, where 6 suffice); the empty asm statements make it keep them.
 template <int M, int G, bool Masked>
 DUET_AVX2_FMA inline void fma_chunk(const float* a, int64_t lda, const float* w, int64_t ldw, __m256 acc[M][G],
                                     __m256i lanes) {
   const auto load = [](const float* p, __m256i l) DUET_AVX2_FMA {
-    return Masked ? _mm256_maskload_ps(p, l) : _mm256_loadu_ps(p);
+    __m256 v = Masked ? _mm256_maskload_ps(p, l) : _mm256_loadu_ps(p);
+    __asm__("" : "+x"(v));
+    return v;
   };
   __m256 wv[G];
   for (int g = 0; g < G; ++g) wv[g] = load(w + g * ldw, lanes);
@@ -105,22 +110,40 @@ DUET_AVX2_FMA inline void fma_chunk(const float* a, int64_t lda, const float* w,
 }
 
 // dots[m][g0 + g] = a[m, :] . w[g, :], as dot_block above. M x G accumulators, G weight chunks
-// and a chunk of a must fit AVX2's 16 registers.
+// and a chunk of a must fit AVX2's 16 registers. An FMA's result is ready 4 cycles after it
+// starts and two start per cycle, so fewer than 8 accumulators leave the FMA units idle: blocks
+// of at most 4 accumulators (one row) keep two sets, for even and odd chunks.
 template <int M, int G>
 DUET_AVX2_FMA void dot_part_avx2(const float* a, int64_t lda, const float* w, int64_t ldw, int64_t K,
                                  float dots[][kBlock], int g0) {
-  static_assert(M * G + G + 1 <= 16, "the block's accumulators and chunks must stay in registers");
-  __m256 acc[M][G];
-  for (int m = 0; m < M; ++m)
-    for (int g = 0; g < G; ++g) acc[m][g] = _mm256_setzero_ps();
+  constexpr int kSets = M * G <= 4 ? 2 : 1;
+  static_assert(kSets * M * G + G + 1 <= 16, "the block's accumulators and chunks must stay in registers");
+  __m256 acc[kSets][M][G];
+  for (int s = 0; s < kSets; ++s)
+    for (int m = 0; m < M; ++m)
+      for (int g = 0; g < G; ++g) acc[s][m][g] = _mm256_setzero_ps();
+  const __m256i all = _mm256_setzero_si256();  // unused by unmasked loads
   int64_t k = 0;
-  for (; k + 8 <= K; k += 8) fma_chunk<M, G, false>(a + k, lda, w + k, ldw, acc, _mm256_setzero_si256());
+  // One row of a reads 64 bytes of each weight row per step of two chunks, at the rate L3 or
+  // memory delivers them, and the hardware's prefetcher does not run far enough ahead on 4
+  // interleaved rows: each step asks for the same 64 bytes of the next block's rows. (Blocks of
+  // more rows do 2-4x the FMAs per byte and lost time to the prefetches: journal, 2026-11-30.)
+  const float* next = w + kBlock * ldw;
+  for (; k + 8 * kSets <= K; k += 8 * kSets) {
+    if constexpr (kSets == 2)
+      for (int g = 0; g < G; ++g) _mm_prefetch(reinterpret_cast<const char*>(next + g * ldw + k), _MM_HINT_T0);
+    for (int s = 0; s < kSets; ++s) fma_chunk<M, G, false>(a + k + 8 * s, lda, w + k + 8 * s, ldw, acc[s], all);
+  }
+  for (; k + 8 <= K; k += 8) fma_chunk<M, G, false>(a + k, lda, w + k, ldw, acc[0], all);
   if (k < K) {
     const __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(K - k)),
                                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    fma_chunk<M, G, true>(a + k, lda, w + k, ldw, acc, lanes);
+    fma_chunk<M, G, true>(a + k, lda, w + k, ldw, acc[0], lanes);
   }
-  for (int m = 0; m < M; ++m) sum_lanes8<G>(acc[m], dots[m] + g0);
+  for (int s = 1; s < kSets; ++s)
+    for (int m = 0; m < M; ++m)
+      for (int g = 0; g < G; ++g) acc[0][m][g] = _mm256_add_ps(acc[0][m][g], acc[s][m][g]);
+  for (int m = 0; m < M; ++m) sum_lanes8<G>(acc[0][m], dots[m] + g0);
 }
 
 // A block of G outputs; for three or four rows of a, 4 outputs would need 21 registers, so the
