@@ -23,6 +23,7 @@
 #include "backends/cpu/skinny_gemm.h"
 #include "backends/cpu/small_gemm.h"
 #include "backends/cpu/threads.h"
+#include "backends/cpu/winograd_conv.h"
 #endif
 
 namespace duet {
@@ -705,13 +706,19 @@ TEST(CpuBackend, OwnDirectWeightGradientMatchesReference) {
 // duet's Winograd F(4x4, 3x3) (backends/cpu/winograd_conv.h), forced on, against the reference
 // backend in all three passes: padding 0, 1 and 2 (the data gradient's flipped forward pads 2, 1
 // and 0), maps that fit the 4x4 tiles (8x8, 4x4) and maps that leave partial tiles or are smaller
-// than one (7x5, 9x9, 3x3), a forward in two blocks of tiles, channel counts that leave a partial 8-channel vector on either side, a
+// than one (7x5, 9x9, 3x3), a forward in two blocks of tiles and a weight gradient in three (each
+// block's products added to those before), channel counts that leave a partial 8-channel vector on either side, a
 // bias, a residual laid out as y (added in the output transform) or in NCHW (a pass after), relu
 // inside and relu6 after, weights in NCHW (gradient stored through its strides) and channels-last.
 TEST(CpuBackend, OwnWinogradMatchesReference) {
   if (!backend_available(Backend::cpu)) GTEST_SKIP() << "needs the cpu backend";
   if (!cpu::cpu_caps().avx2) GTEST_SKIP() << "duet's Winograd convolution needs AVX2 and FMA, which this CPU lacks";
   ScopedPolicy always(cpu::set_own_winograd_policy, cpu::KernelPolicy::always);
+  // Weight gradients in blocks of 100 tiles (the default takes 1,024 or more).
+  struct GradientBlocks {
+    GradientBlocks() { cpu::set_own_winograd_gradient_block_tiles(100); }
+    ~GradientBlocks() { cpu::set_own_winograd_gradient_block_tiles(0); }
+  } gradient_blocks;
   enum Residual { none, like_y, nchw };
   struct Shape {
     int64_t N, C, H, W, O, pad;
@@ -723,8 +730,8 @@ TEST(CpuBackend, OwnWinogradMatchesReference) {
       {2, 64, 8, 8, 64, 1, false, none, Activation::relu},  {1, 13, 7, 5, 21, 1, true, like_y, Activation::relu},
       {3, 24, 9, 9, 16, 0, false, nchw, Activation::relu},  {1, 40, 6, 6, 9, 2, true, like_y, std::nullopt},
       {2, 8, 4, 4, 32, 1, false, none, Activation::relu6},  {1, 130, 3, 3, 70, 1, false, none, std::nullopt},
-      // 256 tiles: the forward's blocks of 227 tiles (4 MiB of V and M at 64 + 64 channels) and a last
-      // one of 29.
+      // 256 tiles: the forward's blocks of 227 tiles (4 MiB of V and M at 64 + 64 channels) and a
+      // last one of 29; the weight gradient's of 100, 100 and 56.
       {4, 64, 32, 30, 64, 1, false, like_y, Activation::relu},
   };
   uint64_t seed = 100;

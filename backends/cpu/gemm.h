@@ -16,11 +16,13 @@ struct MatrixOperand {
   int64_t batch_stride = 0;  // elements between the matrices of a batched product (gemm_batched)
 };
 
-// What the product does to each tile of c before storing it (oneDNN post-ops): adds `residual`, a
-// matrix of c's shape in any strides, then applies `act` (relu or relu6).
+// What the product does to each tile of c before storing it (oneDNN post-ops): adds c's old
+// contents when `accumulate` (c += a @ b: a sum over blocks of the inner dimension, one product per
+// block), adds `residual`, a matrix of c's shape in any strides, then applies `act` (relu or relu6).
 struct GemmEpilogue {
   const MatrixOperand* residual = nullptr;
   std::optional<Activation> act;
+  bool accumulate = false;
 };
 
 // c = a @ b, plus bias[j] on every row when bias is defined (a vector of c.cols elements, any
@@ -32,8 +34,9 @@ struct GemmEpilogue {
 // implementation as "matmul/<oneDNN's kernel>".
 void gemm(const char* op, const MatrixOperand& a, const MatrixOperand& b, const MatrixOperand& c,
           const Tensor& bias = Tensor(), const GemmEpilogue& epilogue = {});
-// c[i] = a[i] @ b[i] for i < batch, each operand's i-th matrix batch_stride elements after the last.
+// c[i] = a[i] @ b[i] for i < batch, each operand's i-th matrix batch_stride elements after the last,
+// then the epilogue.
 void gemm_batched(const char* op, int64_t batch, const MatrixOperand& a, const MatrixOperand& b,
-                  const MatrixOperand& c);
+                  const MatrixOperand& c, const GemmEpilogue& epilogue = {});
 
 }  // namespace duet::cpu

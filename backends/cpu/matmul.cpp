@@ -61,6 +61,7 @@ void run_gemm(const char* op, int64_t batch, const MatrixOperand& a, const Matri
     Key key("gemm");
     add_operand(add_operand(add_operand(key, a), b), c);
     key.add(batch).add(bias.defined() ? bias.stride(0) : int64_t(-1)).add(epi.act ? 1 + static_cast<int64_t>(*epi.act) : 0);
+    key.add(int64_t(epi.accumulate));
     if (bias.defined()) key.add(static_cast<int64_t>(bias.dtype()));
     if (res) add_operand(key, *res);
     key.add(int64_t(pack_b));
@@ -77,8 +78,9 @@ void run_gemm(const char* op, int64_t batch, const MatrixOperand& a, const Matri
         r.bias = dnnl::memory::desc({1, c.cols}, dt_of(bias.dtype()), dims{c.cols * bias.stride(0), bias.stride(0)});
       const auto d = bias.defined() ? dnnl::matmul::desc(r.a, b_kernel, r.bias, r.c) : dnnl::matmul::desc(r.a, b_kernel, r.c);
       dnnl::primitive_attr attr;
-      if (res || epi.act) {
+      if (epi.accumulate || res || epi.act) {
         dnnl::post_ops ops;
+        if (epi.accumulate) ops.append_sum(1.0f);
         if (res) ops.append_binary(dnnl::algorithm::binary_add, r.residual);
         if (epi.act) append_activation(ops, *epi.act);
         attr.set_post_ops(ops);
@@ -107,7 +109,8 @@ void run_gemm(const char* op, int64_t batch, const MatrixOperand& a, const Matri
     const dnnl::memory bm = e->pack_b ? kept_in_layout(b.t, e->packed_b, e->pd.weights_desc(), pack) : mem(e->b, b.t);
     ExecArgs args{{DNNL_ARG_SRC, mem(e->a, a.t)}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, mem(e->c, c.t)}};
     if (bias.defined()) args.add(DNNL_ARG_BIAS, mem(e->bias, bias));
-    if (res) args.add(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, mem(e->residual, res->t));
+    // The binary post-op's index: after the sum post-op when there is one.
+    if (res) args.add(DNNL_ARG_ATTR_MULTIPLE_POST_OP(epi.accumulate ? 1 : 0) | DNNL_ARG_SRC_1, mem(e->residual, res->t));
     execute(e->prim, args);
   });
 }
@@ -120,8 +123,8 @@ void gemm(const char* op, const MatrixOperand& a, const MatrixOperand& b, const 
   run_gemm(op, 1, a, b, c, bias, epilogue);
 }
 void gemm_batched(const char* op, int64_t batch, const MatrixOperand& a, const MatrixOperand& b,
-                  const MatrixOperand& c) {
-  run_gemm(op, batch, a, b, c, Tensor(), {});
+                  const MatrixOperand& c, const GemmEpilogue& epilogue) {
+  run_gemm(op, batch, a, b, c, Tensor(), epilogue);
 }
 }  // namespace cpu
 

@@ -191,7 +191,7 @@ bool skinny_gemm_wanted(const MatrixOperand& a, const MatrixOperand& b, const Ma
   if (skinny_gemm_policy() == KernelPolicy::never || !(small_gemm_available() || cpu_caps().avx2)) return false;
   const auto f32 = [](const Tensor& t) { return t.dtype() == DType::f32; };
   if (!f32(a.t) || !f32(b.t) || !f32(c.t) || (bias.defined() && !f32(bias))) return false;
-  if (epi.act && *epi.act != Activation::relu && *epi.act != Activation::relu6) return false;
+  if (epi.accumulate || (epi.act && *epi.act != Activation::relu && *epi.act != Activation::relu6)) return false;
   if (epi.residual && (!f32(epi.residual->t) || epi.residual->col != 1)) return false;
   return a.rows >= 1 && a.rows <= kSkinnyMaxRows && a.cols >= 1 && a.col == 1 && b.row == 1 && c.col == 1;
 }

@@ -31,7 +31,8 @@ KernelPolicy skinny_gemm_policy();
 
 // Whether the policy gives this product to skinny_gemm_f32: f32 operands (the bias too), at most
 // kSkinnyMaxRows rows, a's rows and the weights' rows contiguous (a.col == 1, b.row == 1), c's
-// and the residual's rows contiguous, no activation but relu or relu6, and AVX-512 or AVX2 with FMA.
+// and the residual's rows contiguous, no activation but relu or relu6, no accumulation into c, and
+// AVX-512 or AVX2 with FMA.
 bool skinny_gemm_wanted(const MatrixOperand& a, const MatrixOperand& b, const MatrixOperand& c, const Tensor& bias,
                         const GemmEpilogue& epi);
 

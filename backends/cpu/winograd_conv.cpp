@@ -8,6 +8,7 @@
 #include "backends/cpu/winograd_conv.h"
 #include <immintrin.h>
 #include <algorithm>
+#include <atomic>
 #include <type_traits>
 #include "backends/cpu/common.h"
 #include "backends/cpu/conv_kernels.h"
@@ -219,8 +220,9 @@ DUET_AVX2_FMA void transform_output_tile(const Tiles& g, const Planes& M, int64_
   }
 }
 
-// dM[xi][t][.] = (A e A^T)[xi] for tile t's 4x4 block e of dy (zeros outside the map).
-DUET_AVX2_FMA void transform_grad_output_tile(const Tiles& g, const float* dy, int64_t t, const Planes& dM) {
+// dM[xi][row][.] = (A e A^T)[xi] for tile t's 4x4 block e of dy (zeros outside the map).
+DUET_AVX2_FMA void transform_grad_output_tile(const Tiles& g, const float* dy, int64_t t, const Planes& dM,
+                                              int64_t row) {
   const int64_t n = t / (g.TH * g.TW), h0 = t / g.TW % g.TH * kTile, w0 = t % g.TW * kTile;
   for (int64_t o = 0; o < g.O; o += kLanes) {
     const Lanes lanes(g.O - o);
@@ -232,7 +234,7 @@ DUET_AVX2_FMA void transform_grad_output_tile(const Tiles& g, const float* dy, i
       }
     for (int j = 0; j < kTile; ++j) apply<kA>(e + j, kTile, f + j, kTile);  // f: 6 x 4
     for (int i = 0; i < kWindow; ++i) apply<kA>(f + i * kTile, 1, m + i * kWindow, 1);
-    for (int xi = 0; xi < kXi; ++xi) lanes.store(dM.row(xi, t) + o, m[xi]);
+    for (int xi = 0; xi < kXi; ++xi) lanes.store(dM.row(xi, row) + o, m[xi]);
   }
 }
 
@@ -272,23 +274,35 @@ void transform_kernels(const KernelView& v, int64_t I, int64_t O, const Tensor& 
   parallel_for((O + kBlock - 1) / kBlock, I * O * kXi, [&](int64_t b, int64_t e) { transform_kernels(v, I, O, b, e, U); });
 }
 
-// The forward runs block by block of tiles: each block's V and M (36 rows of C and O floats per
-// tile) take about kBlockBytes, so that the products and the output transform read them from cache
-// and the workspace stays bounded (DenseNet-121's 128->32 layers at 224 px would need 290 MB).
+// The forward and the weight gradient run block by block of tiles: each block's V and M (or dM;
+// 36 rows of C and O floats per tile) take about kBlockBytes, so that the products and the
+// transforms after them read them from cache and the workspace stays bounded (DenseNet-121's
+// 128->32 layers at 224 px would need 290 MB).
 // Unblocked, the transforms of 64->64 at 32x32 (V and M 37.7 MB each) ran at the memory's 6-8 GB/s
 // and took 15 of the forward's 25 ms (AMD Zen 3, a temporary per-phase trace); blocked, whole
 // training steps took 0.94x (resnet18_cifar) and 0.97x (resnet50_cifar) of the unblocked time,
 // with pairwise rounds from 0.83x to 1.02x (bench/results/compare_zen3_winograd_blocked_train.json).
 constexpr int64_t kBlockBytes = 4 << 20;
 constexpr int64_t kMinBlockTiles = 64;  // the products' rows: fewer make oneDNN's calls the cost
+int64_t block_tiles(const Tiles& g) { return std::max<int64_t>(kMinBlockTiles, kBlockBytes / (kXi * (g.C + g.O) * 4)); }
+// The weight gradient's blocks are larger: each block's 36 products add C x O floats each to dU,
+// which is read and written again per block (9.4 MB for 256 -> 256), and their inner dimension is
+// the block's tiles. Blocks of the forward's size made resnet18_cifar's training step 1.06x slower
+// (journal, 2026-11-30); these bound the workspace all the same.
+constexpr int64_t kGradBlockBytes = 32 << 20;
+constexpr int64_t kMinGradBlockTiles = 1024;
+std::atomic<int64_t> g_grad_block_tiles{0};  // set_own_winograd_gradient_block_tiles
+int64_t grad_block_tiles(const Tiles& g) {
+  if (const int64_t tiles = g_grad_block_tiles.load(); tiles > 0) return tiles;
+  return std::max<int64_t>(kMinGradBlockTiles, kGradBlockBytes / (kXi * (g.C + g.O) * 4));
+}
 
 // y = epilogue(conv(x)) for x [N, I, H, W] -> y [N, O, OH, OW], both channels-last, by the
 // transformed kernels U (planes of [I, O]).
 void winograd_forward(const Tensor& x, const Tensor& U, const Tensor& y, int64_t ph, int64_t pw, const Epilogue& epi) {
   const Tiles g = tiles_of(x, y, ph, pw);
   const int64_t T = g.count();
-  const int64_t per_block = std::max<int64_t>(kMinBlockTiles, kBlockBytes / (kXi * (g.C + g.O) * 4));
-  const int64_t Tb = std::min(T, per_block);
+  const int64_t Tb = std::min(T, block_tiles(g));
   const Tensor Vt = planes_tensor(Tb, g.C), Mt = planes_tensor(Tb, g.O);
   const MatrixOperand u = matrices(U, planes_in(U, g.C, g.O));
   for (int64_t t0 = 0; t0 < T; t0 += Tb) {
@@ -316,6 +330,8 @@ Tensor forward_kernels_transformed(const Tensor& w) {
 }
 
 }  // namespace
+
+void set_own_winograd_gradient_block_tiles(int64_t tiles) { g_grad_block_tiles.store(tiles); }
 
 bool own_winograd_applicable(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p) {
   return cpu_caps().avx2 && p.groups == 1 && x.dtype() == DType::f32 && w.dtype() == DType::f32 &&
@@ -359,14 +375,23 @@ void own_winograd_backward_weight(const Tensor& x, const Tensor& dy, const Tenso
     std::fill_n(dw.data<float>(), dw.numel(), 0.0f);
     return;
   }
-  const Tensor Vt = planes_tensor(T, g.C), dMt = planes_tensor(T, g.O), dUt = planes_tensor(g.C, g.O);
-  const Planes V = planes_in(Vt, T, g.C), dM = planes_in(dMt, T, g.O), dU = planes_in(dUt, g.C, g.O);
-  transform_input(g, x.data<float>(), 0, V);
-  parallel_for(T, T * kXi * g.O, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) transform_grad_output_tile(g, dy.data<float>(), t, dM);
-  });
-  // dU[xi] = V[xi]^T dM[xi]: the sum over the tiles.
-  gemm_batched("conv2d_backward_weight", kXi, transposed_matrices(Vt, V), matrices(dMt, dM), matrices(dUt, dU));
+  // In blocks of tiles (grad_block_tiles): dU[xi] = V[xi]^T dM[xi] is a sum over the tiles, so
+  // each block's products add to the blocks' before (oneDNN's sum post-op).
+  const Tensor dUt = planes_tensor(g.C, g.O);
+  const Planes dU = planes_in(dUt, g.C, g.O);
+  const int64_t Tb = std::min(T, grad_block_tiles(g));
+  const Tensor Vt = planes_tensor(Tb, g.C), dMt = planes_tensor(Tb, g.O);
+  for (int64_t t0 = 0; t0 < T; t0 += Tb) {
+    Planes V = planes_in(Vt, Tb, g.C), dM = planes_in(dMt, Tb, g.O);
+    V.rows = dM.rows = std::min(Tb, T - t0);
+    transform_input(g, x.data<float>(), t0, V);
+    parallel_for(dM.rows, dM.rows * kXi * g.O, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) transform_grad_output_tile(g, dy.data<float>(), t0 + r, dM, r);
+    });
+    GemmEpilogue sum;
+    sum.accumulate = t0 > 0;
+    gemm_batched("conv2d_backward_weight", kXi, transposed_matrices(Vt, V), matrices(dMt, dM), matrices(dUt, dU), sum);
+  }
   parallel_for((g.O + kBlock - 1) / kBlock, g.C * g.O * kXi,
                [&](int64_t b, int64_t e) { kernel_gradients(dU, g.C, g.O, b, e, dw); });
 }

@@ -18,6 +18,7 @@
 // (36 products), dw = G^T dU G. The transforms multiply by fractions, so the rounding error is
 // larger than a direct sum's: about 7x in f32 (winograd_conv.cpp gives the figures).
 #pragma once
+#include <cstdint>
 #include "engine/op_params.h"
 #include "engine/tensor.h"
 
@@ -35,7 +36,11 @@ void own_winograd_forward(const Tensor& x, const Tensor& w, const Tensor& bias, 
                           const Conv2dParams& p);
 // dx as the forward of dy by the weights turned 180 degrees with their channels swapped.
 void own_winograd_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p);
-// dw (any layout), no bias gradient.
+// dw (any layout), no bias gradient. It runs in blocks of tiles, each block's 36 products added to
+// the blocks' before, so that its workspace stays near 32 MB whatever the map.
 void own_winograd_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const Conv2dParams& p);
+// The weight gradient's tiles per block, for tests: a few make a small map run in several blocks;
+// 0 (the start) leaves the measured default (winograd_conv.cpp).
+void set_own_winograd_gradient_block_tiles(int64_t tiles);
 
 }  // namespace duet::cpu
