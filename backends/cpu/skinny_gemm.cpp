@@ -112,7 +112,8 @@ DUET_AVX2_FMA inline void fma_chunk(const float* a, int64_t lda, const float* w,
 // dots[m][g0 + g] = a[m, :] . w[g, :], as dot_block above. M x G accumulators, G weight chunks
 // and a chunk of a must fit AVX2's 16 registers. An FMA's result is ready 4 cycles after it
 // starts and two start per cycle, so fewer than 8 accumulators leave the FMA units idle: blocks
-// of at most 4 accumulators (one row) keep two sets, for even and odd chunks.
+// of at most 4 accumulators (one row of a, or the last block's few outputs) keep two sets, for
+// even and odd chunks.
 template <int M, int G>
 DUET_AVX2_FMA void dot_part_avx2(const float* a, int64_t lda, const float* w, int64_t ldw, int64_t K,
                                  float dots[][kBlock], int g0) {
@@ -128,6 +129,7 @@ DUET_AVX2_FMA void dot_part_avx2(const float* a, int64_t lda, const float* w, in
   // memory delivers them, and the hardware's prefetcher does not run far enough ahead on 4
   // interleaved rows: each step asks for the same 64 bytes of the next block's rows. (Blocks of
   // more rows do 2-4x the FMAs per byte and lost time to the prefetches: journal, 2026-11-30.)
+  // The last block's prefetches point past the matrix, which a prefetch may: it never faults.
   const float* next = w + kBlock * ldw;
   for (; k + 8 * kSets <= K; k += 8 * kSets) {
     if constexpr (kSets == 2)
