@@ -190,11 +190,10 @@ DUET_AVX2_FMA void transform_kernels(const KernelView& v, int64_t I, int64_t O, 
       }
 }
 
-// y's tile t = A^T M A, then + bias, + a residual laid out as y, relu; the pixels inside the map.
-struct Epilogue {
-  const float* bias = nullptr;      // O floats, or null
-  const float* residual = nullptr;  // laid out as y, or null
-  bool relu = false;
+// y's tile t = A^T M A, then + bias, + a residual laid out as y, relu (what store_epilogue leaves
+// to the kernel, conv_kernels.h); the pixels inside the map.
+struct Epilogue : StoreEpilogue {
+  const float* bias = nullptr;  // O floats, or null
 };
 // (M's row `row` holds tile t.)
 DUET_AVX2_FMA void transform_output_tile(const Tiles& g, const Planes& M, int64_t row, int64_t t, const Epilogue& epi,
@@ -297,23 +296,33 @@ int64_t grad_block_tiles(const Tiles& g) {
   return std::max<int64_t>(kMinGradBlockTiles, kGradBlockBytes / (kXi * (g.C + g.O) * 4));
 }
 
+// The tiles of g in blocks of at most `per_block`: for each block, `body(t0, Vt, V, Wt, W)` with V
+// holding the block's transformed input (its rows from 0 are tiles t0, t0 + 1, ...) and W planes of
+// g.O floats per tile for the pass to fill (M or dM), both in workspace for one block.
+template <class Body>
+void for_each_tile_block(const Tiles& g, const float* x, int64_t per_block, Body&& body) {
+  const int64_t T = g.count(), Tb = std::min(T, per_block);
+  const Tensor Vt = planes_tensor(Tb, g.C), Wt = planes_tensor(Tb, g.O);
+  for (int64_t t0 = 0; t0 < T; t0 += Tb) {
+    Planes V = planes_in(Vt, Tb, g.C), W = planes_in(Wt, Tb, g.O);
+    V.rows = W.rows = std::min(Tb, T - t0);  // the last block's; the planes stay where they are
+    transform_input(g, x, t0, V);
+    body(t0, Vt, V, Wt, W);
+  }
+}
+
 // y = epilogue(conv(x)) for x [N, I, H, W] -> y [N, O, OH, OW], both channels-last, by the
 // transformed kernels U (planes of [I, O]).
 void winograd_forward(const Tensor& x, const Tensor& U, const Tensor& y, int64_t ph, int64_t pw, const Epilogue& epi) {
   const Tiles g = tiles_of(x, y, ph, pw);
-  const int64_t T = g.count();
-  const int64_t Tb = std::min(T, block_tiles(g));
-  const Tensor Vt = planes_tensor(Tb, g.C), Mt = planes_tensor(Tb, g.O);
   const MatrixOperand u = matrices(U, planes_in(U, g.C, g.O));
-  for (int64_t t0 = 0; t0 < T; t0 += Tb) {
-    Planes V = planes_in(Vt, Tb, g.C), M = planes_in(Mt, Tb, g.O);
-    V.rows = M.rows = std::min(Tb, T - t0);  // the last block's; the planes stay where they are
-    transform_input(g, x.data<float>(), t0, V);
-    gemm_batched("conv2d", kXi, matrices(Vt, V), u, matrices(Mt, M));
-    parallel_for(M.rows, M.rows * kXi * g.O, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) transform_output_tile(g, M, r, t0 + r, epi, y.data<float>());
-    });
-  }
+  for_each_tile_block(g, x.data<float>(), block_tiles(g),
+                      [&](int64_t t0, const Tensor& Vt, const Planes& V, const Tensor& Mt, const Planes& M) {
+                        gemm_batched("conv2d", kXi, matrices(Vt, V), u, matrices(Mt, M));
+                        parallel_for(M.rows, M.rows * kXi * g.O, [&](int64_t b, int64_t e) {
+                          for (int64_t r = b; r < e; ++r) transform_output_tile(g, M, r, t0 + r, epi, y.data<float>());
+                        });
+                      });
 }
 
 // The forward's transformed kernels: kept once per freeze for a frozen weight (inference), else
@@ -346,17 +355,15 @@ bool own_winograd_data_gradient_applicable(const Tensor& dx, const Tensor& w, co
 
 void own_winograd_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual, const Tensor& y,
                           const Conv2dParams& p) {
-  const StoreEpilogue in_store = store_epilogue(y, residual, p.act);
   Epilogue epi;
-  epi.relu = in_store.relu;
-  epi.residual = in_store.residual;
+  static_cast<StoreEpilogue&>(epi) = store_epilogue(y, residual, p.act);
   Tensor b;
   if (bias.defined()) {
     b = bias.dtype() == DType::f32 ? bias.contiguous() : bias.to(DType::f32);
     epi.bias = b.data<float>();
   }
   if (x.size(0) > 0 && y.size(1) > 0) winograd_forward(x, forward_kernels_transformed(w), y, p.pad_h, p.pad_w, epi);
-  finish_store_epilogue(in_store, y, residual, p.act);
+  finish_store_epilogue(epi, y, residual, p.act);
 }
 
 void own_winograd_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Conv2dParams& p) {
@@ -379,19 +386,16 @@ void own_winograd_backward_weight(const Tensor& x, const Tensor& dy, const Tenso
   // each block's products add to the blocks' before (oneDNN's sum post-op).
   const Tensor dUt = planes_tensor(g.C, g.O);
   const Planes dU = planes_in(dUt, g.C, g.O);
-  const int64_t Tb = std::min(T, grad_block_tiles(g));
-  const Tensor Vt = planes_tensor(Tb, g.C), dMt = planes_tensor(Tb, g.O);
-  for (int64_t t0 = 0; t0 < T; t0 += Tb) {
-    Planes V = planes_in(Vt, Tb, g.C), dM = planes_in(dMt, Tb, g.O);
-    V.rows = dM.rows = std::min(Tb, T - t0);
-    transform_input(g, x.data<float>(), t0, V);
-    parallel_for(dM.rows, dM.rows * kXi * g.O, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) transform_grad_output_tile(g, dy.data<float>(), t0 + r, dM, r);
-    });
-    GemmEpilogue sum;
-    sum.accumulate = t0 > 0;
-    gemm_batched("conv2d_backward_weight", kXi, transposed_matrices(Vt, V), matrices(dMt, dM), matrices(dUt, dU), sum);
-  }
+  for_each_tile_block(g, x.data<float>(), grad_block_tiles(g),
+                      [&](int64_t t0, const Tensor& Vt, const Planes& V, const Tensor& dMt, const Planes& dM) {
+                        parallel_for(dM.rows, dM.rows * kXi * g.O, [&](int64_t b, int64_t e) {
+                          for (int64_t r = b; r < e; ++r) transform_grad_output_tile(g, dy.data<float>(), t0 + r, dM, r);
+                        });
+                        GemmEpilogue sum;
+                        sum.accumulate = t0 > 0;
+                        gemm_batched("conv2d_backward_weight", kXi, transposed_matrices(Vt, V), matrices(dMt, dM),
+                                     matrices(dUt, dU), sum);
+                      });
   parallel_for((g.O + kBlock - 1) / kBlock, g.C * g.O * kXi,
                [&](int64_t b, int64_t e) { kernel_gradients(dU, g.C, g.O, b, e, dw); });
 }
