@@ -76,7 +76,20 @@ Tensor frozen_copy(const Tensor& t, std::string_view what, Tensor (*make)(void*)
     copy = make(make_state);
   }
   std::lock_guard<std::mutex> lock(c.mu);
-  for (auto it = c.map.begin(); it != c.map.end();) it = stale(it->second) ? c.map.erase(it) : std::next(it);
+  // A copy made from a kept copy (a frozen weight's OHWI matrix, then its packed panels) goes stale
+  // when the copy it was made from is dropped, which may come later in the same pass: pass again
+  // until a pass drops nothing, so that a count taken after this add holds no stale copy.
+  for (bool dropped = true; dropped;) {
+    dropped = false;
+    for (auto it = c.map.begin(); it != c.map.end();) {
+      if (stale(it->second)) {
+        it = c.map.erase(it);
+        dropped = true;
+      } else {
+        ++it;
+      }
+    }
+  }
   return c.map.emplace(Key{key.storage, key.freeze, key.offset, std::string(what)}, Entry{t.storage(), freeze, copy})
       .first->second.copy;
 }

@@ -20,6 +20,7 @@
 #include "backends/cpu/planner.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/depthwise.h"
+#include "backends/cpu/direct_conv.h"
 #include "backends/cpu/skinny_gemm.h"
 #include "backends/cpu/small_gemm.h"
 #include "backends/cpu/threads.h"
@@ -524,7 +525,7 @@ TEST(CpuBackend, OwnDirectMatchesReferenceOnEveryConvCase) {
 
 // A frozen weight (inference) in NCHW order runs the im2col forward on its OHWI matrix, copied once
 // per freeze and kept: the second forward copies nothing, and the result is the unfrozen weight's
-// to rounding (the product reads a packed copy of the kept matrix).
+// to rounding (the product reads a packed copy of the kept matrix, on oneDNN's or duet's kernel).
 TEST(CpuBackend, Im2colForwardKeepsAFrozenWeightsMatrix) {
   if (!backend_available(Backend::cpu)) GTEST_SKIP() << "needs the cpu backend";
   BackendGuard guard(DeviceType::cpu, Backend::cpu);
@@ -551,7 +552,8 @@ TEST(CpuBackend, Im2colForwardKeepsAFrozenWeightsMatrix) {
   profiler::clear();
   w.unfreeze();
   EXPECT_EQ(copies, 0) << "the frozen weight's OHWI matrix is kept";
-  EXPECT_EQ(impl.rfind("matmul/", 0), 0u) << impl;
+  // The product on oneDNN's matmul, or below AVX-512 on duet's direct kernel as one (direct_conv.h).
+  EXPECT_TRUE(impl.rfind("matmul/", 0) == 0 || impl.rfind(cpu::kOwnDirectMatmul, 0) == 0) << impl;
   EXPECT_NE(impl.find("[im2col: DUET_IM2COL_FORWARD=always]"), std::string::npos) << impl;
   EXPECT_TRUE(all_close(first, plain, 1e-5, 1e-5));  // sums of 288 products of values in [-1, 1)
   EXPECT_TRUE(all_close(second, first, 0, 0));
@@ -1114,9 +1116,12 @@ TEST(CpuBackend, AutomaticPolicyRunsSmallPointwiseConvolutionsAsMatmul) {
     profiler::clear();
     return all;
   };
+  // Passes run as matrix products: on oneDNN's matmul, or (small forwards below AVX-512) on duet's
+  // direct kernel as one (direct_conv.h).
   const auto count = [](const std::string& s) {
     size_t n = 0;
-    for (size_t at = s.find("matmul/"); at != std::string::npos; at = s.find("matmul/", at + 1)) ++n;
+    for (const char* product : {"matmul/", "(matrix product as 1x1)"})
+      for (size_t at = s.find(product); at != std::string::npos; at = s.find(product, at + 1)) ++n;
     return n;
   };
   const std::string dense = impls({64, 512, 2, 2}, {128, 512, 1, 1}, false);
@@ -1234,12 +1239,25 @@ TEST(CpuBackend, SmallGemmAndOneDnnMatmulsMatchReference) {
   }
 }
 
+// The implementations the profiler records for f's ops on the cpu backend, joined.
+std::string impls_of(const std::function<Tensor()>& f) {
+  BackendGuard guard(DeviceType::cpu, Backend::cpu);
+  profiler::clear();
+  profiler::enable(true);
+  f();
+  profiler::enable(false);
+  std::string impl;
+  for (const OpEvent& e : profiler::collect()) impl += e.impl;
+  profiler::clear();
+  return impl;
+}
+
 // duet's product of at most four rows (backends/cpu/skinny_gemm.h): batch-1 inference's linear
 // layers and pointwise convolutions on 1x1 and 2x2 maps, with each epilogue it takes (bias,
 // residual, relu, relu6), forced on and forced off (oneDNN's matmul), against the reference
-// backend; K and N around the kernel's 16-float chunks and 4-output blocks. The automatic policy
-// gives it the f32 products of at most four rows, and a NaN goes through its relu as through the
-// reference's.
+// backend; K and N around the kernel's 16-float chunks and 4-output blocks, and frozen weights
+// computing the unfrozen bits. The automatic policy gives it the f32 products of at most four
+// rows, and a NaN goes through its relu as through the reference's.
 TEST(CpuBackend, SkinnyGemmMatchesReferenceAndOneDnn) {
   if (!backend_available(Backend::cpu)) GTEST_SKIP() << "the cpu backend (oneDNN) is not built into this binary";
   const bool runs = cpu::small_gemm_available() || cpu::cpu_caps().avx2;  // AVX-512, or AVX2 with FMA
@@ -1248,17 +1266,6 @@ TEST(CpuBackend, SkinnyGemmMatchesReferenceAndOneDnn) {
     ScopedPolicy policy(cpu::set_skinny_gemm_policy, p);
     BackendGuard guard(DeviceType::cpu, be);
     return f();
-  };
-  const auto impl_of = [](const std::function<Tensor()>& f) {
-    BackendGuard guard(DeviceType::cpu, Backend::cpu);
-    profiler::clear();
-    profiler::enable(true);
-    f();
-    profiler::enable(false);
-    std::string impl;
-    for (const OpEvent& e : profiler::collect()) impl += e.impl;
-    profiler::clear();
-    return impl;
   };
   const auto check = [&](const std::string& name, const std::function<Tensor()>& f) {
     SCOPED_TRACE(name);
@@ -1269,14 +1276,22 @@ TEST(CpuBackend, SkinnyGemmMatchesReferenceAndOneDnn) {
   uint64_t seed = 1;
   for (const int64_t M : {1, 2, 3, 4, 5})
     for (const int64_t K : {1, 15, 16, 33, 200})
-      for (const int64_t N : {1, 4, 6, 37}) {
+      for (const int64_t N : {1, 4, 6, 37, 70}) {
         const Tensor x = random_tensor({M, K}, seed++, DType::f32);
         const Tensor w = random_tensor({N, K}, seed++, DType::f32);
         const Tensor b = random_tensor({N}, seed++, DType::f32);
         const auto f = [&] { return linear(x, w, b); };
         check(fmt::format("linear {}x{} -> {}", M, K, N), f);
         if (runs) {
-          EXPECT_EQ(impl_of(f) == cpu::skinny_gemm_impl(), M <= cpu::kSkinnyMaxRows) << impl_of(f);
+          EXPECT_EQ(impls_of(f) == cpu::skinny_gemm_impl(), M <= cpu::kSkinnyMaxRows) << impls_of(f);
+          // A frozen weight gives the unfrozen bits.
+          const Tensor plain = on(Backend::cpu, cpu::KernelPolicy::automatic, f);
+          w.freeze();
+          const Tensor first = on(Backend::cpu, cpu::KernelPolicy::automatic, f);
+          const Tensor second = on(Backend::cpu, cpu::KernelPolicy::automatic, f);
+          w.unfreeze();
+          EXPECT_TRUE(all_close(first, plain, 0, 0));
+          EXPECT_TRUE(all_close(second, plain, 0, 0));
         }
       }
   for (const int64_t hw : {1, 2})
@@ -1292,7 +1307,7 @@ TEST(CpuBackend, SkinnyGemmMatchesReferenceAndOneDnn) {
         const auto f = [&] { return conv2d(x, w, b, p, residual ? r : Tensor()); };
         check(fmt::format("pointwise {}x{} residual {} act {}", hw, hw, residual, act ? activation_name(*act) : "none"), f);
         if (runs) {
-          EXPECT_EQ(impl_of(f).rfind(cpu::skinny_gemm_impl(), 0), 0u) << impl_of(f);
+          EXPECT_EQ(impls_of(f).rfind(cpu::skinny_gemm_impl(), 0), 0u) << impls_of(f);
         }
       }
   // A NaN input makes every output NaN, through relu and relu6 too, as on the reference backend.
@@ -1314,7 +1329,85 @@ TEST(CpuBackend, SkinnyGemmMatchesReferenceAndOneDnn) {
   // Not the kernel's: bf16 (oneDNN's AMX and avx512_bf16 kernels).
   const Tensor xb = random_tensor({1, 40, 1, 1}, seed++, DType::bf16);
   const Tensor wb = random_tensor({24, 40, 1, 1}, seed++, DType::bf16);
-  EXPECT_EQ(impl_of([&] { return conv2d(xb, wb, Tensor(), Conv2dParams{}); }).find("skinny"), std::string::npos);
+  EXPECT_EQ(impls_of([&] { return conv2d(xb, wb, Tensor(), Conv2dParams{}); }).find("skinny"), std::string::npos);
+}
+
+// duet's direct kernel as a matrix product (backends/cpu/direct_conv.h), forced on, against the
+// reference backend: linear layers of 5-65 rows with K past a chunk of the sum (1,152) and rows
+// and outputs around the 6 x 16 tile, and pointwise convolutions on maps with a residual and
+// relu/relu6; a frozen weight computes the unfrozen bits, a NaN goes through relu and relu6 as on
+// the reference backend, and the automatic rule gives the kernel the products of at most
+// kDirectMatmulMaxMacs multiply-adds on CPUs with AVX2 but not AVX-512.
+TEST(CpuBackend, OwnDirectMatmulMatchesReference) {
+  if (!backend_available(Backend::cpu)) GTEST_SKIP() << "the cpu backend (oneDNN) is not built into this binary";
+  if (!cpu::cpu_caps().avx2) GTEST_SKIP() << "duet's direct kernel needs AVX2 and FMA, which this CPU lacks";
+  const auto on = [](Backend be, cpu::KernelPolicy p, const std::function<Tensor()>& f) {
+    ScopedPolicy policy(cpu::set_direct_matmul_policy, p);
+    BackendGuard guard(DeviceType::cpu, be);
+    return f();
+  };
+  const auto forced_impl = [&](const std::function<Tensor()>& f) {
+    ScopedPolicy policy(cpu::set_direct_matmul_policy, cpu::KernelPolicy::always);
+    return impls_of(f);
+  };
+  uint64_t seed = 100;
+  for (const int64_t M : {5, 6, 13, 65})
+    for (const int64_t K : {1, 33, 1500})
+      for (const int64_t N : {1, 16, 17, 70}) {
+        SCOPED_TRACE(fmt::format("linear {}x{} -> {}", M, K, N));
+        const Tensor x = random_tensor({M, K}, seed++, DType::f32);
+        const Tensor w = random_tensor({N, K}, seed++, DType::f32);
+        const Tensor b = random_tensor({N}, seed++, DType::f32);
+        const auto f = [&] { return linear(x, w, b); };
+        const Tensor plain = on(Backend::cpu, cpu::KernelPolicy::always, f);
+        EXPECT_TRUE(all_close(plain, on(Backend::reference, cpu::KernelPolicy::automatic, f), 1e-4, 1e-4));
+        EXPECT_EQ(forced_impl(f), cpu::kOwnDirectMatmul);
+        w.freeze();
+        const Tensor first = on(Backend::cpu, cpu::KernelPolicy::always, f);
+        const Tensor second = on(Backend::cpu, cpu::KernelPolicy::always, f);
+        w.unfreeze();
+        EXPECT_TRUE(all_close(first, plain, 0, 0)) << "a frozen weight's kept panels give the unfrozen bits";
+        EXPECT_TRUE(all_close(second, plain, 0, 0));
+      }
+  for (const bool residual : {false, true})
+    for (const std::optional<Activation> act : {std::optional<Activation>(), std::optional(Activation::relu),
+                                                 std::optional(Activation::relu6)}) {
+      SCOPED_TRACE(fmt::format("pointwise residual {} act {}", residual, act ? activation_name(*act) : "none"));
+      const Tensor x = random_tensor({2, 40, 3, 5}, seed++, DType::f32, -4, 4).contiguous(MemoryFormat::channels_last);
+      const Tensor w = random_tensor({24, 40, 1, 1}, seed++, DType::f32);
+      const Tensor b = random_tensor({24}, seed++, DType::f32);
+      const Tensor r = random_tensor({2, 24, 3, 5}, seed++, DType::f32).contiguous(MemoryFormat::channels_last);
+      Conv2dParams p;
+      p.act = act;
+      const auto f = [&] { return conv2d(x, w, b, p, residual ? r : Tensor()); };
+      EXPECT_TRUE(all_close(on(Backend::cpu, cpu::KernelPolicy::always, f),
+                            on(Backend::reference, cpu::KernelPolicy::automatic, f), 1e-4, 1e-4));
+      EXPECT_EQ(forced_impl(f).rfind(cpu::kOwnDirectMatmul, 0), 0u) << forced_impl(f);
+    }
+  // A NaN at one pixel makes that pixel's outputs NaN through relu and relu6, and no other.
+  const Tensor x = random_tensor({1, 40, 3, 3}, seed++, DType::f32).contiguous(MemoryFormat::channels_last);
+  x.data<float>()[(1 * 3 + 1) * 40 + 7] = NAN;
+  const Tensor w = random_tensor({24, 40, 1, 1}, seed++, DType::f32);
+  for (const Activation act : {Activation::relu, Activation::relu6}) {
+    Conv2dParams p;
+    p.act = act;
+    const Tensor y = on(Backend::cpu, cpu::KernelPolicy::always, [&] { return conv2d(x, w, Tensor(), p); });
+    ASSERT_TRUE(y.is_contiguous(MemoryFormat::channels_last));
+    int at_pixel = 0, elsewhere = 0;
+    for (int64_t i = 0; i < y.numel(); ++i)
+      (i / 24 == 4 ? at_pixel : elsewhere) += std::isnan(y.data<float>()[i]);
+    EXPECT_EQ(at_pixel, 24) << activation_name(act) << ": every output channel of pixel (1, 1)";
+    EXPECT_EQ(elsewhere, 0) << activation_name(act);
+  }
+  // The automatic rule: ViT-tiny's 65-row layers take the kernel, 128 rows of them (18.9 million
+  // multiply-adds) stay on oneDNN; with AVX-512 everything does.
+  const Tensor w768 = random_tensor({768, 192}, seed++, DType::f32);
+  for (const int64_t M : {65, 128}) {
+    const Tensor xm = random_tensor({M, 192}, seed++, DType::f32);
+    const std::string impl = impls_of([&] { return linear(xm, w768, Tensor()); });
+    const bool want = !cpu::small_gemm_available() && M * 192 * 768 <= cpu::kDirectMatmulMaxMacs;
+    EXPECT_EQ(impl == cpu::kOwnDirectMatmul, want) << M << " rows: " << impl;
+  }
 }
 
 // Attention's products, forward and backward, go to the small-matrix kernel on their own.

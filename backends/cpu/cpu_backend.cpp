@@ -5,6 +5,7 @@
 #include "backends/cpu/common.h"
 #include "backends/cpu/planner.h"
 #include "backends/cpu/depthwise.h"
+#include "backends/cpu/direct_conv.h"
 #include "backends/cpu/skinny_gemm.h"
 #include "backends/cpu/small_gemm.h"
 #include "backends/cpu/threads.h"
@@ -33,6 +34,7 @@ void cpu_describe_machine(nlohmann::json& m) {
                       {"depthwise", cpu::policy_name(cpu::depthwise_policy())},
                       {"small_gemm", cpu::policy_name(cpu::small_gemm_policy())},
                       {"skinny_gemm", cpu::policy_name(cpu::skinny_gemm_policy())},
+                      {"direct_matmul", cpu::policy_name(cpu::direct_matmul_policy())},
                       {"conv_autotune", cpu::conv_autotune()}};
   // Where bf16 convolutions and matrix products run: a bf16 report from a CPU without AVX-512 (or
   // under ONEDNN_MAX_CPU_ISA=AVX2) timed the reference loops, and says so. The checks that need a

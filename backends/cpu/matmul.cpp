@@ -1,5 +1,7 @@
 // Matrix products on the cpu backend: oneDNN's matmul primitive (brgemm AVX-512 kernels), and
-// duet's own kernel for batches of small f32 matrices (small_gemm.h: attention). A
+// duet's own kernels for batches of small f32 matrices (small_gemm.h: attention), for f32
+// products of at most four rows (skinny_gemm.h) and, below AVX-512, for small f32 products of more
+// rows (direct_conv.h: the direct convolution's tile); run_gemm asks them in that order. A
 // transposed operand is the stored block described with swapped strides, so q @ k^T and the
 // weight-gradient products need no copy; a batch-1 operand broadcasts through oneDNN's own batch
 // broadcasting. linear is a 2-D matmul (gemm.h) whose weights are the [out, in] matrix read
@@ -7,6 +9,7 @@
 // with bf16 memory and f32 accumulation; f16 goes to the reference backend (lowp_on_reference in
 // common.h).
 #include "backends/cpu/common.h"
+#include "backends/cpu/direct_conv.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/skinny_gemm.h"
 #include "backends/cpu/small_gemm.h"
@@ -56,6 +59,10 @@ void run_gemm(const char* op, int64_t batch, const MatrixOperand& a, const Matri
     if (batch == 1 && skinny_gemm_wanted(a, b, c, bias, epi)) {
       profiler::note_impl(skinny_gemm_impl());
       return skinny_gemm_f32(a, b, c, bias, epi);
+    }
+    if (batch == 1 && own_direct_matmul_wanted(a, b, c, bias, epi)) {
+      profiler::note_impl(kOwnDirectMatmul);
+      return own_direct_matmul(a, b, c, bias, epi);
     }
     const bool pack_b = batch == 1 && b.t.is_frozen();
     Key key("gemm");
