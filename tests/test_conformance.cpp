@@ -559,7 +559,13 @@ TEST(CpuBackend, Im2colForwardKeepsAFrozenWeightsMatrix) {
   EXPECT_TRUE(all_close(second, first, 0, 0));
 }
 
-std::string profiled_impl(const std::string& op, const std::function<void()>& run);  // below
+// The implementation of run()'s last op named `op`.
+std::string profiled_impl(const std::string& op, const std::function<void()>& run) {
+  std::string impl;
+  for (const OpEvent& e : profiled_events(run))
+    if (e.name == op) impl = e.impl;
+  return impl;
+}
 
 // duet's own AVX2 direct forward (backends/cpu/direct_conv.h), forced on, against the reference
 // backend: 1x1 to 7x7 kernels, strides, padding and dilation, channel counts that leave a partial
@@ -1242,13 +1248,8 @@ TEST(CpuBackend, SmallGemmAndOneDnnMatmulsMatchReference) {
 // The implementations the profiler records for f's ops on the cpu backend, joined.
 std::string impls_of(const std::function<Tensor()>& f) {
   BackendGuard guard(DeviceType::cpu, Backend::cpu);
-  profiler::clear();
-  profiler::enable(true);
-  f();
-  profiler::enable(false);
   std::string impl;
-  for (const OpEvent& e : profiler::collect()) impl += e.impl;
-  profiler::clear();
+  for (const OpEvent& e : profiled_events([&] { f(); })) impl += e.impl;
   return impl;
 }
 
@@ -1733,17 +1734,6 @@ TEST(CpuBackend, AutomaticPolicyRunsWideBf16LayersOnF32Winograd) {
 }
 
 // The implementation the profile names for the last `op` that `run` dispatched.
-std::string profiled_impl(const std::string& op, const std::function<void()>& run) {
-  profiler::clear();
-  profiler::enable(true);
-  run();
-  profiler::enable(false);
-  std::string impl;
-  for (const OpEvent& e : profiler::collect())
-    if (e.name == op) impl = e.impl;
-  profiler::clear();
-  return impl;
-}
 
 // A Winograd layer's weight gradient takes dy as its data gradient reordered it, inside the one
 // conv2d_backward call that computes both (backends/cpu/conv.cpp), and computes the same bits as

@@ -229,20 +229,44 @@ bool own_direct_data_gradient_applicable(const Tensor& dx, const Tensor& w, cons
 
 namespace {
 
+// The bias padded to whole 16-channel tiles (zeros past O), as TileIo reads it; empty for none.
+std::vector<float> padded_bias(const float* bias, const Geometry& g) {
+  std::vector<float> b;
+  if (bias != nullptr) {
+    b.assign(static_cast<size_t>(g.channel_tiles() * kNR), 0.0f);
+    std::copy_n(bias, g.O, b.begin());
+  }
+  return b;
+}
+
+// The tile of pixels p0 .. p0 + 5 and output channels o0 .. o0 + 15 in y (rows g.O apart) over
+// chunk c of `chunks`: the bias where the sum starts, the residual and activation where it ends.
+TileIo tile_io(const Geometry& g, float* y, const std::vector<float>& bias16, const float* res, int64_t p0, int64_t o0,
+               int64_t c, int64_t chunks, bool relu, bool relu6) {
+  return TileIo{y + p0 * g.O + o0,
+                g.O,
+                static_cast<int>(std::min<int64_t>(kNR, g.O - o0)),
+                c == 0 && !bias16.empty() ? bias16.data() + o0 : nullptr,
+                res != nullptr ? res + p0 * g.O + o0 : nullptr,
+                c == 0,
+                c == chunks - 1,
+                relu || relu6,
+                relu6};
+}
+
+// Threads for T pixel tiles by OT channel tiles: no more than there are tiles along the longer side.
+int tile_threads(int64_t T, int64_t OT) { return static_cast<int>(std::min<int64_t>(max_threads(), std::max(T, OT))); }
+
 // y = conv(x) + bias over geometry g with the packed weights wp; then a residual laid out as y
 // (rp, or null) and a relu before each tile is stored.
 void direct_conv(const Geometry& g, const float* xp, const float* wp, const float* bias, float* yp, const float* rp,
                  bool relu) {
   const int64_t OT = g.channel_tiles(), taps = g.taps(), kc = g.chunk(), chunks = g.chunks();
-  std::vector<float> bias16;
-  if (bias != nullptr) {
-    bias16.assign(static_cast<size_t>(OT * kNR), 0.0f);
-    std::copy_n(bias, g.O, bias16.begin());
-  }
+  const std::vector<float> bias16 = padded_bias(bias, g);
   const int64_t P = g.pixels();
   const int64_t T = (P + kMR - 1) / kMR, groups = (OT + channel_tiles_per_group(g) - 1) / channel_tiles_per_group(g);
   const int64_t G = (OT + groups - 1) / groups;  // groups of equal size
-  const int threads = static_cast<int>(std::min<int64_t>(max_threads(), std::max(T, OT)));
+  const int threads = tile_threads(T, OT);
   parallel_for(threads, P * g.O * taps * g.C, [&](int64_t b, int64_t e) {
     std::vector<const float*> a(static_cast<size_t>(taps * kMR));
     for (int64_t i = b; i < e; ++i) {
@@ -255,19 +279,9 @@ void direct_conv(const Geometry& g, const float* xp, const float* wp, const floa
               const int64_t p0 = tile * kMR;
               const int mr = static_cast<int>(std::min<int64_t>(kMR, P - p0));
               tap_pointers(g, xp, p0, mr, c0, a.data());
-              for (int64_t ot = gb; ot < std::min(r.ot1, gb + G); ++ot) {
-                const int64_t o0 = ot * kNR;
-                TileIo io{yp + p0 * g.O + o0,
-                          g.O,
-                          static_cast<int>(std::min<int64_t>(kNR, g.O - o0)),
-                          c == 0 && !bias16.empty() ? bias16.data() + o0 : nullptr,
-                          rp != nullptr ? rp + p0 * g.O + o0 : nullptr,
-                          c == 0,
-                          c == chunks - 1,
-                          relu,
-                          false};
-                run_tile(mr, a.data(), taps, n_c, wp + ot * taps * g.C * kNR + c0 * taps * kNR, io);
-              }
+              for (int64_t ot = gb; ot < std::min(r.ot1, gb + G); ++ot)
+                run_tile(mr, a.data(), taps, n_c, wp + ot * taps * g.C * kNR + c0 * taps * kNR,
+                         tile_io(g, yp, bias16, rp, p0, ot * kNR, c, chunks, relu, false));
             }
           }
     }
@@ -485,14 +499,10 @@ std::atomic<KernelPolicy> g_matmul_policy{policy_from_env("DUET_DIRECT_MATMUL")}
 void direct_matmul(const Geometry& g, const float* ap, const float* wp, const float* bias, float* cp, const float* rp,
                    bool relu, bool relu6) {
   const int64_t M = g.OH, K = g.C, N = g.O, OT = g.channel_tiles(), kc = g.chunk(), chunks = g.chunks();
-  std::vector<float> bias16;
-  if (bias != nullptr) {
-    bias16.assign(static_cast<size_t>(OT * kNR), 0.0f);
-    std::copy_n(bias, N, bias16.begin());
-  }
+  const std::vector<float> bias16 = padded_bias(bias, g);
   const int64_t T = (M + kMR - 1) / kMR;
   const int64_t block = std::max<int64_t>(1, (128 << 10) / (kMR * K * static_cast<int64_t>(sizeof(float))));
-  const int threads = static_cast<int>(std::min<int64_t>(max_threads(), std::max(T, OT)));
+  const int threads = tile_threads(T, OT);
   parallel_for(threads, M * N * K, [&](int64_t b, int64_t e) {
     const float* a[kMR];
     for (int64_t i = b; i < e; ++i) {
@@ -500,21 +510,13 @@ void direct_matmul(const Geometry& g, const float* ap, const float* wp, const fl
       for (int64_t tb = r.t0; tb < r.t1; tb += block)
         for (int64_t ot = r.ot0; ot < r.ot1; ++ot)
           for (int64_t c = 0; c < chunks; ++c) {
-            const int64_t c0 = c * kc, n_c = std::min(kc, K - c0), o0 = ot * kNR;
+            const int64_t c0 = c * kc, n_c = std::min(kc, K - c0);
             for (int64_t tile = tb; tile < std::min(r.t1, tb + block); ++tile) {
               const int64_t p0 = tile * kMR;
               const int mr = static_cast<int>(std::min<int64_t>(kMR, M - p0));
               for (int m = 0; m < mr; ++m) a[m] = ap + (p0 + m) * K + c0;
-              TileIo io{cp + p0 * N + o0,
-                        N,
-                        static_cast<int>(std::min<int64_t>(kNR, N - o0)),
-                        c == 0 && !bias16.empty() ? bias16.data() + o0 : nullptr,
-                        rp != nullptr ? rp + p0 * N + o0 : nullptr,
-                        c == 0,
-                        c == chunks - 1,
-                        relu || relu6,
-                        relu6};
-              run_tile(mr, a, 1, n_c, wp + ot * K * kNR + c0 * kNR, io);
+              run_tile(mr, a, 1, n_c, wp + ot * K * kNR + c0 * kNR,
+                       tile_io(g, cp, bias16, rp, p0, ot * kNR, c, chunks, relu, relu6));
             }
           }
     }
