@@ -84,9 +84,14 @@ DUET_AVX2_FMA inline void sum_lanes8(const __m256 v[], float* out) {
   const __m256 ab = _mm256_hadd_ps(v[0], G > 1 ? v[1] : z);  // a01 a23 b01 b23 | a45 a67 b45 b67
   const __m256 cd = _mm256_hadd_ps(G > 2 ? v[2] : z, G > 3 ? v[3] : z);
   const __m256 abcd = _mm256_hadd_ps(ab, cd);  // a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7
-  alignas(16) float sums[4];
-  _mm_store_ps(sums, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
-  for (int g = 0; g < G; ++g) out[g] = sums[g];
+  const __m128 sums = _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+  if constexpr (G == 4) {
+    _mm_storeu_ps(out, sums);  // one store, which the epilogue's vector load reads straight back
+  } else {
+    alignas(16) float lanes[4];
+    _mm_store_ps(lanes, sums);
+    for (int g = 0; g < G; ++g) out[g] = lanes[g];
+  }
 }
 
 // acc[m][g] += a[m, k..k+8) * w[g, k..k+8), the chunk's first lanes when Masked (the rest 0).
@@ -162,6 +167,11 @@ DUET_AVX2_FMA void dot_block_avx2(const float* a, int64_t lda, const float* w, i
   }
 }
 
+// scalar_math.h's clamps on four lanes, NaN kept: maxps and minps return their second operand
+// when either is NaN, so max(0, v) is `v < 0 ? 0 : v` and min(6, v) is `6 < v ? 6 : v`.
+inline __m128 max0_keeping_nan(__m128 v) { return _mm_max_ps(_mm_setzero_ps(), v); }
+inline __m128 min6_keeping_nan(__m128 v) { return _mm_min_ps(_mm_set1_ps(6.0f), v); }
+
 using DotBlock = void (*)(const float*, int64_t, const float*, int64_t, int64_t, float[][kBlock]);
 template <int M>
 constexpr DotBlock kDotBlocks[kBlock] = {dot_block<M, 1>, dot_block<M, 2>, dot_block<M, 3>, dot_block<M, 4>};
@@ -216,13 +226,29 @@ void skinny_gemm_f32(const MatrixOperand& a, const MatrixOperand& b, const Matri
   const int64_t ldr = epi.residual ? epi.residual->row : 0;
   const bool relu = epi.act.has_value(), relu6 = relu && *epi.act == Activation::relu6;
   const int64_t blocks = (N + kBlock - 1) / kBlock;
+  const DotBlock full = dot_block_for(M, kBlock);
   parallel_for(blocks, M * N * K, [=](int64_t b0, int64_t b1) {
-    float dots[kSkinnyMaxRows][kBlock];
+    alignas(16) float dots[kSkinnyMaxRows][kBlock];
     for (int64_t blk = b0; blk < b1; ++blk) {
       const int64_t n0 = blk * kBlock, G = std::min<int64_t>(kBlock, N - n0);
+      // The epilogue in gemm()'s order (oneDNN's post-ops): bias, residual, activation.
+      if (G == kBlock) {
+        full(ap, lda, wp + n0 * ldw, ldw, K, dots);
+        const __m128 b4 = bp ? _mm_setr_ps(bp[n0 * bias_step], bp[(n0 + 1) * bias_step], bp[(n0 + 2) * bias_step],
+                                           bp[(n0 + 3) * bias_step])
+                             : _mm_setzero_ps();
+        for (int64_t m = 0; m < M; ++m) {
+          __m128 v = _mm_load_ps(dots[m]);
+          if (bp) v = _mm_add_ps(v, b4);
+          if (rp) v = _mm_add_ps(v, _mm_loadu_ps(rp + m * ldr + n0));
+          if (relu) v = max0_keeping_nan(v);
+          if (relu6) v = min6_keeping_nan(v);
+          _mm_storeu_ps(cp + m * ldc + n0, v);
+        }
+        continue;
+      }
+      // The last few outputs, one at a time with scalar_math.h's activations: the same results.
       dot_block_for(M, G)(ap, lda, wp + n0 * ldw, ldw, K, dots);
-      // The epilogue in gemm()'s order (oneDNN's post-ops): bias, residual, activation, with
-      // scalar_math.h's activations, which let a NaN through as the reference backend's do.
       for (int64_t m = 0; m < M; ++m)
         for (int64_t g = 0; g < G; ++g) {
           const int64_t n = n0 + g;
