@@ -7,7 +7,8 @@
 #   .venv-bench/bin/python bench/train_throughput.py --duet build/duet --threads 2
 #
 # Safe to run again: an existing environment is brought to the pinned versions. Needs Debian's
-# python3 and python3-venv (installed with apt-get when missing, which needs root or sudo).
+# python3 and python3-venv, and valgrind for bench/pass_instructions.py's instruction counts
+# (installed with apt-get when missing, which needs root or sudo).
 # DUET_BENCH_VENV=<folder> puts the environment elsewhere.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,7 +16,7 @@ venv=${DUET_BENCH_VENV:-$repo/.venv-bench}
 python=/usr/bin/python3  # Debian's interpreter, not whatever python3 comes first on PATH
 
 source "$repo/scripts/apt_install_missing.sh"
-apt_install_missing setup_bench python3 python3-venv
+apt_install_missing setup_bench python3 python3-venv valgrind
 
 if [ ! -x "$venv/bin/python" ]; then
   echo "setup_bench: creating $venv"
