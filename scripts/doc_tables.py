@@ -381,6 +381,8 @@ TABLES = {
     "compare_zen3_direct_matmul": (compare_builds, ("compare_zen3_direct_matmul_infer.json",), {}),
     "compare_zen3_direct_matmul_train": (compare_builds, ("compare_zen3_direct_matmul_train.json",), {}),
     "inference_zen3_b1_direct_matmul": (inference, ("infer_throughput_zen3_b1_direct_matmul.json",), {}),
+    "inference_zen3_d23c259_b1": (inference, ("infer_throughput_zen3_d23c259_b1.json",), {}),
+    "inference_zen3_d23c259_b8_64": (inference, ("infer_throughput_zen3_d23c259_b8_64.json",), {}),
     "inference_fold_amx": (inference, ("infer_throughput_amx_33acfea.json",), {}),
     "inference_pack_amx": (inference, ("infer_throughput_amx_b6b2de2.json",), {}),
     "inference_bf16_amx": (inference, ("infer_throughput_amx_bf16_77e36f9.json",), {}),
