@@ -13,10 +13,11 @@ around it, so the counts rank the glue and show what a change removed; the speed
 bench/compare_builds.py's.
 
 The pass runs on one thread: with more, callgrind would count the OpenMP team's spinning, which
-depends on timing; and only that thread is counted (not the profiler's telemetry sampler). Instructions are grouped by where they run (duet's cpu backend, the rest of
-duet, oneDNN's library, oneDNN's JIT-compiled kernels, the C library's allocator, the rest of the
-C library, the C++ runtime, ...) and the functions that run the most are listed. --compare B adds a
-second build's counts and the difference.
+depends on timing; and only that thread is counted (not the profiler's telemetry sampler).
+Instructions are grouped by where they run (duet's cpu backend, the rest of duet, oneDNN's library,
+oneDNN's JIT-compiled kernels, the C library's allocator, the rest of the C library, the C++
+runtime, ...) and the functions that run the most are listed. --compare B adds a second build's
+counts and the difference.
 
   .venv-bench/bin/python bench/pass_instructions.py --duet build/duet --model mobilenet_v2 --batch 1
 """
@@ -149,7 +150,8 @@ def main():
     a = ap.parse_args()
     for tool in ("valgrind", "callgrind_annotate"):
         if shutil.which(tool) is None:
-            sys.exit(f"pass_instructions: {tool} not found (Debian's valgrind package; scripts/setup_bench.sh installs it)")
+            sys.exit(f"pass_instructions: {tool} not found "
+                     "(Debian's valgrind package; scripts/setup_bench.sh installs it)")
     if a.passes < 1 or a.warmup < 1:
         sys.exit(f"pass_instructions: expected --passes and --warmup of at least 1, got {a.passes} and {a.warmup}")
     size, classes = MODELS.get(a.model, (32, 10))
@@ -164,8 +166,8 @@ def main():
 
     what = "training step" if a.training else "eval-mode pass"
     m = machine()
-    print(f"{m['cpu']} (family {m['family']} model {m['model']}); {a.model} batch {a.batch}, one {what} on 1 thread: callgrind's count of "
-          f"{2 * a.passes} passes minus {a.passes}, per pass")
+    print(f"{m['cpu']} (family {m['family']} model {m['model']}); {a.model} batch {a.batch}, one {what} on "
+          f"1 thread: callgrind's count of {2 * a.passes} passes minus {a.passes}, per pass")
     for tag, duet in builds:
         print(f"  {tag} = {duet}: {sum(counts[tag].values()) / 1e6:.3f} million instructions")
     if a.compare:
@@ -181,9 +183,12 @@ def main():
             row += f" {gb.get(name, 0) / 1e3:10.1f} {(gb.get(name, 0) - ga.get(name, 0)) / 1e3:+10.1f}"
         print(row)
 
-    print(f"\nthe {a.top} functions with the most instructions of their own" + (" (in A; then B, B - A)" if a.compare else ""))
-    ranked = sorted(counts["A"].items(), key=lambda kv: -kv[1])[: a.top]
-    for (function, obj, group), n in ranked:
+    def ranked(tag):
+        return sorted(counts[tag].items(), key=lambda kv: -kv[1])[: a.top]
+
+    print(f"\nthe {a.top} functions with the most instructions of their own"
+          + (" (in A; then B, B - A)" if a.compare else ""))
+    for (function, obj, group), n in ranked("A"):
         row = f"  {n / 1e3:10.1f}K"
         if a.compare:
             nb = counts["B"].get((function, obj, group), 0)
@@ -196,7 +201,7 @@ def main():
                "builds": {tag: {"duet": duet, "instructions_per_pass": sum(counts[tag].values()),
                                 "groups": dict(groups(counts[tag])),
                                 "top": [{"function": short(f, 200), "object": o, "instructions": n}
-                                        for (f, o, _), n in sorted(counts[tag].items(), key=lambda kv: -kv[1])[: a.top]]}
+                                        for (f, o, _), n in ranked(tag)]}
                           for tag, duet in builds}}
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)
