@@ -196,7 +196,7 @@ def main():
         print(f"{row}  {short(function)} [{obj}]")
 
     if a.json:
-        out = {"machine": machine(), "model": a.model, "batch": a.batch, "training": a.training,
+        out = {"machine": m, "model": a.model, "batch": a.batch, "training": a.training,
                "passes": [a.passes, 2 * a.passes], "warmup": a.warmup, "threads": 1,
                "builds": {tag: {"duet": duet, "instructions_per_pass": sum(counts[tag].values()),
                                 "groups": dict(groups(counts[tag])),

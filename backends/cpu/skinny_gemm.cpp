@@ -13,7 +13,6 @@
 #include "backends/cpu/common.h"
 #include "backends/cpu/planner.h"
 #include "backends/cpu/small_gemm.h"
-#include "engine/scalar_math.h"
 
 namespace duet::cpu {
 
@@ -228,37 +227,42 @@ void skinny_gemm_f32(const MatrixOperand& a, const MatrixOperand& b, const Matri
   const int64_t blocks = (N + kBlock - 1) / kBlock;
   const DotBlock full = dot_block_for(M, kBlock);
   parallel_for(blocks, M * N * K, [=](int64_t b0, int64_t b1) {
-    alignas(16) float dots[kSkinnyMaxRows][kBlock];
+    // Initialized: a last block leaves lanes unwritten, which the epilogue computes on, never stores.
+    alignas(16) float dots[kSkinnyMaxRows][kBlock] = {};
     for (int64_t blk = b0; blk < b1; ++blk) {
       const int64_t n0 = blk * kBlock, G = std::min<int64_t>(kBlock, N - n0);
-      // The epilogue in gemm()'s order (oneDNN's post-ops): bias, residual, activation.
-      if (G == kBlock) {
-        full(ap, lda, wp + n0 * ldw, ldw, K, dots);
-        const __m128 b4 = bp ? _mm_setr_ps(bp[n0 * bias_step], bp[(n0 + 1) * bias_step], bp[(n0 + 2) * bias_step],
-                                           bp[(n0 + 3) * bias_step])
-                             : _mm_setzero_ps();
-        for (int64_t m = 0; m < M; ++m) {
-          __m128 v = _mm_load_ps(dots[m]);
-          if (bp) v = _mm_add_ps(v, b4);
-          if (rp) v = _mm_add_ps(v, _mm_loadu_ps(rp + m * ldr + n0));
-          if (relu) v = max0_keeping_nan(v);
-          if (relu6) v = min6_keeping_nan(v);
-          _mm_storeu_ps(cp + m * ldc + n0, v);
-        }
-        continue;
+      (G == kBlock ? full : dot_block_for(M, G))(ap, lda, wp + n0 * ldw, ldw, K, dots);
+      // The epilogue in gemm()'s order (oneDNN's post-ops): bias, residual, activation, on the
+      // block's 4 lanes; a last block of G < 4 outputs goes through a buffer of 4.
+      alignas(16) float lanes[kBlock] = {};
+      __m128 b4 = _mm_setzero_ps();
+      if (bp && G == kBlock) {
+        b4 = _mm_setr_ps(bp[n0 * bias_step], bp[(n0 + 1) * bias_step], bp[(n0 + 2) * bias_step],
+                         bp[(n0 + 3) * bias_step]);
+      } else if (bp) {
+        for (int64_t g = 0; g < G; ++g) lanes[g] = bp[(n0 + g) * bias_step];
+        b4 = _mm_load_ps(lanes);
       }
-      // The last few outputs, one at a time with scalar_math.h's activations: the same results.
-      dot_block_for(M, G)(ap, lda, wp + n0 * ldw, ldw, K, dots);
-      for (int64_t m = 0; m < M; ++m)
-        for (int64_t g = 0; g < G; ++g) {
-          const int64_t n = n0 + g;
-          float v = dots[m][g];
-          if (bp) v += bp[n * bias_step];
-          if (rp) v += rp[m * ldr + n];
-          if (relu6) v = relu6_of(v);
-          else if (relu) v = ActivationFn<Activation::relu>::value(v, 0.0f);
-          cp[m * ldc + n] = v;
+      for (int64_t m = 0; m < M; ++m) {
+        __m128 v = _mm_load_ps(dots[m]);
+        if (bp) v = _mm_add_ps(v, b4);
+        if (rp) {
+          const float* r = rp + m * ldr + n0;
+          if (G < kBlock) {
+            std::copy_n(r, G, lanes);
+            r = lanes;
+          }
+          v = _mm_add_ps(v, _mm_loadu_ps(r));
         }
+        if (relu) v = max0_keeping_nan(v);
+        if (relu6) v = min6_keeping_nan(v);
+        if (G == kBlock) {
+          _mm_storeu_ps(cp + m * ldc + n0, v);
+        } else {
+          _mm_store_ps(lanes, v);
+          std::copy_n(lanes, G, cp + m * ldc + n0);
+        }
+      }
     }
   });
 }
