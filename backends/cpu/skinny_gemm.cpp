@@ -34,9 +34,10 @@ DUET_AVX512 inline void sum4(const __m512 v[4], float out[4]) {
   const __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(t0, t1, 0x88), _mm512_shuffle_f32x4(t0, t1, 0xDD));
   const __m512 w = _mm512_add_ps(u, _mm512_permute_ps(u, 0x4E));           // lanes (0+2, 1+3, 2+0, 3+1)
   const __m512 x = _mm512_add_ps(w, _mm512_permute_ps(w, 0xB1));           // every lane of quarter i: the sum
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, x);
-  for (int i = 0; i < 4; ++i) out[i] = lanes[4 * i];
+  // Lane 0 of each quarter into one 128-bit vector, written with one store: the epilogue's vector
+  // load then reads it straight back (four scalar stores under one load stall its forwarding).
+  const __m512 firsts = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12), x);
+  _mm_storeu_ps(out, _mm512_castps512_ps128(firsts));
 }
 
 // dots[m][g] = a[m, :] . w[g, :] for M rows of a (row stride lda) and G weight rows (stride ldw),
