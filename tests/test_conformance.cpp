@@ -997,12 +997,21 @@ TEST(CpuBackend, AutomaticPolicyWithoutAvx512RunsDenseLayersOnSgemm) {
       << few_images["conv2d"];
 }
 
+// The implementations the profiler records for f's ops on the cpu backend, joined.
+std::string impls_of(const std::function<Tensor()>& f) {
+  BackendGuard guard(DeviceType::cpu, Backend::cpu);
+  std::string impl;
+  for (const OpEvent& e : profiled_events([&] { f(); })) impl += e.impl;
+  return impl;
+}
+
 // Below AVX-512 with AVX2 (planner.cpp's own_winograd_rule) duet's Winograd takes all three passes
 // of 3x3 stride-1 layers of 32 channels or more on both sides, onto maps of 4x4 or more, with at
 // least 4 tiles and products of at least 2^21 multiply-adds; not the strided layers, not 16
 // channels, not a 2x2 map, not a single tile (one image of a 4x4 map), not small products (16
-// tiles of 64->32: 1.2 million), and not a weight gradient with a bias gradient. With AVX-512, or without
-// AVX2, it takes nothing. Each result matches the reference backend.
+// tiles of 64->32: 1.2 million), and not a weight gradient with a bias gradient. With AVX-512 it
+// takes only the forward of a frozen weight (inference: its transformed kernels kept) over 8 to
+// 255 tiles; without AVX2, nothing. Each result matches the reference backend.
 TEST(CpuBackend, AutomaticPolicyRunsStride1LayersOnOwnWinograd) {
   const bool own = !cpu::cpu_caps().avx512 && cpu::cpu_caps().avx2;
   auto impls = [](int64_t N, int64_t C, int64_t O, int64_t H, int64_t stride, bool bias) {
@@ -1049,6 +1058,30 @@ TEST(CpuBackend, AutomaticPolicyRunsStride1LayersOnOwnWinograd) {
   auto with_bias = impls(4, 64, 64, 8, 1, true);
   EXPECT_EQ(winograd(with_bias["conv2d"]), own) << with_bias["conv2d"];
   EXPECT_FALSE(winograd(with_bias["conv2d.backward_weight"])) << with_bias["conv2d.backward_weight"];
+  // Frozen weights, forward only: 64->64 for 4 images of 16x16 (64 tiles) and 16 images (256
+  // tiles); 256->256 for one image of 8x8 (4 tiles, 9.4 million multiply-adds).
+  for (const auto& [N, C, H] : {std::tuple{4, 64, 16}, std::tuple{16, 64, 16}, std::tuple{1, 256, 8}}) {
+    const Tensor x = random_tensor({N, C, H, H}, 4, DType::f32).contiguous(MemoryFormat::channels_last);
+    const Tensor w = random_tensor({C, C, 3, 3}, 5, DType::f32, -0.1, 0.1);
+    const auto f = [&] { return conv2d(x, w, Tensor(), Conv2dParams{1, 1, 1, 1}); };
+    Tensor want;
+    {
+      BackendGuard guard(DeviceType::cpu, Backend::reference);
+      want = f();
+    }
+    w.freeze();
+    const std::string impl = impls_of(f);
+    Tensor got;
+    {
+      BackendGuard guard(DeviceType::cpu, Backend::cpu);
+      got = f();
+    }
+    w.unfreeze();
+    const bool avx512_takes = N == 4 && C == 64;
+    EXPECT_EQ(winograd(impl), cpu::cpu_caps().avx2 && (avx512_takes || !cpu::cpu_caps().avx512))
+        << N << " images of " << C << " channels: " << impl;
+    EXPECT_TRUE(all_close(got, want, 1e-3, 1e-3)) << N << " images of " << C << " channels";
+  }
 }
 
 // The weight gradient of a pointwise convolution over many pixel rows sums them in one chunk per
@@ -1243,14 +1276,6 @@ TEST(CpuBackend, SmallGemmAndOneDnnMatmulsMatchReference) {
     }
     EXPECT_GE(n, 15);
   }
-}
-
-// The implementations the profiler records for f's ops on the cpu backend, joined.
-std::string impls_of(const std::function<Tensor()>& f) {
-  BackendGuard guard(DeviceType::cpu, Backend::cpu);
-  std::string impl;
-  for (const OpEvent& e : profiled_events([&] { f(); })) impl += e.impl;
-  return impl;
 }
 
 // duet's product of at most four rows (backends/cpu/skinny_gemm.h): batch-1 inference's linear
