@@ -3,7 +3,8 @@
 its groups must add up to its total, the few-row kernel that runs MobileNetV2's batch-1 products
 must be among the functions it lists, one binary counted against itself must differ by almost
 nothing (the counts are what the tool is for), and a bad --passes must be refused by name. Exits
-77 (skipped) where valgrind is missing: scripts/setup_bench.sh installs it.
+77 (skipped) where valgrind is missing (scripts/setup_bench.sh installs it) or cannot decode the
+binary (valgrind 3.19 has no AVX-512, which a -march=native build uses on an AVX-512 CPU).
 
   python3 tests/pass_instructions_check.py SOURCE_DIR DUET_BINARY
 """
@@ -26,6 +27,9 @@ with tempfile.TemporaryDirectory() as tmp:
                         "--batch", "1", "--passes", "2", "--warmup", "1", "--top", "40", "--json", out],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     print(r.stdout)
+    if r.returncode == 3 and "cannot decode an instruction" in r.stdout:  # the tool's UNDECODABLE
+        print("pass_instructions: valgrind cannot run this build here: skipped")
+        sys.exit(77)
     assert r.returncode == 0, f"pass_instructions.py exited with {r.returncode}"
     d = json.load(open(out))
 assert d["model"] == "mobilenet_v2" and d["batch"] == 1 and d["passes"] == [2, 4] and d["threads"] == 1, d
