@@ -1010,10 +1010,11 @@ std::string impls_of(const std::function<Tensor()>& f) {
 // least 4 tiles and products of at least 2^21 multiply-adds; not the strided layers, not 16
 // channels, not a 2x2 map, not a single tile (one image of a 4x4 map), not small products (16
 // tiles of 64->32: 1.2 million), and not a weight gradient with a bias gradient. With AVX-512 it
-// takes only the forward of a frozen weight (inference: its transformed kernels kept) over 8 to
-// 255 tiles; without AVX2, nothing. Each result matches the reference backend.
+// takes only forwards over 32 to 255 tiles, frozen weights or not (a frozen weight's result has
+// the unfrozen bits); without AVX2, nothing. Each result matches the reference backend.
 TEST(CpuBackend, AutomaticPolicyRunsStride1LayersOnOwnWinograd) {
   const bool own = !cpu::cpu_caps().avx512 && cpu::cpu_caps().avx2;
+  const bool own_forward_64_tiles = cpu::cpu_caps().avx2;  // below AVX-512, or with it over 32-255 tiles
   auto impls = [](int64_t N, int64_t C, int64_t O, int64_t H, int64_t stride, bool bias) {
     std::map<std::string, std::string> by_pass;
     Tensor grads[2][3];
@@ -1038,8 +1039,9 @@ TEST(CpuBackend, AutomaticPolicyRunsStride1LayersOnOwnWinograd) {
     return by_pass;
   };
   const auto winograd = [](const std::string& impl) { return impl.find("[duet winograd: ") != std::string::npos; };
-  auto wide = impls(4, 128, 64, 16, 1, false);
-  for (const char* pass : {"conv2d", "conv2d.backward_data", "conv2d.backward_weight"})
+  auto wide = impls(4, 128, 64, 16, 1, false);  // 64 tiles
+  EXPECT_EQ(winograd(wide["conv2d"]), own_forward_64_tiles) << wide["conv2d"];
+  for (const char* pass : {"conv2d.backward_data", "conv2d.backward_weight"})
     EXPECT_EQ(winograd(wide[pass]), own) << pass << ": " << wide[pass];
   EXPECT_EQ(wide["conv2d"].find("duet:winograd_f4x4_3x3_avx2 [duet winograd: 3x3 stride 1 below AVX-512, 128->64 "
                                 "channels >= 32, 64 tiles of 4x4 onto 16x16]") != std::string::npos,
@@ -1058,8 +1060,9 @@ TEST(CpuBackend, AutomaticPolicyRunsStride1LayersOnOwnWinograd) {
   auto with_bias = impls(4, 64, 64, 8, 1, true);
   EXPECT_EQ(winograd(with_bias["conv2d"]), own) << with_bias["conv2d"];
   EXPECT_FALSE(winograd(with_bias["conv2d.backward_weight"])) << with_bias["conv2d.backward_weight"];
-  // Frozen weights, forward only: 64->64 for 4 images of 16x16 (64 tiles) and 16 images (256
-  // tiles); 256->256 for one image of 8x8 (4 tiles, 9.4 million multiply-adds).
+  // Frozen weights (inference: the transformed kernels kept), with the unfrozen bits: 64->64 for 4
+  // images of 16x16 (64 tiles) and 16 images (256 tiles); 256->256 for one image of 8x8 (4 tiles,
+  // 9.4 million multiply-adds).
   for (const auto& [N, C, H] : {std::tuple{4, 64, 16}, std::tuple{16, 64, 16}, std::tuple{1, 256, 8}}) {
     const Tensor x = random_tensor({N, C, H, H}, 4, DType::f32).contiguous(MemoryFormat::channels_last);
     const Tensor w = random_tensor({C, C, 3, 3}, 5, DType::f32, -0.1, 0.1);
@@ -1069,9 +1072,13 @@ TEST(CpuBackend, AutomaticPolicyRunsStride1LayersOnOwnWinograd) {
       BackendGuard guard(DeviceType::cpu, Backend::reference);
       want = f();
     }
+    Tensor plain, got;
+    {
+      BackendGuard guard(DeviceType::cpu, Backend::cpu);
+      plain = f();
+    }
     w.freeze();
     const std::string impl = impls_of(f);
-    Tensor got;
     {
       BackendGuard guard(DeviceType::cpu, Backend::cpu);
       got = f();
@@ -1081,6 +1088,7 @@ TEST(CpuBackend, AutomaticPolicyRunsStride1LayersOnOwnWinograd) {
     EXPECT_EQ(winograd(impl), cpu::cpu_caps().avx2 && (avx512_takes || !cpu::cpu_caps().avx512))
         << N << " images of " << C << " channels: " << impl;
     EXPECT_TRUE(all_close(got, want, 1e-3, 1e-3)) << N << " images of " << C << " channels";
+    EXPECT_TRUE(all_close(got, plain, 0, 0)) << N << " images of " << C << " channels: frozen against unfrozen";
   }
 }
 
@@ -1707,6 +1715,9 @@ TEST(CpuBackend, EvalBatchNormReadsChannelSlicesInPlace) {
 TEST(CpuBackend, AutomaticPolicyRunsResNetLayersOnWinograd) {
   DUET_SKIP_WITHOUT_AVX512("Winograd");
   BackendGuard guard(DeviceType::cpu, Backend::cpu);
+  // oneDNN's Winograd rule alone: duet's would take this forward (64 tiles), as
+  // AutomaticPolicyRunsStride1LayersOnOwnWinograd checks.
+  ScopedPolicy no_own(cpu::set_own_winograd_policy, cpu::KernelPolicy::never);
   const Tensor x = random_tensor({16, 32, 8, 8}, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);
   const Tensor w = random_tensor({32, 32, 3, 3}, 2, DType::f32).set_requires_grad(true);
   auto impls = [&] {

@@ -485,18 +485,21 @@ std::string own_direct_wgrad_rule(const ConvProblem& pb) {
 // have at least 2^21 multiply-adds (every layer above that won has 4.7 million or more). The
 // 3-channel stem stays on oneDNN (10.7 ms against 2.0). Its rounding
 // error is about 7x a direct sum's (winograd_conv.cpp).
-// With AVX-512, oneDNN's own Winograd transforms the kernels at every call; duet's keeps a frozen
-// weight's transformed kernels, so it takes the forward of frozen weights (inference) where the
-// tiles are too few to amortise that transform, fewer than 256, but at least 8: the transformed
-// kernels are four times the weight's bytes, read for every call. AMD Zen 5, 2 threads, resnet18_cifar
-// inference, per-op profiles (`duet profile --inference --mode per-op`, us a call, against the
-// rule without it): batch 1, 128->128 at 16x16 (16 tiles) 165 against 188, 64->64 at 32x32 (64)
-// 164 against 176, but 256->256 at 8x8 (4 tiles) 226 against 171; batch 8, 512->512 at 4x4 (8
-// tiles) 1187 against 1438, 256->256 at 8x8 (32) 616 against 1119, 128->128 at 16x16 (128) 583
-// against 832; batch 64 (bench/conv_candidates.py, bench/results/conv_candidates_zen5_r18_winograd_
-// infer_b64.json) 512->512 at 4x4 (64 tiles) 3.46 ms against 7.21, while from 256 tiles on oneDNN's
-// won (256->256 at 8x8: 4.68 against 4.10). In training (weights not frozen) the two were within
-// 1.5% of a ResNet-50 step (conv_candidates_zen5_r50_winograd_train.json); oneDNN's keeps it.
+// With AVX-512 oneDNN has a Winograd kernel of its own, and duet's takes only forwards over 32 to
+// 255 tiles, frozen weights or not (the same algorithm either way, so freezing changes no bits).
+// AMD Zen 5, 2 threads, resnet18_cifar: cache-warm forwards (bench/conv_candidates.py, fastest of 2
+// rounds, weights not frozen: the kernel transform at every call), 256->256 at 8x8 for 8 images (32
+// tiles) 0.80 ms against 1.13 for the best other, for 32 images (128 tiles) 2.08 against 2.85;
+// 128->128 at 16x16 for 8 images (128 tiles) 0.53 against 0.76; 512->512 at 4x4 for 64 images (64
+// tiles) 6.68 against 7.41, for 32 (32 tiles) 5.26 against 5.24, but for 16 (16 tiles) 4.47
+// against 2.61, its 38 MB of transformed kernels made for little work. Frozen (inference, the
+// transform kept; per-op profiles against the rule without it): 256->256 at 8x8 for 8 images 616
+// us against 1119, 128->128 at 16x16 583 against 832; 512->512 at 4x4 for 64 images 3.46 ms against
+// 7.21 (conv_candidates_zen5_r18_winograd_infer_b64.json). From 256 tiles oneDNN's won in
+// inference, where the convolution carries the folded bias and relu (256->256 at 8x8 for 64
+// images: 4.68 against 4.10; 128->128 at 16x16: 6.67 against 6.13). duet's data and weight
+// gradients were within 1.5% of a ResNet-50 step of oneDNN's (conv_candidates_zen5_r50_winograd_
+// train.json): oneDNN's keeps them.
 std::string own_winograd_rule(const ConvProblem& pb) {
   const KernelPolicy pol = own_winograd_policy();
   const bool applies = pb.pass == ConvPass::backward_data ? own_winograd_data_gradient_applicable(pb.x, pb.w, pb.y, pb.p)
@@ -511,9 +514,8 @@ std::string own_winograd_rule(const ConvProblem& pb) {
   if (w.size(0) < 32 || w.size(1) < 32 || out.size(2) < 4 || out.size(3) < 4 || tiles < 4) return "";
   if (36 * tiles * w.size(0) * w.size(1) < (int64_t(1) << 21)) return "";  // the 36 products' multiply-adds
   if (cpu_caps().avx512) {
-    if (pb.pass != ConvPass::forward || !w.is_frozen() || tiles < 8 || tiles >= 256) return "";
-    return fmt::format("duet winograd: 3x3 stride 1, frozen weights' transform kept, {} >= 32, 8 <= {} tiles of 4x4 "
-                       "onto {} < 256",
+    if (pb.pass != ConvPass::forward || tiles < 32 || tiles >= 256) return "";
+    return fmt::format("duet winograd: 3x3 stride 1 forward with AVX-512, {} >= 32, 32 <= {} tiles of 4x4 onto {} < 256",
                        channels(w), tiles, map_of(out));
   }
   return fmt::format("duet winograd: 3x3 stride 1 below AVX-512, {} >= 32, {} tiles of 4x4 onto {}", channels(w), tiles,
@@ -607,15 +609,14 @@ std::vector<ConvAlgo> candidates(const ConvProblem& pb) {
   return c;
 }
 
-// What a plan depends on: the tensors' shapes, strides and dtypes, the attributes, the pass,
-// whether the weight is frozen, the thread count (Key adds it), and every policy and the autotune switch (tests flip them at run time).
+// What a plan depends on: the tensors' shapes, strides and dtypes, the attributes, the pass, the
+// thread count (Key adds it), and every policy and the autotune switch (tests flip them at run time).
 Key plan_key(const ConvProblem& pb) {
   Key k("plan");
   k.add(pb.x).add(pb.w).add(pb.y);
   const Conv2dParams& p = pb.p;
   k.add(p.stride_h).add(p.stride_w).add(p.pad_h).add(p.pad_w).add(p.dilation_h).add(p.dilation_w).add(p.groups);
   k.add(static_cast<int64_t>(pb.pass)).add(int64_t(pb.bias)).add(p.act ? 1 + static_cast<int64_t>(*p.act) : 0);
-  k.add(int64_t(pb.w.is_frozen()));  // own_winograd_rule keeps a frozen weight's transform
   for (const RulePolicy& r : kRulePolicies) k.add(static_cast<int64_t>(r.get()));
   k.add(int64_t(conv_autotune()));
   return k;
