@@ -495,11 +495,12 @@ std::string own_direct_wgrad_rule(const ConvProblem& pb) {
 // against 2.61, its 38 MB of transformed kernels made for little work. Frozen (inference, the
 // transform kept; per-op profiles against the rule without it): 256->256 at 8x8 for 8 images 616
 // us against 1119, 128->128 at 16x16 583 against 832; 512->512 at 4x4 for 64 images 3.46 ms against
-// 7.21 (conv_candidates_zen5_r18_winograd_infer_b64.json). From 256 tiles oneDNN's won in
-// inference, where the convolution carries the folded bias and relu (256->256 at 8x8 for 64
-// images: 4.68 against 4.10; 128->128 at 16x16: 6.67 against 6.13). duet's data and weight
-// gradients were within 1.5% of a ResNet-50 step of oneDNN's (conv_candidates_zen5_r50_winograd_
-// train.json): oneDNN's keeps them.
+// 7.21 (conv_candidates_zen5_r18_winograd_infer_b64.json). The bound of 256 tiles is for
+// training: without it, inference at batch 64 gained more (resnet18_cifar 1.15x against 1.11x) but
+// training steps lost 2-3% (compare_zen5_own_winograd_unbounded_{infer,train}.json), plausibly
+// because oneDNN's Winograd forward shares its reorders with the backward passes. duet's data and
+// weight gradients were within 1.5% of a ResNet-50 step of oneDNN's (conv_candidates_zen5_r50_
+// winograd_train.json): oneDNN's keeps them.
 std::string own_winograd_rule(const ConvProblem& pb) {
   const KernelPolicy pol = own_winograd_policy();
   const bool applies = pb.pass == ConvPass::backward_data ? own_winograd_data_gradient_applicable(pb.x, pb.w, pb.y, pb.p)
