@@ -461,7 +461,8 @@ std::string own_direct_wgrad_rule(const ConvProblem& pb) {
 }
 
 // duet's own Winograd F(4x4, 3x3) (winograd_conv.h) for all three passes of 3x3 stride-1 layers
-// below AVX-512, where oneDNN 2.6 has no Winograd kernel: a quarter of a direct sum's
+// below AVX-512, where oneDNN 2.6 has no Winograd kernel, and for some forwards with AVX-512 (the
+// last paragraph): a quarter of a direct sum's
 // multiplications, as 36 matrix products between transforms. It takes layers of 32 channels or
 // more on both sides, output maps of at least 4x4, at least 4 tiles of 4x4 outputs and products of
 // at least 2^21 multiply-adds. Measured on
