@@ -384,6 +384,7 @@ TABLES = {
     "inference_zen3_d23c259_b1": (inference, ("infer_throughput_zen3_d23c259_b1.json",), {}),
     "inference_zen3_d23c259_b8_64": (inference, ("infer_throughput_zen3_d23c259_b8_64.json",), {}),
     "throughput_zen5_d3ade82": (throughput, ("train_throughput_zen5_d3ade82.json",), {}),
+    "throughput_zen5_bf16_a30f906": (throughput, ("train_throughput_zen5_bf16_a30f906.json",), {}),
     "compare_zen5_bn_relu6_gate_train": (compare_builds, ("compare_zen5_bn_relu6_gate_train.json",), {}),
     "compare_zen5_own_winograd_forward_infer": (compare_builds, ("compare_zen5_own_winograd_forward_infer.json",), {}),
     "compare_zen5_own_winograd_forward_train": (compare_builds, ("compare_zen5_own_winograd_forward_train.json",), {}),
