@@ -21,13 +21,15 @@ if shutil.which("valgrind") is None or shutil.which("callgrind_annotate") is Non
     print("pass_instructions: valgrind is not installed here (scripts/setup_bench.sh installs it): skipped")
     sys.exit(77)
 script = os.path.join(src, "bench", "pass_instructions.py")
+sys.path.insert(0, os.path.join(src, "bench"))
+from pass_instructions import UNDECODABLE  # noqa: E402  the tool's exit status when valgrind cannot decode
 with tempfile.TemporaryDirectory() as tmp:
     out = os.path.join(tmp, "counts.json")
     r = subprocess.run([sys.executable, script, "--duet", duet, "--compare", duet, "--model", "mobilenet_v2",
                         "--batch", "1", "--passes", "2", "--warmup", "1", "--top", "40", "--json", out],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     print(r.stdout)
-    if r.returncode == 3 and "cannot decode an instruction" in r.stdout:  # the tool's UNDECODABLE
+    if r.returncode == UNDECODABLE and "cannot decode an instruction" in r.stdout:
         print("pass_instructions: valgrind cannot run this build here: skipped")
         sys.exit(77)
     assert r.returncode == 0, f"pass_instructions.py exited with {r.returncode}"
