@@ -7,6 +7,7 @@
 //
 //   duet_bench_ops --benchmark_filter=/cpu --benchmark_format=json > duet_ops.json
 #include <benchmark/benchmark.h>
+#include <fmt/format.h>
 #include <functional>
 #include <string>
 #include <vector>
@@ -135,6 +136,12 @@ void register_all() {
   conv("mbv2_dw3x3_576_2_nhwc", {64, 576, 2, 2}, 576, 3, conv_p(1, 1, 576), true);
   conv("mbv2_dw3x3_960_1_nhwc", {64, 960, 1, 1}, 960, 3, conv_p(1, 1, 960), true);
   conv("convnext_dw7x7_96_16_nhwc", {64, 96, 16, 16}, 96, 7, conv_p(1, 3, 96), true);  // ConvNeXt-T at 64 px
+  // MobileNetV2's depthwise layers at 32 px for one image and for eight (inference latency): small
+  // enough that a call's fixed cost weighs against its arithmetic.
+  for (const int64_t n : {1, 8}) {
+    for (const auto& [c, hw] : {std::pair<int64_t, int64_t>{96, 16}, {144, 8}, {192, 4}, {384, 2}, {960, 1}})
+      conv(fmt::format("mbv2_dw3x3_{}_{}_b{}_nhwc", c, hw, n), {n, c, hw, hw}, c, 3, conv_p(1, 1, c), true);
+  }
   conv("mbv2_project1x1_960x160_1_nhwc", {64, 960, 1, 1}, 160, 1, conv_p(1, 0), true);
   conv("resnet_l4_512x512_4_nhwc", {64, 512, 4, 4}, 512, 3, conv_p(1, 1), true);
   {

@@ -254,6 +254,9 @@ std::vector<Case> conv_cases() {
       // the 8 taps duet's weight-gradient loop keeps in registers at once.
       {"depthwise_7x7", 2, 40, 9, 9, 40, 7, P(1, 3, 1, 40), true},
       {"depthwise_9x9", 1, 16, 10, 11, 16, 9, P(1, 4, 1, 16), false},
+      // Rows wide enough for duet's forward to sum whole blocks of 8 pixels between the edges, and
+      // a last block of 3 (AVX-512; AVX2 sums 4 at a time), over two full vectors and a tail.
+      {"depthwise_wide_rows", 1, 40, 3, 21, 40, 3, P(1, 1, 1, 40), true},
       {"groups2_dilation2", 2, 8, 10, 10, 4, 3, P(1, 2, 2, 2), false},
       {"dilation2", 1, 3, 11, 9, 5, 3, P(1, 0, 2, 1), true},
       {"dilation2_pad2_no_bias", 2, 6, 9, 10, 5, 3, P(1, 2, 2, 1), false},
@@ -286,7 +289,8 @@ std::vector<Case> conv_cases() {
   // batch norm folded in: the sum post-op, or passes after a kernel that cannot take it).
   for (const ConvSpec& s : specs) {
     if (s.name != std::string("3x3_same") && s.name != std::string("3x3_32ch_odd_map") &&
-        s.name != std::string("depthwise_stride2") && s.name != std::string("1x1"))
+        s.name != std::string("depthwise_stride2") && s.name != std::string("depthwise_wide_rows") &&
+        s.name != std::string("1x1"))
       continue;
     const int64_t OH = conv_out_size(s.H, s.K, s.p.stride_h, s.p.pad_h, s.p.dilation_h);
     const int64_t OW = conv_out_size(s.W, s.K, s.p.stride_w, s.p.pad_w, s.p.dilation_w);

@@ -17,6 +17,7 @@
 #include "opcheck/op_check.h"
 #include "tests/test_support.h"
 #ifdef DUET_HAVE_DNNL
+#include "backends/cpu/common.h"
 #include "backends/cpu/planner.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/depthwise.h"
@@ -1089,6 +1090,38 @@ TEST(CpuBackend, AutomaticPolicyRunsStride1LayersOnOwnWinograd) {
         << N << " images of " << C << " channels: " << impl;
     EXPECT_TRUE(all_close(got, want, 1e-3, 1e-3)) << N << " images of " << C << " channels";
     EXPECT_TRUE(all_close(got, plain, 0, 0)) << N << " images of " << C << " channels: frozen against unfrozen";
+  }
+}
+
+// The automatic policy gives duet's depthwise kernel the forwards of one thread's work (fewer
+// multiply-adds than the threads' grain: planner.cpp's depthwise_rule), as MobileNetV2's last
+// stages for one image at 32 px, and leaves larger ones to oneDNN's depthwise kernels. The forward
+// applies relu6 in its store with the bits of a separate pass, and a frozen weight (its taps kept)
+// gives the unfrozen weight's bits.
+TEST(CpuBackend, AutomaticPolicyRunsSmallDepthwiseForwardsOnOwnKernel) {
+  BackendGuard guard(DeviceType::cpu, Backend::cpu);
+  const auto own = [](const std::string& impl) { return impl.find("[duet depthwise: a forward of") != std::string::npos; };
+  for (const auto& [N, C, H] : {std::tuple{1, 960, 1}, std::tuple{1, 384, 2}, std::tuple{1, 192, 4},
+                                std::tuple{1, 96, 16}, std::tuple{8, 144, 8}}) {
+    SCOPED_TRACE(fmt::format("{} images of {} x {} x {}", N, C, H, H));
+    const Tensor x = random_tensor({N, C, H, H}, 1, DType::f32).contiguous(MemoryFormat::channels_last);
+    const Tensor w = random_tensor({C, 1, 3, 3}, 2, DType::f32, -0.5, 0.5);
+    const Tensor b = random_tensor({C}, 3, DType::f32);
+    Conv2dParams p{1, 1, 1, 1};
+    p.groups = C;
+    const Tensor plain = relu6(conv2d(x, w, b, p));
+    p.act = Activation::relu6;
+    const auto f = [&] { return conv2d(x, w, b, p); };
+    const std::string impl = impls_of(f);
+    EXPECT_EQ(own(impl), N * C * H * H * 9 < cpu::kParallelGrain) << impl;
+    EXPECT_TRUE(all_close(f(), plain, 0, 0)) << "relu6 in the store against a pass: " << impl;
+    w.freeze();
+    b.freeze();
+    const Tensor frozen = f();
+    EXPECT_EQ(impls_of(f), impl);
+    w.unfreeze();
+    b.unfreeze();
+    EXPECT_TRUE(all_close(frozen, plain, 0, 0)) << "frozen against unfrozen: " << impl;
   }
 }
 

@@ -331,11 +331,16 @@ constexpr const char* kOwnWinogradFlipped = "duet:winograd_f4x4_3x3_avx2 (dy by 
 
 // ---- each pass with a given algorithm ---------------------------------------------------------------
 
-StoreEpilogue store_epilogue(const Tensor& y, const Tensor& residual, std::optional<Activation> act) {
+StoreEpilogue store_epilogue(const Tensor& y, const Tensor& residual, std::optional<Activation> act,
+                             bool clamps_at_6) {
   StoreEpilogue e;
-  const bool residual_inside = residual.defined() && residual.dtype() == DType::f32 && same_layout(residual, y);
+  // A bf16 output is rounded before the passes add the residual, so only an f32 one adds it inside.
+  const bool residual_inside = residual.defined() && residual.dtype() == DType::f32 && y.dtype() == DType::f32 &&
+                               same_layout(residual, y);
   if (residual_inside) e.residual = residual.data<float>();
-  e.relu = act == Activation::relu && (!residual.defined() || residual_inside);
+  const bool act_inside = !residual.defined() || residual_inside;
+  e.relu = act_inside && (act == Activation::relu || (clamps_at_6 && act == Activation::relu6));
+  e.relu6 = e.relu && act == Activation::relu6;
   return e;
 }
 
@@ -353,8 +358,7 @@ void run_conv_forward(ConvAlgo a, const Tensor& x, const Tensor& w, const Tensor
     case ConvAlgo::im2col_matmul: return im2col_forward(x, w, bias, residual, y, p);
     case ConvAlgo::own_depthwise:
       profiler::note_impl(kOwnDepthwise);
-      depthwise_forward(x, w, bias, y, p);
-      return conv_epilogue_passes(cpu_backend(), y, residual, p.act);
+      return depthwise_forward(x, w, bias, residual, y, p);
     case ConvAlgo::own_direct:
       profiler::note_impl(kOwnDirect);
       return own_direct_forward(x, w, bias, residual, y, p);

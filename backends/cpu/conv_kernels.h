@@ -35,15 +35,18 @@ std::optional<dnnl::memory> shared_dy(ConvAlgo data, ConvAlgo weight, const Tens
 std::string onednn_conv_impl(ConvAlgo a, ConvPass pass, const Tensor& x, const Tensor& w, const Tensor& y,
                              const Conv2dParams& p, bool bias);
 
-// The part of conv2d's epilogue that duet's own kernels (direct_conv.h, winograd_conv.h) apply in
-// their store: the residual when it is f32 and laid out as y, and a ReLU when no residual is left
-// to add after the kernel. One decision for both kernels; finish_store_epilogue runs the rest as
-// passes after the kernel (engine/conv_epilogue.h), in the same order: residual, then activation.
+// The part of conv2d's epilogue that duet's own kernels (direct_conv.h, winograd_conv.h, depthwise.h)
+// apply in their store: the residual when it and y are f32 and laid out alike, and a ReLU (or a
+// ReLU6, for kernels that say they clamp at 6) when no residual is left to add after the kernel.
+// One decision for all of them; finish_store_epilogue runs the rest as passes after the kernel
+// (engine/conv_epilogue.h), in the same order: residual, then activation.
 struct StoreEpilogue {
   const float* residual = nullptr;  // added in the store, or nullptr
-  bool relu = false;                // applied in the store, after the residual
+  bool relu = false;                // clamped at 0 in the store, after the residual
+  bool relu6 = false;               // then at 6 too (only where relu is)
 };
-StoreEpilogue store_epilogue(const Tensor& y, const Tensor& residual, std::optional<Activation> act);
+StoreEpilogue store_epilogue(const Tensor& y, const Tensor& residual, std::optional<Activation> act,
+                             bool clamps_at_6 = false);
 void finish_store_epilogue(const StoreEpilogue& in_store, const Tensor& y, const Tensor& residual,
                            std::optional<Activation> act);
 

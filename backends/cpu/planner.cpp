@@ -538,13 +538,19 @@ std::string tap_rule(const Tensor& x, const Tensor& w, const Tensor& y, const Co
 // Depthwise shapes oneDNN has no depthwise kernel for (jit_dw, brdgmm_dw) run on duet's loops:
 // MobileNet's last stages at 32 px (1x1 and 2x2 maps, 3x3 kernel) fell back to im2col + GEMM or
 // reference loops, 13.5 ms forward and 29.5 ms backward for [64, 960, 1, 1] against 0.1 and 0.2.
-// Where oneDNN has its depthwise kernels they stay: 2-3x faster than the loops.
+// So do forwards too small to be worth a second thread (fewer multiply-adds than kParallelGrain,
+// which duet's kernel runs on the calling thread): MobileNetV2's last stages for one image, where
+// oneDNN's call costs more than the sums (about 2.5-3 against 4-7 us a layer of 192 x 4 x 4 to
+// 960 x 1 x 1 at 32 px). Elsewhere oneDNN's depthwise kernels stay: about 2x faster per
+// multiply-add than duet's (96 x 16 x 16 for 8 images: 34 against 20 us).
 std::string depthwise_rule(ConvPass pass, const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p,
                            bool bias) {
   if (!depthwise_applicable(x, w, y, p)) return "";
   const KernelPolicy pol = depthwise_policy();
   if (pol == KernelPolicy::never) return "";
   if (pol == KernelPolicy::always) return "duet depthwise: policy always";
+  if (const int64_t macs = y.numel() * w.size(2) * w.size(3); pass == ConvPass::forward && macs < kParallelGrain)
+    return fmt::format("duet depthwise: a forward of {} multiply-adds, one thread's work", macs);
   const std::string onednn = onednn_conv_impl(ConvAlgo::direct, pass, x, w, y, p, bias);
   if (onednn.find("_dw") != std::string::npos) return "";
   return fmt::format("duet depthwise: oneDNN has no depthwise kernel here (it offers {})", onednn);
