@@ -1,8 +1,11 @@
 // The layers the model zoo is built from. Constructor arguments, parameter names and default
 // initialisation follow torch.nn, so a model written here has torchvision's parameter names.
 #pragma once
+#include <array>
 #include <functional>
 #include <initializer_list>
+#include <memory>
+#include <mutex>
 #include "engine/functional.h"
 #include "engine/nn/module.h"
 
@@ -23,6 +26,15 @@ public:
   Tensor weight, bias;  // bias undefined when o.bias == false
   Conv2dParams params;
   int64_t in_channels, out_channels;
+  // What conv_bn (engine/nn/conv_bn.h) last folded for this layer and the batch norm after it, with
+  // the storage and freeze of each tensor it was folded from: the next frozen forward of the same
+  // tensors takes it from here instead of from the kept copies' map. Copies of the module share it.
+  struct FoldedMemo {
+    std::mutex mu;
+    std::array<uint64_t, 12> sources{};
+    Tensor weight, bias;
+  };
+  std::shared_ptr<FoldedMemo> folded_memo = std::make_shared<FoldedMemo>();
 };
 
 class Linear : public Module {
