@@ -103,7 +103,7 @@ CpuAllocator::CpuAllocator() {
 
 size_t CpuAllocator::size_class(size_t bytes) {
   if (bytes < kCacheMin) return round_up(bytes == 0 ? kAlignment : bytes, kAlignment);
-  // Quarter steps between powers of two: 256, 320, 384, 448, 512, 640, ..., 4K, 5K, 6K, 7K, 8K, 10K, ...
+  // Quarter steps between powers of two: 4K, 5K, 6K, 7K, 8K, 10K, ..., 64K, 80K, 96K, ...
   size_t pow2 = kCacheMin;
   while (pow2 * 2 <= bytes) pow2 *= 2;
   const size_t step = pow2 / 4;

@@ -56,16 +56,14 @@ private:
   MemoryStats s_;
 };
 
-// Host memory, 64-byte aligned (one AVX-512 register, one cache line), with a cache of freed
+// Host memory, 64-byte aligned (one AVX-512 register, one cache line), with a cache of large
 // blocks. A training step allocates the same large activations every step; handed back to glibc,
 // blocks above its mmap threshold (up to 32 MiB) go back to the kernel on free, and the next step
 // pays a page fault for every 4 KiB it touches first: measured here, ReLU and add forward ran at
 // 2 GB/s instead of 20. Small blocks suffer the same way at batch 1: a freed 16-64 KiB
 // activation at the top of glibc's heap lets it trim the heap (brk, a TLB shootdown on every
-// core that runs the process) and the next op faults the pages in again. Below 4 KiB glibc's
-// aligned allocation is slow instead (its memalign path, and the consolidation of the small free
-// chunks it leaves: 2% of a MobileNetV2 inference pass for one image, whose last stages' outputs
-// are 0.6-4 KiB). So blocks of at least kCacheMin bytes (256) are rounded up to a size class
+// core that runs the process) and the next op faults the pages in again. So blocks of at least
+// kCacheMin bytes (4 KiB: below, glibc's own bins serve well) are rounded up to a size class
 // (quarter steps between powers of two: at most 25% slack) and kept on free, to be reused by the
 // next request of that class. `cached` counts the bytes kept. When a freed block would take the
 // cache past its limit, the blocks of stale classes (nobody asked for one in the last
@@ -80,10 +78,9 @@ private:
 class CpuAllocator final : public Allocator {
 public:
   static constexpr size_t kAlignment = 64;
-  static constexpr size_t kCacheMin = 256;
+  static constexpr size_t kCacheMin = size_t{4} << 10;
   // Requests of cacheable size after which a class nobody asked for is stale: tens of training
-  // steps of the zoo's models (DenseNet-121 at 224 px made about 800 such requests per step when the
-  // classes started at 4 KiB).
+  // steps of the zoo's models (DenseNet-121 at 224 px makes about 800 such requests per step).
   static constexpr uint64_t kStaleAfter = 1 << 16;
   CpuAllocator();
   void* allocate(size_t bytes, MemTag tag) override;
