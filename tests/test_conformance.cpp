@@ -17,6 +17,7 @@
 #include "opcheck/op_check.h"
 #include "tests/test_support.h"
 #ifdef DUET_HAVE_DNNL
+#include "backends/cpu/bf16_speed.h"
 #include "backends/cpu/common.h"
 #include "backends/cpu/planner.h"
 #include "backends/cpu/cpu_backend.h"
@@ -707,7 +708,9 @@ TEST(CpuBackend, OwnDirectWeightGradientMatchesReference) {
     EXPECT_NE(impl.find("duet:direct_nhwc_avx2 (dy^T by x's taps) [duet direct: DUET_OWN_DIRECT=always"),
               std::string::npos)
         << impl;
-    if (s.K > 1) EXPECT_EQ(got.is_contiguous(MemoryFormat::channels_last), s.weight_channels_last);  // 1x1: both
+    if (s.K > 1) {  // 1x1: both
+      EXPECT_EQ(got.is_contiguous(MemoryFormat::channels_last), s.weight_channels_last);
+    }
     EXPECT_TRUE(all_close(got, want, 1e-4, 1e-4));
   }
 }
@@ -1268,6 +1271,46 @@ TEST(CpuBackend, Bf16OnAmxRulesPickTheirAlgorithmPerLayer) {
   EXPECT_EQ(has(pointwise["conv2d"], "[matrix product: bf16 pointwise forward on AMX"), amx) << pointwise["conv2d"];
 }
 
+// The speed of bf16 dot products against f32 FMAs (bf16_speed.h) is measured, and where it is low
+// (Intel Xeon without AMX: about 0.5) bf16 3x3 stride-1 layers run on f32 Winograd wherever f32's
+// would, their weight gradients onto small maps included; where it is high (AMD Zen 4 and 5: about
+// 2) only from 256 channels onto 8x8 maps, and the small maps' weight gradients stay on im2col.
+TEST(CpuBackend, Bf16DotSpeedDecidesWhereBf16LayersRunOnF32Winograd) {
+  const double dots = cpu::bf16_dot_speedup();
+  if (!cpu::cpu_caps().avx512_bf16) {
+    EXPECT_EQ(dots, 0.0);
+  } else {
+    EXPECT_GT(dots, 0.2);  // 0.5 on Intel Xeon family 6 model 207; a broken timing reads 0 or absurd
+    EXPECT_LT(dots, 4.0);
+  }
+  DUET_SKIP_WITHOUT_ONEDNN_BF16("a bf16 convolution off the reference loops");
+  BackendGuard guard(DeviceType::cpu, Backend::cpu);
+  auto impls = [](const Shape& xs, const Shape& ws) {
+    const Tensor x = random_tensor(xs, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);
+    const Tensor w = random_tensor(ws, 2, DType::f32).set_requires_grad(true);
+    profiler::clear();
+    profiler::enable(true);
+    sum(conv2d(x.to(DType::bf16), w.to(DType::bf16), Tensor(), Conv2dParams{1, 1, 1, 1}).to(DType::f32)).backward();
+    profiler::enable(false);
+    std::map<std::string, std::string> by_pass;
+    for (const OpEvent& e : profiler::collect()) by_pass[e.name] = e.impl;
+    profiler::clear();
+    return by_pass;
+  };
+  const bool slow = !cpu::bf16_on_amx() && dots < cpu::kBf16FastDots;
+  const bool fast = !cpu::bf16_on_amx() && !slow;
+  auto on_winograd = [](const std::string& impl) { return impl.find("[winograd in f32 for bf16") != std::string::npos; };
+  // 64 channels onto 4x4 maps of 64 images: 1,024 output pixels, a Winograd layer in f32.
+  auto small = impls({64, 64, 4, 4}, {64, 64, 3, 3});
+  for (const char* pass : {"conv2d", "conv2d.backward_data", "conv2d.backward_weight"})
+    EXPECT_EQ(on_winograd(small[pass]), slow) << pass << ": " << small[pass];
+  if (slow) {
+    EXPECT_NE(small["conv2d"].find("bf16 dots"), std::string::npos) << small["conv2d"];
+  }
+  EXPECT_EQ(small["conv2d.backward_weight"].find("[im2col: bf16 weight gradient onto") != std::string::npos, fast)
+      << small["conv2d.backward_weight"];
+}
+
 // Autotuning (planner.h): every convolution case, f32 and bf16, on whichever algorithm
 // wins on this machine, and the timing happens once per shape and pass.
 TEST(CpuBackend, AutotunedConvolutionsMatchReferenceAndTuneOnce) {
@@ -1775,8 +1818,9 @@ TEST(CpuBackend, AutomaticPolicyRunsResNetLayersOnWinograd) {
 }
 
 // bf16 layers of 256 channels onto 8x8 maps run on f32 Winograd where bf16 has no AMX
-// (planner.h), narrower ones and 4x4 maps on the bf16 kernels; the gradients equal the bf16
-// kernels' within bf16 rounding.
+// (planner.h), narrower ones on the bf16 kernels where bf16 dot products are fast (AMD Zen) and on
+// Winograd too where they are not (bf16_speed.h); the gradients equal the bf16 kernels' within bf16
+// rounding.
 TEST(CpuBackend, AutomaticPolicyRunsWideBf16LayersOnF32Winograd) {
   DUET_SKIP_WITHOUT_AVX512("Winograd");
   BackendGuard guard(DeviceType::cpu, Backend::cpu);
@@ -1798,8 +1842,9 @@ TEST(CpuBackend, AutomaticPolicyRunsWideBf16LayersOnF32Winograd) {
   };
   const auto [wide, dx_wino, dw_wino] = run(256, 8);
   EXPECT_EQ(wide, cpu::bf16_on_amx() ? 0 : 3);  // forward, backward data, backward weights
-  EXPECT_EQ(std::get<0>(run(128, 8)), 0);
-  EXPECT_EQ(std::get<0>(run(256, 4)), 0);
+  const bool slow_dots = !cpu::bf16_on_amx() && cpu::bf16_dot_speedup() < cpu::kBf16FastDots;
+  EXPECT_EQ(std::get<0>(run(128, 8)), slow_dots ? 3 : 0);
+  EXPECT_EQ(std::get<0>(run(256, 4)), 0);  // 256 output pixels: too few for Winograd in any dtype
   ScopedPolicy never(cpu::set_winograd_policy, cpu::KernelPolicy::never);
   const auto [none, dx_direct, dw_direct] = run(256, 8);
   EXPECT_EQ(none, 0);

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 #include <fmt/format.h>
+#include "backends/cpu/bf16_speed.h"
 #include "backends/cpu/common.h"
 #include "backends/cpu/conv_kernels.h"
 #include "backends/cpu/depthwise.h"
@@ -194,9 +195,13 @@ int64_t pixel_rows(const Tensor& t) { return t.size(0) * t.size(2) * t.size(3); 
 // (a 3-channel stem 4.6 ms against 0.9 direct; 16->16 at 32x32 1.9 against 0.9; 32->32 at 16x16
 // 0.58 against 0.72). Below 4x4 outputs the transform tiles are mostly padding (DenseNet's 128->32
 // at 2x2: 0.16 ms against 0.06). oneDNN 2.6 has it in f32 only; bf16 tensors go through it (the
-// reorders convert) where bf16 runs on avx512_bf16 and both sides have 256 channels or more onto
-// maps of 8x8 and up (256->256 at 8x8: 3.6 / 3.7 / 4.9 ms forward / data / weight gradient against
-// 4.5 / 4.9 / 6.0 in bf16, Zen 5); with AMX, bf16 has several times f32's peak: never there.
+// reorders convert) where bf16 runs on avx512_bf16, and how far depends on how fast that is
+// (bf16_speed.h). Where bf16 dot products do twice an FMA's work (AMD Zen 5), from 256 channels on
+// both sides onto maps of 8x8 and up (256->256 at 8x8: 3.6 / 3.7 / 4.9 ms forward / data / weight
+// gradient against 4.5 / 4.9 / 6.0 in bf16). Where they do no more than an FMA (Intel Xeon family 6
+// model 207 without AMX: bf16 GEMM 190 GFLOP/s against f32's 266), wherever f32 takes Winograd:
+// resnet18_cifar's bf16 step 1045 -> 806 ms with every 3x3 layer on it. With AMX, bf16 has several
+// times f32's peak: never there.
 // Winograd transforms the weights at every call, work that only the output pixels amortise: below
 // 1,024 of them (N*OH*OW) direct wins, at 512 they tie (Intel Xeon, f32 inference of
 // resnet18_cifar, bench/results/conv_candidates_amx_r18_infer_b{1,8}.json: 512->512 at 4x4 ran
@@ -210,13 +215,22 @@ std::string winograd_rule(const Tensor& x, const Tensor& w, const Tensor& y, con
   if (w.size(0) < 32 || w.size(1) < 32) return "";
   const int64_t pixels = y.size(0) * y.size(2) * y.size(3);
   if (pixels < 1024) return "";
-  if (x.dtype() == DType::bf16) {
-    if (bf16_on_amx() || w.size(0) < 256 || w.size(1) < 256 || y.size(2) < 8 || y.size(3) < 8) return "";
+  if (x.dtype() == DType::bf16 && bf16_on_amx()) return "";
+  const bool fast_bf16 = x.dtype() == DType::bf16 && bf16_dot_speedup() >= kBf16FastDots;
+  if (fast_bf16) {
+    if (w.size(0) < 256 || w.size(1) < 256 || y.size(2) < 8 || y.size(3) < 8) return "";
     return fmt::format(
         "winograd in f32 for bf16: 3x3 stride 1, {} >= 256, output {} >= 8x8, {} >= 1024 pixels, bf16 without AMX",
         channels(w), map_of(y), pixels);
   }
   if (y.size(2) < 4 || y.size(3) < 4) return "";
+  if (x.dtype() == DType::bf16) {
+    const double dots = bf16_dot_speedup();
+    return fmt::format("winograd in f32 for bf16: 3x3 stride 1, {} >= 32, output {} >= 4x4, {} >= 1024 pixels, {}",
+                       channels(w), map_of(y), pixels,
+                       dots > 0 ? fmt::format("bf16 dots {:.1f}x f32's < {}x", dots, kBf16FastDots)
+                                : std::string("no bf16 dot products"));
+  }
   return fmt::format("winograd: 3x3 stride 1, {} >= 32, output {} >= 4x4, {} >= 1024 pixels", channels(w), map_of(y),
                      pixels);
 }
@@ -307,6 +321,7 @@ std::string im2col_rule(const Tensor& x, const Tensor& dw, const Tensor& dy, con
       return fmt::format("im2col: bf16 strided weight gradient on AMX onto {} <= 256 pixels", map_of(dy));
     return "";
   }
+  if (x.dtype() == DType::bf16 && !winograd_rule(x, dw, dy, p).empty()) return "";  // bf16 as slow as f32
   if (x.dtype() == DType::bf16)
     return pixels <= 16 ? fmt::format("im2col: bf16 weight gradient onto {} <= 16 pixels", map_of(dy)) : "";
   if (dense_kernel_without_avx512(dw, p, 64))
