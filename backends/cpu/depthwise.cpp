@@ -30,18 +30,21 @@ Geometry geometry(const Tensor& in, const Tensor& out, const Tensor& w, const Co
           out.stride(2), out.stride(3)};
 }
 
-// The weights [C, 1, KH, KW] (any strides) as [KH][KW][C] in f32: one contiguous channel vector
-// per tap.
+// The weights [C, 1, KH, KW] (any strides) in f32 as [KH][KW] rows of `row` >= C floats at t: one
+// contiguous channel vector per tap (floats C to row of each are left as they are).
 template <class S>
-std::vector<float> taps_of(const Tensor& w) {
+void write_taps(const Tensor& w, float* t, int64_t row) {
   const int64_t C = w.size(0), KH = w.size(2), KW = w.size(3);
-  std::vector<float> t(static_cast<size_t>(KH * KW * C));
   const S* pw = ptr<S>(w);
   const int64_t sc = w.stride(0), skh = w.stride(2), skw = w.stride(3);  // (Tensor::stride is a call)
   for (int64_t c = 0; c < C; ++c)
     for (int64_t kh = 0; kh < KH; ++kh)
-      for (int64_t kw = 0; kw < KW; ++kw)
-        t[static_cast<size_t>((kh * KW + kw) * C + c)] = widen(pw[c * sc + kh * skh + kw * skw]);
+      for (int64_t kw = 0; kw < KW; ++kw) t[(kh * KW + kw) * row + c] = widen(pw[c * sc + kh * skh + kw * skw]);
+}
+template <class S>
+std::vector<float> taps_of(const Tensor& w) {
+  std::vector<float> t(static_cast<size_t>(w.size(2) * w.size(3) * w.size(0)));
+  write_taps<S>(w, t.data(), w.size(0));
   return t;
 }
 
@@ -138,16 +141,12 @@ int64_t padded_channels(int64_t C) { return (C + kLanes - 1) / kLanes * kLanes; 
 
 template <class S>
 Tensor forward_taps(const Tensor& w) {
-  const int64_t C = w.size(0), KH = w.size(2), KW = w.size(3), Cp = padded_channels(C);
+  const int64_t KH = w.size(2), KW = w.size(3), Cp = padded_channels(w.size(0));
   const auto make = [&] {
     Tensor t = Tensor::empty({KH * KW * Cp});  // (not zeros(): that would be an op of its own)
     float* pt = t.data<float>();
     std::fill(pt, pt + KH * KW * Cp, 0.f);
-    const S* pw = ptr<S>(w);
-    const int64_t sc = w.stride(0), skh = w.stride(2), skw = w.stride(3);  // (Tensor::stride is a call)
-    for (int64_t kh = 0; kh < KH; ++kh)
-      for (int64_t kw = 0; kw < KW; ++kw)
-        for (int64_t c = 0; c < C; ++c) pt[(kh * KW + kw) * Cp + c] = widen(pw[c * sc + kh * skh + kw * skw]);
+    write_taps<S>(w, pt, Cp);
     return t;
   };
   return w.is_frozen() ? frozen_copy(w, "duet depthwise: taps", make) : make();

@@ -215,22 +215,22 @@ std::string winograd_rule(const Tensor& x, const Tensor& w, const Tensor& y, con
   if (w.size(0) < 32 || w.size(1) < 32) return "";
   const int64_t pixels = y.size(0) * y.size(2) * y.size(3);
   if (pixels < 1024) return "";
-  if (x.dtype() == DType::bf16 && bf16_on_amx()) return "";
-  const bool fast_bf16 = x.dtype() == DType::bf16 && bf16_dot_speedup() >= kBf16FastDots;
-  if (fast_bf16) {
-    if (w.size(0) < 256 || w.size(1) < 256 || y.size(2) < 8 || y.size(3) < 8) return "";
-    return fmt::format(
-        "winograd in f32 for bf16: 3x3 stride 1, {} >= 256, output {} >= 8x8, {} >= 1024 pixels, bf16 without AMX",
-        channels(w), map_of(y), pixels);
-  }
-  if (y.size(2) < 4 || y.size(3) < 4) return "";
   if (x.dtype() == DType::bf16) {
+    if (bf16_on_amx()) return "";
     const double dots = bf16_dot_speedup();
+    if (dots >= kBf16FastDots) {
+      if (w.size(0) < 256 || w.size(1) < 256 || y.size(2) < 8 || y.size(3) < 8) return "";
+      return fmt::format(
+          "winograd in f32 for bf16: 3x3 stride 1, {} >= 256, output {} >= 8x8, {} >= 1024 pixels, bf16 without AMX",
+          channels(w), map_of(y), pixels);
+    }
+    if (y.size(2) < 4 || y.size(3) < 4) return "";
     return fmt::format("winograd in f32 for bf16: 3x3 stride 1, {} >= 32, output {} >= 4x4, {} >= 1024 pixels, {}",
                        channels(w), map_of(y), pixels,
                        dots > 0 ? fmt::format("bf16 dots {:.1f}x f32's < {}x", dots, kBf16FastDots)
                                 : std::string("no bf16 dot products"));
   }
+  if (y.size(2) < 4 || y.size(3) < 4) return "";
   return fmt::format("winograd: 3x3 stride 1, {} >= 32, output {} >= 4x4, {} >= 1024 pixels", channels(w), map_of(y),
                      pixels);
 }
@@ -321,9 +321,10 @@ std::string im2col_rule(const Tensor& x, const Tensor& dw, const Tensor& dy, con
       return fmt::format("im2col: bf16 strided weight gradient on AMX onto {} <= 256 pixels", map_of(dy));
     return "";
   }
-  if (x.dtype() == DType::bf16 && !winograd_rule(x, dw, dy, p).empty()) return "";  // bf16 as slow as f32
-  if (x.dtype() == DType::bf16)
-    return pixels <= 16 ? fmt::format("im2col: bf16 weight gradient onto {} <= 16 pixels", map_of(dy)) : "";
+  if (x.dtype() == DType::bf16)  // where bf16 dots are slow, Winograd takes such layers (winograd_rule)
+    return pixels <= 16 && winograd_rule(x, dw, dy, p).empty()
+               ? fmt::format("im2col: bf16 weight gradient onto {} <= 16 pixels", map_of(dy))
+               : "";
   if (dense_kernel_without_avx512(dw, p, 64))
     return fmt::format("im2col: weight gradient without AVX-512, {} >= 64", channels(dw));
   if (pixels <= 64 && winograd_rule(x, dw, dy, p).empty())
