@@ -283,6 +283,8 @@ std::string format_header(const nlohmann::json& r) {
     s += fmt::format(", {:.1f} GiB memory usable", m["usable_memory_bytes"].get<double>() / (1 << 30));
   if (m.contains("cuda") && m["cuda"].is_object()) s += fmt::format(", cuda {}", m["cuda"].dump());
   if (member(m, "cpu_bf16") == "reference_loops") s += ", bf16 on the reference loops (oneDNN has no AVX-512 here)";
+  if (member(m, "cpu_bf16_math") == "f32" && member(m, "cpu_bf16_dot_speedup").is_number())
+    s += fmt::format(", bf16 products in f32 (bf16 dots {:.1f}x f32's)", m["cpu_bf16_dot_speedup"].get<double>());
   // The cpu backend's kernel choices, only where one differs from the default.
   if (m.contains("cpu_kernels") && m["cpu_kernels"].is_object()) {
     std::vector<std::string> changed;

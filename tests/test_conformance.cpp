@@ -878,8 +878,9 @@ TEST(CpuBackend, ForcedDataGradientAlgorithmsRun) {
 }
 
 // The automatic policy's im2col weight gradients: bf16 3x3 layers onto maps of 16 pixels or fewer
-// (ResNet's last stage at 32 px), strided or not; f32 ones onto maps of 64 pixels or fewer that
-// Winograd does not take (strided); not onto larger maps, not with a bias gradient. The im2col
+// (ResNet's last stage at 32 px), strided or not; f32 ones, and bf16 ones computed in f32, onto maps
+// of 64 pixels or fewer that Winograd does not take; not onto larger maps, not with a bias
+// gradient. The im2col
 // result equals oneDNN's kernel's within bf16 rounding.
 TEST(CpuBackend, AutomaticPolicyRunsSmallMapWeightGradientsOnIm2col) {
   BackendGuard guard(DeviceType::cpu, Backend::cpu);
@@ -927,8 +928,10 @@ TEST(CpuBackend, AutomaticPolicyRunsSmallMapWeightGradientsOnIm2col) {
   EXPECT_TRUE(is_matmul(small)) << small;
   const std::string strided = run({8, 32, 8, 8}, {64, 32, 3, 3}, 2, DType::bf16, false).first;
   EXPECT_TRUE(is_matmul(strided)) << strided;
-  // Onto 8x8, im2col only where bf16 runs on AMX (its rule goes to 64 pixels there); onto 16x16 not.
-  EXPECT_EQ(is_matmul(run({8, 64, 8, 8}, {96, 64, 3, 3}, 1, DType::bf16, false).first), cpu::bf16_on_amx());
+  // Onto 8x8, im2col only where bf16 runs on AMX (its rule goes to 64 pixels there) or computes in
+  // f32 (bf16_speed.h: f32's rule, 64 pixels, takes it); onto 16x16 not.
+  EXPECT_EQ(is_matmul(run({8, 64, 8, 8}, {96, 64, 3, 3}, 1, DType::bf16, false).first),
+            cpu::bf16_on_amx() || cpu::bf16_math_in_f32());
   EXPECT_FALSE(is_matmul(run({8, 64, 16, 16}, {96, 64, 3, 3}, 1, DType::bf16, false).first));
   EXPECT_FALSE(is_matmul(run({8, 64, 4, 4}, {96, 64, 3, 3}, 1, DType::bf16, true).first));
   ScopedPolicy never(cpu::set_im2col_weight_gradient_policy, cpu::KernelPolicy::never);
@@ -1272,10 +1275,11 @@ TEST(CpuBackend, Bf16OnAmxRulesPickTheirAlgorithmPerLayer) {
 }
 
 // The speed of bf16 dot products against f32 FMAs (bf16_speed.h) is measured, and where it is low
-// (Intel Xeon without AMX: about 0.5) bf16 3x3 stride-1 layers run on f32 Winograd wherever f32's
-// would, their weight gradients onto small maps included; where it is high (AMD Zen 4 and 5: about
-// 2) only from 256 channels onto 8x8 maps, and the small maps' weight gradients stay on im2col.
-TEST(CpuBackend, Bf16DotSpeedDecidesWhereBf16LayersRunOnF32Winograd) {
+// (Intel Xeon without AMX: about 0.5) bf16 convolutions compute in f32 and the f32 rules plan them:
+// 3x3 stride-1 layers from 32 channels onto 4x4 maps run on Winograd in all three passes. Where it
+// is high (AMD Zen 4 and 5: about 2) bf16 layers compute in bf16 and such a layer stays off
+// Winograd (bf16 takes it from 256 channels onto 8x8), its weight gradient on im2col.
+TEST(CpuBackend, Bf16DotSpeedDecidesWhetherBf16LayersComputeInF32) {
   const double dots = cpu::bf16_dot_speedup();
   if (!cpu::cpu_caps().avx512_bf16) {
     EXPECT_EQ(dots, 0.0);
@@ -1284,31 +1288,112 @@ TEST(CpuBackend, Bf16DotSpeedDecidesWhereBf16LayersRunOnF32Winograd) {
     EXPECT_LT(dots, 4.0);
   }
   DUET_SKIP_WITHOUT_ONEDNN_BF16("a bf16 convolution off the reference loops");
+  const bool slow = !cpu::bf16_on_amx() && dots < cpu::kBf16FastDots;
+  EXPECT_EQ(cpu::bf16_math_in_f32(), slow);
   BackendGuard guard(DeviceType::cpu, Backend::cpu);
   auto impls = [](const Shape& xs, const Shape& ws) {
     const Tensor x = random_tensor(xs, 1, DType::f32).contiguous(MemoryFormat::channels_last).set_requires_grad(true);
     const Tensor w = random_tensor(ws, 2, DType::f32).set_requires_grad(true);
+    const int64_t pad = ws[2] / 2;
     profiler::clear();
     profiler::enable(true);
-    sum(conv2d(x.to(DType::bf16), w.to(DType::bf16), Tensor(), Conv2dParams{1, 1, 1, 1}).to(DType::f32)).backward();
+    sum(conv2d(x.to(DType::bf16), w.to(DType::bf16), Tensor(), Conv2dParams{1, 1, pad, pad}).to(DType::f32)).backward();
     profiler::enable(false);
     std::map<std::string, std::string> by_pass;
     for (const OpEvent& e : profiler::collect()) by_pass[e.name] = e.impl;
     profiler::clear();
     return by_pass;
   };
-  const bool slow = !cpu::bf16_on_amx() && dots < cpu::kBf16FastDots;
   const bool fast = !cpu::bf16_on_amx() && !slow;
-  auto on_winograd = [](const std::string& impl) { return impl.find("[winograd in f32 for bf16") != std::string::npos; };
+  const auto has = [](const std::string& impl, const char* part) { return impl.find(part) != std::string::npos; };
   // 64 channels onto 4x4 maps of 64 images: 1,024 output pixels, a Winograd layer in f32.
   auto small = impls({64, 64, 4, 4}, {64, 64, 3, 3});
-  for (const char* pass : {"conv2d", "conv2d.backward_data", "conv2d.backward_weight"})
-    EXPECT_EQ(on_winograd(small[pass]), slow) << pass << ": " << small[pass];
-  if (slow) {
-    EXPECT_NE(small["conv2d"].find("bf16 dots"), std::string::npos) << small["conv2d"];
+  // A pointwise layer of 256 channels (204 FLOPs an element): the f32 kernels where bf16 computes in
+  // f32 (their names then lack bf16); one of 64 (60 FLOPs an element) stays bf16 everywhere.
+  auto pointwise = impls({8, 256, 8, 8}, {256, 256, 1, 1});
+  auto thin = impls({8, 64, 8, 8}, {64, 64, 1, 1});
+  for (const char* pass : {"conv2d", "conv2d.backward_data", "conv2d.backward_weight"}) {
+    EXPECT_EQ(has(small[pass], "[winograd: 3x3 stride 1"), slow) << pass << ": " << small[pass];
+    EXPECT_EQ(has(small[pass], "; bf16 in f32: 450 FLOPs an element >= 128, bf16 dots"), slow) << pass << ": " << small[pass];
+    EXPECT_EQ(has(pointwise[pass], "bf16 in f32"), slow) << pass << ": " << pointwise[pass];
+    EXPECT_EQ(has(pointwise[pass], "_bf16"), !slow) << pass << ": " << pointwise[pass];
+    EXPECT_FALSE(has(thin[pass], "bf16 in f32")) << pass << ": " << thin[pass];
   }
-  EXPECT_EQ(small["conv2d.backward_weight"].find("[im2col: bf16 weight gradient onto") != std::string::npos, fast)
+  EXPECT_EQ(has(small["conv2d.backward_weight"], "[im2col: bf16 weight gradient onto"), fast)
       << small["conv2d.backward_weight"];
+  // Forced either way on any CPU oneDNN computes bf16 on; a depthwise layer keeps bf16 regardless.
+  {
+    ScopedPolicy always(cpu::set_bf16_math_in_f32_policy, cpu::KernelPolicy::always);
+    auto forced = impls({8, 64, 8, 8}, {64, 64, 1, 1});
+    EXPECT_TRUE(has(forced["conv2d"], "bf16 in f32: DUET_BF16_MATH_IN_F32=always")) << forced["conv2d"];
+    EXPECT_FALSE(has(forced["conv2d"], "_bf16")) << forced["conv2d"];
+  }
+  {
+    ScopedPolicy never(cpu::set_bf16_math_in_f32_policy, cpu::KernelPolicy::never);
+    EXPECT_FALSE(cpu::bf16_math_in_f32());
+    auto kept = impls({8, 64, 8, 8}, {64, 64, 1, 1});
+    EXPECT_FALSE(has(kept["conv2d"], "bf16 in f32")) << kept["conv2d"];
+  }
+  const Tensor map = Tensor::empty({8, 64, 8, 8});
+  EXPECT_FALSE(cpu::bf16_conv_in_f32(map, Tensor::empty({64, 1, 3, 3}), map, 64));
+}
+
+// bf16 arithmetic in f32 (bf16_speed.h) forced on, and forced off, on any CPU where oneDNN computes
+// bf16: every bf16 case (convolutions, linear layers, matrix products, the composite networks)
+// matches the reference within bf16's tolerance, and so does every convolution case with the
+// matrix-product algorithms forced, whose operands the product converts (backends/cpu/matmul.cpp).
+TEST(CpuBackend, Bf16MathInF32MatchesReference) {
+  DUET_SKIP_WITHOUT_ONEDNN_BF16("bf16 convolutions and products on oneDNN");
+  for (const cpu::KernelPolicy math : {cpu::KernelPolicy::always, cpu::KernelPolicy::never}) {
+    ScopedPolicy forced(cpu::set_bf16_math_in_f32_policy, math);
+    SCOPED_TRACE(cpu::policy_name(math));
+    EXPECT_EQ(cpu::bf16_math_in_f32(), math == cpu::KernelPolicy::always);
+    int n = 0;
+    for (const Case& c : opcheck::bf16_cases()) {
+      SCOPED_TRACE(c.name);
+      expect_cpu_matches_reference(c);
+      ++n;
+    }
+    EXPECT_GE(n, 50);
+    EXPECT_GE(forced_conv_cases_match_reference(cpu::set_pointwise_gemm_policy, name_has("1x1")), 20);
+    EXPECT_GE(forced_conv_cases_match_reference(cpu::set_im2col_forward_policy, name_has("_nhwc")), 20);
+    EXPECT_GE(forced_conv_cases_match_reference(cpu::set_col2im_data_gradient_policy, name_has("_nhwc")), 20);
+  }
+}
+
+// Frozen bf16 weights where bf16 computes in f32: the matrix product converts them once per freeze
+// and keeps the f32 copy (packed in turn), the convolution's reorder keeps its f32 blocked copy;
+// either way the results are the unfrozen weights' bits, and a new freeze of changed weights is
+// never served the old copy.
+TEST(CpuBackend, FrozenBf16WeightsComputedInF32KeepTheUnfrozenBits) {
+  DUET_SKIP_WITHOUT_ONEDNN_BF16("bf16 products on oneDNN");
+  ScopedPolicy always(cpu::set_bf16_math_in_f32_policy, cpu::KernelPolicy::always);
+  BackendGuard guard(DeviceType::cpu, Backend::cpu);
+  NoGradGuard no_grad;
+  const Tensor x = random_tensor({16, 64, 8, 8}, 1, DType::f32).contiguous(MemoryFormat::channels_last).to(DType::bf16);
+  const Tensor rows = random_tensor({32, 64}, 2, DType::f32).to(DType::bf16);
+  for (const Shape& ws : {Shape{48, 64, 1, 1}, Shape{48, 64, 3, 3}}) {
+    const Tensor w = random_tensor(ws, 3, DType::f32).to(DType::bf16);
+    const int64_t pad = ws[2] / 2;
+    const auto conv = [&] { return conv2d(x, w, Tensor(), Conv2dParams{1, 1, pad, pad}); };
+    const Tensor plain = conv();
+    w.freeze();
+    const Tensor first = conv(), second = conv();
+    EXPECT_TRUE(all_close(first, plain, 0, 0)) << shape_str(ws);
+    EXPECT_TRUE(all_close(second, plain, 0, 0)) << shape_str(ws);
+    w.unfreeze();
+    w.fill_(0.25);
+    const Tensor changed = conv();
+    w.freeze();
+    EXPECT_TRUE(all_close(conv(), changed, 0, 0)) << shape_str(ws);
+    w.unfreeze();
+  }
+  const Tensor lw = random_tensor({40, 64}, 4, DType::f32).to(DType::bf16);
+  const Tensor plain = linear(rows, lw, Tensor());
+  lw.freeze();
+  EXPECT_TRUE(all_close(linear(rows, lw, Tensor()), plain, 0, 0));
+  EXPECT_TRUE(all_close(linear(rows, lw, Tensor()), plain, 0, 0));
+  lw.unfreeze();
 }
 
 // Autotuning (planner.h): every convolution case, f32 and bf16, on whichever algorithm
@@ -1819,8 +1904,8 @@ TEST(CpuBackend, AutomaticPolicyRunsResNetLayersOnWinograd) {
 
 // bf16 layers of 256 channels onto 8x8 maps run on f32 Winograd where bf16 has no AMX
 // (planner.h), narrower ones on the bf16 kernels where bf16 dot products are fast (AMD Zen) and on
-// Winograd too where they are not (bf16_speed.h); the gradients equal the bf16 kernels' within bf16
-// rounding.
+// Winograd too where bf16 computes in f32 (bf16_speed.h); the gradients equal the bf16 kernels'
+// within bf16 rounding.
 TEST(CpuBackend, AutomaticPolicyRunsWideBf16LayersOnF32Winograd) {
   DUET_SKIP_WITHOUT_AVX512("Winograd");
   BackendGuard guard(DeviceType::cpu, Backend::cpu);
@@ -1842,8 +1927,7 @@ TEST(CpuBackend, AutomaticPolicyRunsWideBf16LayersOnF32Winograd) {
   };
   const auto [wide, dx_wino, dw_wino] = run(256, 8);
   EXPECT_EQ(wide, cpu::bf16_on_amx() ? 0 : 3);  // forward, backward data, backward weights
-  const bool slow_dots = !cpu::bf16_on_amx() && cpu::bf16_dot_speedup() < cpu::kBf16FastDots;
-  EXPECT_EQ(std::get<0>(run(128, 8)), slow_dots ? 3 : 0);
+  EXPECT_EQ(std::get<0>(run(128, 8)), cpu::bf16_math_in_f32() ? 3 : 0);
   EXPECT_EQ(std::get<0>(run(256, 4)), 0);  // 256 output pixels: too few for Winograd in any dtype
   ScopedPolicy never(cpu::set_winograd_policy, cpu::KernelPolicy::never);
   const auto [none, dx_direct, dw_direct] = run(256, 8);

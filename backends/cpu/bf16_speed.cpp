@@ -5,8 +5,11 @@
 #include "backends/cpu/bf16_speed.h"
 #include <immintrin.h>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <fmt/format.h>
 #include <limits>
+#include "backends/cpu/common.h"
 #include "backends/cpu/planner.h"
 
 namespace duet::cpu {
@@ -73,6 +76,37 @@ double measure() {
 double bf16_dot_speedup() {
   static const double speedup = measure();
   return speedup;
+}
+
+namespace {
+std::atomic<KernelPolicy> g_math_in_f32{policy_from_env("DUET_BF16_MATH_IN_F32")};
+}  // namespace
+
+void set_bf16_math_in_f32_policy(KernelPolicy p) { g_math_in_f32.store(p); }
+KernelPolicy bf16_math_in_f32_policy() { return g_math_in_f32.load(); }
+
+bool bf16_math_in_f32() {
+  if (!onednn_computes_bf16()) return false;  // bf16 products go to the reference loops there
+  switch (g_math_in_f32.load()) {
+    case KernelPolicy::always: return true;
+    case KernelPolicy::never: return false;
+    case KernelPolicy::automatic: break;
+  }
+  static const bool slow = !bf16_on_amx() && bf16_dot_speedup() < kBf16FastDots;
+  return slow;
+}
+
+bool bf16_product_in_f32(double flops, double elements) {
+  if (!bf16_math_in_f32()) return false;
+  return g_math_in_f32.load() == KernelPolicy::always || flops >= kF32MathMinFlopsPerElement * elements;
+}
+
+std::string bf16_math_in_f32_reason(double flops, double elements) {
+  if (g_math_in_f32.load() == KernelPolicy::always) return "bf16 in f32: DUET_BF16_MATH_IN_F32=always";
+  const double dots = bf16_dot_speedup();
+  return fmt::format("bf16 in f32: {:.0f} FLOPs an element >= {:.0f}, {}", flops / elements, kF32MathMinFlopsPerElement,
+                     dots > 0 ? fmt::format("bf16 dots {:.1f}x f32's < {}x", dots, kBf16FastDots)
+                              : std::string("no bf16 dot products"));
 }
 
 }  // namespace duet::cpu

@@ -5,8 +5,9 @@
 // `any`), since oneDNN's plain-NCHW path is im2col+GEMM. Weights always go through a reorder to the
 // primitive's blocked layout in a per-thread scratch buffer (and the weight gradient back).
 // oneDNN's dilation is PyTorch's - 1. bf16 (autocast) runs the same primitives with bf16 memory and
-// f32 accumulation, except Winograd, which computes in f32 between converting reorders. The matrix
-// product passes are conv_gemm.cpp's, the depthwise loops depthwise.cpp's.
+// f32 accumulation, except Winograd, and every dense layer where this CPU runs bf16 arithmetic in
+// f32 (bf16_speed.h): those compute in f32 between converting reorders. The matrix product passes
+// are conv_gemm.cpp's, the depthwise loops depthwise.cpp's.
 #include <cstring>
 #include <optional>
 #include "backends/cpu/common.h"
@@ -54,11 +55,15 @@ dnnl::memory::desc bias_md(const Tensor& b, DType compute, DType tensors) {
   return compute == tensors ? bias_md(b) : dnnl::memory::desc({b.size(0)}, dt_of(compute), tag::a);
 }
 
-// The type a primitive computes in: the tensors' own, except Winograd, which oneDNN 2.6 has in
-// f32 only; bf16 tensors are converted by the reorders into and out of its blocked layout, which
-// Winograd pays for anyway (planner.cpp's Winograd rule).
-DType compute_dtype(dnnl::algorithm alg, DType t) {
-  return alg == dnnl::algorithm::convolution_winograd ? DType::f32 : t;
+// The type a primitive computes in: the tensors' own, except for bf16 tensors on Winograd, which
+// oneDNN 2.6 has in f32 only (the reorders into and out of its blocked layout, which Winograd pays
+// for anyway, convert them: planner.cpp's Winograd rule), and for bf16 layers where this CPU runs
+// bf16 arithmetic in f32 (planner.h's bf16_conv_in_f32: the reorders convert in the same way). x, w
+// and y: the layer's input, weights and output, whichever pass.
+DType compute_dtype(dnnl::algorithm alg, DType t, const Tensor& x, const Tensor& w, const Tensor& y,
+                    const Conv2dParams& p) {
+  if (t != DType::bf16) return t;
+  return alg == dnnl::algorithm::convolution_winograd || bf16_conv_in_f32(x, w, y, p.groups) ? DType::f32 : t;
 }
 
 // What a forward primitive applies to its output tile while it is still in registers: the residual
@@ -198,9 +203,12 @@ constexpr int kConvBiasSlot = 5;
 // full speed). Plain NCHW would select the slow im2col+GEMM path, so there the primitive picks its
 // own (blocked nChw16c) layout and the activations are reordered around it: two cheap passes
 // instead of a 2-5x slower convolution.
+// A channels-last map computed in another type is converted into a dense channels-last buffer of
+// that type, not into the primitive's choice: that choice is oneDNN's blocked layout, a reorder
+// slower than the conversion alone, onto kernels no faster than the channels-last ones.
 dnnl::memory::desc activation_md(const Tensor& t, bool blocked, DType compute) {
   const bool nhwc = t.size(1) > 1 && t.stride(1) == 1;
-  if (nhwc && !blocked && compute == t.dtype()) return md_of(t);
+  if (nhwc && !blocked) return compute == t.dtype() ? md_of(t) : dnnl::memory::desc(to_dims(t.shape()), dt_of(compute), tag::acdb);
   return dnnl::memory::desc(to_dims(t.shape()), dt_of(compute), tag::any);
 }
 
@@ -239,13 +247,14 @@ dnnl::algorithm onednn_algorithm(ConvAlgo a) {
 std::shared_ptr<const ConvFwd> forward_entry(ConvAlgo a, const Tensor& x, const Tensor& w, const Tensor& bias,
                                              bool residual, const Tensor& y, const Conv2dParams& p) {
   Key key = conv_key("conv_fwd", x, w, bias, y, p);
+  const dnnl::algorithm alg = onednn_algorithm(a);
+  const DType t = compute_dtype(alg, x.dtype(), x, w, y, p);
   key.add(p.act ? 1 + static_cast<int64_t>(*p.act) : 0).add(int64_t(residual)).add(static_cast<int64_t>(a));
+  key.add(static_cast<int64_t>(t));
   return cached<ConvFwd>(key, [&] {
     ConvFwd r;
     r.kept_weights = "onednn weights " + key.str();
-    const dnnl::algorithm alg = onednn_algorithm(a);
     const bool blocked = a != ConvAlgo::direct;
-    const DType t = compute_dtype(alg, x.dtype());
     const auto b = bias.defined() ? bias_md(bias, t, x.dtype()) : dnnl::memory::desc();
     const auto build = [&](FusedEpilogue epi) {
       r.fused = epi;
@@ -272,14 +281,14 @@ std::shared_ptr<const ConvFwd> forward_entry(ConvAlgo a, const Tensor& x, const 
 std::shared_ptr<const ConvBwdData> data_entry(ConvAlgo a, const Tensor& dy, const Tensor& w, const Tensor& dx,
                                               const Conv2dParams& p) {
   Key key = conv_key("conv_bwd_data", dy, w, dx, Tensor(), p);
-  key.add(static_cast<int64_t>(a));
+  const dnnl::algorithm alg = onednn_algorithm(a);
+  const DType t = compute_dtype(alg, dy.dtype(), dx, w, dy, p);
+  key.add(static_cast<int64_t>(a)).add(static_cast<int64_t>(t));
   return cached<ConvBwdData>(key, [&] {
     ConvBwdData r;
     r.kept_weights = "onednn weights " + key.str();
     const ConvGeometry g = geometry(p);
-    const dnnl::algorithm alg = onednn_algorithm(a);
     const bool blocked = a != ConvAlgo::direct;
-    const DType t = compute_dtype(alg, dy.dtype());
     const auto wa = weights_any(w.shape(), p.groups, t);
     const auto dxa = activation_md(dx, blocked, t), dya = activation_md(dy, blocked, t);
     const auto hint = forward_pd(dxa, wa, nullptr, dya, p, alg);
@@ -296,13 +305,13 @@ std::shared_ptr<const ConvBwdData> data_entry(ConvAlgo a, const Tensor& dy, cons
 std::shared_ptr<const ConvBwdWeights> weight_entry(ConvAlgo a, const Tensor& x, const Tensor& dy, const Tensor& dw,
                                                    const Tensor& dbias, const Conv2dParams& p) {
   Key key = conv_key("conv_bwd_w", x, dy, dw, dbias, p);
-  key.add(static_cast<int64_t>(a));
+  const dnnl::algorithm alg = onednn_algorithm(a);
+  const DType t = compute_dtype(alg, x.dtype(), x, dw, dy, p);
+  key.add(static_cast<int64_t>(a)).add(static_cast<int64_t>(t));
   return cached<ConvBwdWeights>(key, [&] {
     ConvBwdWeights r;
     const ConvGeometry g = geometry(p);
-    const dnnl::algorithm alg = onednn_algorithm(a);
     const bool blocked = a != ConvAlgo::direct;
-    const DType t = compute_dtype(alg, x.dtype());
     const auto wa = weights_any(dw.shape(), p.groups, t);
     const auto db = dbias.defined() ? bias_md(dbias, t, x.dtype()) : dnnl::memory::desc();
     const auto xa = activation_md(x, blocked, t), dya = activation_md(dy, blocked, t);

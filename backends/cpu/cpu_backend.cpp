@@ -2,6 +2,7 @@
 // map from a binary key (op, shapes, strides, dtypes, attributes) to the built primitives, so a
 // training step that repeats the previous step's shapes creates no primitive at all.
 #include <cstdlib>
+#include "backends/cpu/bf16_speed.h"
 #include "backends/cpu/common.h"
 #include "backends/cpu/planner.h"
 #include "backends/cpu/depthwise.h"
@@ -35,11 +36,19 @@ void cpu_describe_machine(nlohmann::json& m) {
                       {"small_gemm", cpu::policy_name(cpu::small_gemm_policy())},
                       {"skinny_gemm", cpu::policy_name(cpu::skinny_gemm_policy())},
                       {"direct_matmul", cpu::policy_name(cpu::direct_matmul_policy())},
+                      {"bf16_math_in_f32", cpu::policy_name(cpu::bf16_math_in_f32_policy())},
                       {"conv_autotune", cpu::conv_autotune()}};
   // Where bf16 convolutions and matrix products run: a bf16 report from a CPU without AVX-512 (or
   // under ONEDNN_MAX_CPU_ISA=AVX2) timed the reference loops, and says so. The checks that need a
   // bf16 kernel read it here, so that "does bf16 run on oneDNN" is answered by this backend alone.
   m["cpu_bf16"] = cpu::onednn_computes_bf16() ? "onednn" : "reference_loops";
+  // How bf16 products compute where oneDNN runs them (bf16_speed.h), and the measured speed of the
+  // bf16 dot products that decides it: a bf16 report from one CPU kind ran other arithmetic than
+  // one from another.
+  if (cpu::onednn_computes_bf16()) {
+    m["cpu_bf16_math"] = cpu::bf16_math_in_f32() ? "f32" : "bf16";
+    m["cpu_bf16_dot_speedup"] = cpu::bf16_dot_speedup();
+  }
 }
 
 // The dtypes this backend computes. bf16 runs on oneDNN's bf16 primitives, which accumulate in f32

@@ -6,13 +6,16 @@
 // weight-gradient products need no copy; a batch-1 operand broadcasts through oneDNN's own batch
 // broadcasting. linear is a 2-D matmul (gemm.h) whose weights are the [out, in] matrix read
 // transposed, with the bias fused into the primitive. bf16 (autocast) runs the same primitive
-// with bf16 memory and f32 accumulation; f16 goes to the reference backend (lowp_on_reference in
-// common.h).
+// with bf16 memory and f32 accumulation, or, where this CPU runs bf16 arithmetic in f32
+// (bf16_speed.h), the f32 primitive on converted copies; f16 goes to the reference backend
+// (lowp_on_reference in common.h).
+#include "backends/cpu/bf16_speed.h"
 #include "backends/cpu/common.h"
 #include "backends/cpu/direct_conv.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/skinny_gemm.h"
 #include "backends/cpu/small_gemm.h"
+#include "engine/half.h"
 
 namespace duet {
 using namespace cpu;
@@ -52,8 +55,100 @@ Key& add_operand(Key& k, const MatrixOperand& m) {
   return k.add(m.rows).add(m.cols).add(m.row).add(m.col).add(m.batch_stride).add(static_cast<int64_t>(m.t.dtype()));
 }
 
+// ---- bf16 products computed in f32 (bf16_speed.h) ----
+// How many elements an operand spans in memory, from its first to its last (strides are never
+// negative here).
+int64_t span_of(const MatrixOperand& m, int64_t batch) {
+  return (batch - 1) * m.batch_stride + (m.rows - 1) * m.row + (m.cols - 1) * m.col + 1;
+}
+// The span of a bf16 operand as f32 elements at the same offsets, so the same strides read it; the
+// gaps of a strided view are converted too and never read. A frozen operand (an inference model's
+// weights) is converted once per freeze, and the copy frozen too, so the product packs it once.
+Tensor f32_span(const MatrixOperand& m, int64_t batch) {
+  const int64_t n = span_of(m, batch);
+  const auto convert = [&] {
+    Tensor f = Tensor::empty({n});
+    const uint16_t* src = static_cast<const uint16_t*>(m.t.raw_data());
+    float* dst = f.data<float>();
+    parallel_for(n, n, [&](int64_t lo, int64_t hi) {
+#pragma omp simd
+      for (int64_t i = lo; i < hi; ++i) dst[i] = bf16_to_float(src[i]);
+    });
+    return f;
+  };
+  if (!m.t.is_frozen()) return convert();
+  return frozen_copy(m.t, fmt::format("f32 span of {}", n), [&] {
+    Tensor f = convert();
+    f.freeze();
+    return f;
+  });
+}
+// c's elements rounded from the dense [batch, rows, cols] f32 result, or the other way (c's old
+// contents for a product that accumulates into them).
+void copy_matrix(const MatrixOperand& c, int64_t batch, float* dense, bool into_c) {
+  uint16_t* cp = static_cast<uint16_t*>(c.t.raw_data());
+  const int64_t bs = batch > 1 ? c.batch_stride : 0;
+  parallel_for(batch * c.rows, batch * c.rows * c.cols, [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      uint16_t* row = cp + (r / c.rows) * bs + (r % c.rows) * c.row;
+      float* d = dense + r * c.cols;
+      if (into_c)
+        for (int64_t j = 0; j < c.cols; ++j) row[j * c.col] = float_to_bf16(d[j]);
+      else
+        for (int64_t j = 0; j < c.cols; ++j) d[j] = bf16_to_float(row[j * c.col]);
+    }
+  });
+}
+
+void run_gemm(const char* op, int64_t batch, const MatrixOperand& a, const MatrixOperand& b, const MatrixOperand& c,
+              const Tensor& bias, const GemmEpilogue& epi);
+
+// A product's FLOPs and the elements of a, b and c: what decides whether a bf16 one runs in f32
+// (bf16_speed.h).
+double product_flops(int64_t batch, const MatrixOperand& a, const MatrixOperand& b) {
+  return 2.0 * static_cast<double>(batch) * static_cast<double>(a.rows * a.cols * b.cols);
+}
+double product_elements(int64_t batch, const MatrixOperand& a, const MatrixOperand& b, const MatrixOperand& c) {
+  return static_cast<double>(batch) * static_cast<double>(a.rows * a.cols + b.rows * b.cols + c.rows * c.cols);
+}
+bool in_f32(int64_t batch, const MatrixOperand& a, const MatrixOperand& b, const MatrixOperand& c) {
+  return bf16_product_in_f32(product_flops(batch, a, b), product_elements(batch, a, b, c));
+}
+
+// c = a @ b (+ epilogue) for bf16 operands in f32: each bf16 input converted (f32_span), the product
+// run in f32 into c itself when c is f32, else into a dense f32 result rounded into c afterwards.
+// Products of bf16 values are exact in f32, and both ways accumulate in f32.
+void run_gemm_in_f32(const char* op, int64_t batch, const MatrixOperand& a, const MatrixOperand& b,
+                     const MatrixOperand& c, const Tensor& bias, const GemmEpilogue& epi) {
+  const auto widened = [&](const MatrixOperand& m) { return m.t.dtype() == DType::bf16 ? f32_span(m, batch) : m.t; };
+  const Tensor a32 = widened(a), b32 = widened(b);
+  const MatrixOperand a2{a32, a.rows, a.cols, a.row, a.col, a.batch_stride};
+  const MatrixOperand b2{b32, b.rows, b.cols, b.row, b.col, b.batch_stride};
+  const Tensor bias32 = bias.defined() && bias.dtype() == DType::bf16 ? bias.to(DType::f32) : bias;
+  Tensor res32;
+  std::optional<MatrixOperand> res2;
+  GemmEpilogue e = epi;
+  if (epi.residual) {
+    res32 = widened(*epi.residual);
+    res2.emplace(MatrixOperand{res32, epi.residual->rows, epi.residual->cols, epi.residual->row, epi.residual->col,
+                               epi.residual->batch_stride});
+    e.residual = &*res2;
+  }
+  if (c.t.dtype() != DType::bf16) {
+    run_gemm(op, batch, a2, b2, c, bias32, e);
+  } else {
+    const Tensor dense = Tensor::empty({batch * c.rows * c.cols});
+    if (epi.accumulate) copy_matrix(c, batch, dense.data<float>(), false);
+    run_gemm(op, batch, a2, b2, {dense, c.rows, c.cols, c.cols, 1, c.rows * c.cols}, bias32, e);
+    copy_matrix(c, batch, dense.data<float>(), true);
+  }
+  profiler::note_reason(bf16_math_in_f32_reason(product_flops(batch, a, b), product_elements(batch, a, b, c)));
+}
+
 void run_gemm(const char* op, int64_t batch, const MatrixOperand& a, const MatrixOperand& b, const MatrixOperand& c,
               const Tensor& bias, const GemmEpilogue& epi) {
+  if ((a.t.dtype() == DType::bf16 || b.t.dtype() == DType::bf16) && in_f32(batch, a, b, c))
+    return run_gemm_in_f32(op, batch, a, b, c, bias, epi);
   const MatrixOperand* res = epi.residual;
   guarded(op, {&a.t, &b.t, &c.t}, [&] {
     if (batch == 1 && skinny_gemm_wanted(a, b, c, bias, epi)) {

@@ -124,6 +124,23 @@ const CpuCaps& cpu_caps() {
 }
 bool bf16_on_amx() { return cpu_caps().amx_bf16; }
 
+namespace {
+double conv_flops(const Tensor& w, const Tensor& y) {
+  return 2.0 * static_cast<double>(y.numel()) * static_cast<double>(w.size(1) * w.size(2) * w.size(3));
+}
+double conv_elements(const Tensor& x, const Tensor& w, const Tensor& y) {
+  return static_cast<double>(x.numel() + w.numel() + y.numel());
+}
+}  // namespace
+
+bool bf16_conv_in_f32(const Tensor& x, const Tensor& w, const Tensor& y, int64_t groups) {
+  if (groups > 1 && w.size(1) == 1) return false;
+  return bf16_product_in_f32(conv_flops(w, y), conv_elements(x, w, y));
+}
+std::string bf16_conv_in_f32_reason(const Tensor& x, const Tensor& w, const Tensor& y) {
+  return bf16_math_in_f32_reason(conv_flops(w, y), conv_elements(x, w, y));
+}
+
 // ---- what each algorithm can run --------------------------------------------------------------
 
 bool winograd_applicable(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
@@ -182,6 +199,12 @@ bool single_tap(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dP
 namespace {
 
 std::string channels(const Tensor& w) { return fmt::format("{}->{} channels", w.size(1), w.size(0)); }
+// Whether a layer's products run on bf16 arithmetic: bf16 tensors, except where this CPU runs bf16
+// convolutions in f32 (bf16_conv_in_f32), whose layers the f32 rules plan. The bf16 rules below were
+// measured where bf16 arithmetic is the faster (AMX; AMD Zen 5's bf16 dot products).
+bool bf16_products(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p) {
+  return x.dtype() == DType::bf16 && !bf16_conv_in_f32(x, w, y, p.groups);
+}
 std::string map_of(const Tensor& t) { return fmt::format("{}x{}", t.size(2), t.size(3)); }
 int64_t pixel_rows(const Tensor& t) { return t.size(0) * t.size(2) * t.size(3); }
 
@@ -215,20 +238,12 @@ std::string winograd_rule(const Tensor& x, const Tensor& w, const Tensor& y, con
   if (w.size(0) < 32 || w.size(1) < 32) return "";
   const int64_t pixels = y.size(0) * y.size(2) * y.size(3);
   if (pixels < 1024) return "";
-  if (x.dtype() == DType::bf16) {
+  if (bf16_products(x, w, y, p)) {
     if (bf16_on_amx()) return "";
-    const double dots = bf16_dot_speedup();
-    if (dots >= kBf16FastDots) {
-      if (w.size(0) < 256 || w.size(1) < 256 || y.size(2) < 8 || y.size(3) < 8) return "";
-      return fmt::format(
-          "winograd in f32 for bf16: 3x3 stride 1, {} >= 256, output {} >= 8x8, {} >= 1024 pixels, bf16 without AMX",
-          channels(w), map_of(y), pixels);
-    }
-    if (y.size(2) < 4 || y.size(3) < 4) return "";
-    return fmt::format("winograd in f32 for bf16: 3x3 stride 1, {} >= 32, output {} >= 4x4, {} >= 1024 pixels, {}",
-                       channels(w), map_of(y), pixels,
-                       dots > 0 ? fmt::format("bf16 dots {:.1f}x f32's < {}x", dots, kBf16FastDots)
-                                : std::string("no bf16 dot products"));
+    if (w.size(0) < 256 || w.size(1) < 256 || y.size(2) < 8 || y.size(3) < 8) return "";
+    return fmt::format(
+        "winograd in f32 for bf16: 3x3 stride 1, {} >= 256, output {} >= 8x8, {} >= 1024 pixels, bf16 without AMX",
+        channels(w), map_of(y), pixels);
   }
   if (y.size(2) < 4 || y.size(3) < 4) return "";
   return fmt::format("winograd: 3x3 stride 1, {} >= 32, output {} >= 4x4, {} >= 1024 pixels", channels(w), map_of(y),
@@ -273,11 +288,12 @@ std::string pointwise_rule(ConvPass pass, const Tensor& x, const Tensor& w, cons
   if (pass == ConvPass::backward_weight && bias_gradient) return "";
   if (pol == KernelPolicy::always) return "matrix product: DUET_POINTWISE_GEMM=always";
   const int64_t rows = pixel_rows(x);
-  if (x.dtype() == DType::bf16 && bf16_on_amx()) return amx_pointwise_rule(pass, w, rows);
+  const bool bf16 = bf16_products(x, w, y, p);
+  if (bf16 && bf16_on_amx()) return amx_pointwise_rule(pass, w, rows);
   if (rows <= 1024) return fmt::format("matrix product: pointwise, {} rows <= 1024", rows);
   if (pass != ConvPass::forward && rows >= 32768)
     return fmt::format("matrix product: pointwise backward, {} rows >= 32768", rows);
-  if (pass == ConvPass::backward_weight && x.dtype() == DType::bf16 && !bf16_on_amx() && rows >= 4096)
+  if (pass == ConvPass::backward_weight && bf16 && rows >= 4096)
     return fmt::format("matrix product: bf16 pointwise weight gradient, {} rows >= 4096, bf16 without AMX", rows);
   return "";
 }
@@ -315,13 +331,14 @@ std::string im2col_rule(const Tensor& x, const Tensor& dw, const Tensor& dy, con
   if (pol == KernelPolicy::always) return "im2col: DUET_IM2COL_WGRAD=always";
   const int64_t pixels = dy.size(2) * dy.size(3);
   const bool strided = p.stride_h > 1 || p.stride_w > 1;
-  if (x.dtype() == DType::bf16 && bf16_on_amx()) {
+  const bool bf16 = bf16_products(x, dw, dy, p);
+  if (bf16 && bf16_on_amx()) {
     if (pixels <= 64) return fmt::format("im2col: bf16 weight gradient on AMX onto {} <= 64 pixels", map_of(dy));
     if (strided && pixels <= 256)
       return fmt::format("im2col: bf16 strided weight gradient on AMX onto {} <= 256 pixels", map_of(dy));
     return "";
   }
-  if (x.dtype() == DType::bf16)  // where bf16 dots are slow, Winograd takes such layers (winograd_rule)
+  if (bf16)
     return pixels <= 16 && winograd_rule(x, dw, dy, p).empty()
                ? fmt::format("im2col: bf16 weight gradient onto {} <= 16 pixels", map_of(dy))
                : "";
@@ -348,7 +365,7 @@ std::string flipped_dgrad_rule(const Tensor& dx, const Tensor& w, const Tensor& 
   if (pol == KernelPolicy::never || !flipped_data_gradient_applicable(dx, w, dy, p)) return "";
   if (pol == KernelPolicy::always) return "flipped forward: DUET_FLIPPED_DGRAD=always";
   const int64_t pixels = dy.size(2) * dy.size(3);
-  if (dx.dtype() == DType::bf16 && bf16_on_amx() && pixels >= 256)
+  if (bf16_products(dx, w, dy, p) && bf16_on_amx() && pixels >= 256)
     return fmt::format("flipped forward: bf16 data gradient on AMX onto {} >= 256 pixels", map_of(dx));
   return "";
 }
@@ -358,7 +375,7 @@ std::string col2im_dgrad_rule(const Tensor& dx, const Tensor& w, const Tensor& d
   if (pol == KernelPolicy::always) return "col2im: DUET_COL2IM_DGRAD=always";
   if (dx.dtype() == DType::f32 && dense_kernel_without_avx512(w, p, 128))
     return fmt::format("col2im: data gradient without AVX-512, {} >= 128", channels(w));
-  if (!(dx.dtype() == DType::bf16 && bf16_on_amx())) return "";
+  if (!(bf16_products(dx, w, dy, p) && bf16_on_amx())) return "";
   const int64_t pixels = dy.size(2) * dy.size(3);
   const bool strided = p.stride_h > 1 || p.stride_w > 1, pointwise = w.size(2) == 1 && w.size(3) == 1;
   if (pixels <= 16) return fmt::format("col2im: bf16 data gradient on AMX from {} <= 16 pixels", map_of(dy));
@@ -642,7 +659,7 @@ Key plan_key(const ConvProblem& pb) {
   k.add(p.stride_h).add(p.stride_w).add(p.pad_h).add(p.pad_w).add(p.dilation_h).add(p.dilation_w).add(p.groups);
   k.add(static_cast<int64_t>(pb.pass)).add(int64_t(pb.bias)).add(p.act ? 1 + static_cast<int64_t>(*p.act) : 0);
   for (const RulePolicy& r : kRulePolicies) k.add(static_cast<int64_t>(r.get()));
-  k.add(int64_t(conv_autotune()));
+  k.add(int64_t(conv_autotune())).add(int64_t(bf16_math_in_f32()));
   return k;
 }
 
@@ -698,6 +715,12 @@ const ConvPlan& plan_conv(const ConvProblem& pb, const std::function<void(ConvAl
   // not tuned against it.
   if (conv_autotune() && plan.algo != ConvAlgo::tap_matmul && plan.algo != ConvAlgo::own_depthwise)
     plan = autotuned(pb, plan, run);
+  // oneDNN's convolutions compute in the type conv.cpp's compute_dtype gives them, which this same
+  // test decides; the matrix products decide for their own operands (matmul.cpp) and say so.
+  const bool onednn_conv = plan.algo == ConvAlgo::direct || plan.algo == ConvAlgo::direct_blocked ||
+                           plan.algo == ConvAlgo::winograd || plan.algo == ConvAlgo::flipped_forward;
+  if (onednn_conv && pb.x.dtype() == DType::bf16 && bf16_conv_in_f32(pb.x, pb.w, pb.y, pb.p.groups))
+    plan.reason += "; " + bf16_conv_in_f32_reason(pb.x, pb.w, pb.y);
   std::lock_guard<std::mutex> lock(g_plans_mutex);
   return g_plans.emplace(key.str(), std::move(plan)).first->second;
 }

@@ -117,5 +117,11 @@ bool col2im_data_gradient_applicable(const Tensor& dx, const Tensor& w, const Te
 // (th, tw) into the kernel, or false.
 bool single_tap(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p, int64_t& th, int64_t& tw);
 bool bf16_on_amx();
+// Whether a bf16 convolution of input x, weights w and output y (any of its passes: the data
+// gradient's dx has x's shape, dy y's) runs its arithmetic in f32 (bf16_speed.h's
+// bf16_product_in_f32, on its FLOPs and the elements of x, w and y), and why, for the profile.
+// Never for depthwise layers (one input channel per group), whose loops are bound by memory.
+bool bf16_conv_in_f32(const Tensor& x, const Tensor& w, const Tensor& y, int64_t groups);
+std::string bf16_conv_in_f32_reason(const Tensor& x, const Tensor& w, const Tensor& y);
 
 }  // namespace duet::cpu
