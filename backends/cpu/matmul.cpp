@@ -237,6 +237,19 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, boo
   DUET_CHECK(a.is_contiguous() && b.is_contiguous() && out.is_contiguous(),
              "matmul on backend 'cpu': operands must be contiguous 3-D blocks");
   const int64_t B = out.size(0), M = out.size(1), N = out.size(2);
+  // bf16 where this CPU computes bf16 in f32 (bf16_speed.h), as gemm() decides: the f32 product of
+  // converted copies (attention's small matrices then on small_gemm), rounded into out.
+  const double flops = 2.0 * static_cast<double>(B * M) * static_cast<double>(N * K);
+  const double elements = static_cast<double>(a.numel() + b.numel() + out.numel());
+  if ((a.dtype() == DType::bf16 || b.dtype() == DType::bf16) && bf16_product_in_f32(flops, elements)) {
+    const auto widened = [](const Tensor& t) {
+      return t.dtype() == DType::bf16 ? f32_span({t, t.numel(), 1, 1, 1}, 1).view(t.shape()) : t;
+    };
+    const Tensor o32 = out.dtype() == DType::f32 ? out : Tensor::empty(out.shape());
+    matmul(widened(a), widened(b), o32, trans_a, trans_b);
+    if (o32.raw_data() != out.raw_data()) copy_matrix({out, B * M, N, N, 1}, 1, o32.data<float>(), true);
+    return profiler::note_reason(bf16_math_in_f32_reason(flops, elements));
+  }
   if (a.dtype() == DType::f32 && small_gemm_wanted(B, M, N, K)) {
     profiler::note_impl(kSmallGemm);
     return small_gemm_f32(B, M, N, K, matrix_view(a, trans_a, B), matrix_view(b, trans_b, B),
