@@ -35,9 +35,10 @@ KernelPolicy bf16_math_in_f32_policy();
 // in proportion to its FLOPs: a product is computed in f32 where it does at least this many FLOPs
 // per element of its operands and result. Measured on resnet50_cifar's bf16 training step (Intel
 // Xeon family 6 model 207, 2 threads, duet profile per op, every layer in f32 against every layer
-// in bf16): the 1x1 layers of 64 and 256 channels at 32x32 (102 FLOPs an element) lost 8-32%, the
-// 3-channel stem (51) 9-35%; 256->128 at 32x32 (171) gained 9% over its three passes, 128<->512 at
-// 16x16 (205) 13-23%, 1024<->256 at 8x8 (410) 25-40%, the 3x3 layers (384 and up) 6-37%.
+// in bf16): the 1x1 layers of 64 and 256 channels at 32x32 (102 FLOPs an element) lost 6-32% on
+// five of their six passes, the 3-channel stem (51) 9-35%; 256->128 at 32x32 (171) gained 9% over
+// its three passes, 128<->512 at 16x16 (205) 13-23%, 1024<->256 at 8x8 (410) 25-40%, the 3x3
+// layers (384 and up) 6-37%.
 constexpr double kF32MathMinFlopsPerElement = 128;
 // Whether a bf16 product of `flops` over `elements` operand and result elements runs in f32.
 bool bf16_product_in_f32(double flops, double elements);
