@@ -403,6 +403,7 @@ TABLES = {
     "throughput_xeon207_bf16_in_f32": (throughput, ("train_throughput_xeon207_bf16_in_f32.json",), {}),
     "inference_xeon207_e6d2b37_b8_64": (inference, ("infer_throughput_xeon207_e6d2b37_b8_64.json",), {}),
     "inference_xeon207_e6d2b37_b64_rerun": (inference, ("infer_throughput_xeon207_e6d2b37_b64_rerun.json",), {}),
+    "inference_xeon207_edaefd8_b1": (inference, ("infer_throughput_xeon207_edaefd8_b1.json",), {}),
     "inference_fold_amx": (inference, ("infer_throughput_amx_33acfea.json",), {}),
     "inference_pack_amx": (inference, ("infer_throughput_amx_b6b2de2.json",), {}),
     "inference_bf16_amx": (inference, ("infer_throughput_amx_bf16_77e36f9.json",), {}),
