@@ -142,7 +142,9 @@ void run_gemm_in_f32(const char* op, int64_t batch, const MatrixOperand& a, cons
     run_gemm(op, batch, a2, b2, {dense, c.rows, c.cols, c.cols, 1, c.rows * c.cols}, bias32, e);
     copy_matrix(c, batch, dense.data<float>(), true);
   }
-  profiler::note_reason(bf16_math_in_f32_reason(product_flops(batch, a, b), product_elements(batch, a, b, c)));
+  // (The reason is formatted only for a profile: this runs at every call.)
+  if (profiler::enabled())
+    profiler::note_reason(bf16_math_in_f32_reason(product_flops(batch, a, b), product_elements(batch, a, b, c)));
 }
 
 void run_gemm(const char* op, int64_t batch, const MatrixOperand& a, const MatrixOperand& b, const MatrixOperand& c,
@@ -249,7 +251,8 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, boo
     const Tensor o32 = out.dtype() == DType::f32 ? out : Tensor::empty(out.shape());
     matmul(widened(a), widened(b), o32, trans_a, trans_b);
     if (o32.raw_data() != out.raw_data()) copy_matrix({out, B * M, N, N, 1}, 1, o32.data<float>(), true);
-    return profiler::note_reason(bf16_math_in_f32_reason(flops, elements));
+    if (profiler::enabled()) profiler::note_reason(bf16_math_in_f32_reason(flops, elements));
+    return;
   }
   if (a.dtype() == DType::f32 && small_gemm_wanted(B, M, N, K)) {
     profiler::note_impl(kSmallGemm);

@@ -222,8 +222,9 @@ int64_t pixel_rows(const Tensor& t) { return t.size(0) * t.size(2) * t.size(3); 
 // (bf16_speed.h). Where bf16 dot products do twice an FMA's work (AMD Zen 5), from 256 channels on
 // both sides onto maps of 8x8 and up (256->256 at 8x8: 3.6 / 3.7 / 4.9 ms forward / data / weight
 // gradient against 4.5 / 4.9 / 6.0 in bf16). Where they do no more than an FMA (Intel Xeon family 6
-// model 207 without AMX: bf16 GEMM 190 GFLOP/s against f32's 266), wherever f32 takes Winograd:
-// resnet18_cifar's bf16 step 1073 -> 597 ms, bench/results/compare_xeon207_bf16_winograd_train.json.
+// model 207 without AMX: bf16 GEMM 190 GFLOP/s against f32's 266), such layers compute in f32
+// (bf16_speed.h) and take f32's rule below: resnet18_cifar's bf16 step 1073 -> 597 ms on Winograd
+// alone, bench/results/compare_xeon207_bf16_winograd_train.json.
 // With AMX, bf16 has several times f32's peak: never there.
 // Winograd transforms the weights at every call, work that only the output pixels amortise: below
 // 1,024 of them (N*OH*OW) direct wins, at 512 they tie (Intel Xeon, f32 inference of
