@@ -1259,6 +1259,11 @@ TEST(CpuBackend, Bf16OnAmxRulesPickTheirAlgorithmPerLayer) {
   const bool amx = cpu::bf16_on_amx();
   auto has = [](const std::string& impl, const char* what) { return impl.find(what) != std::string::npos; };
   auto deep = impls({4, 512, 4, 4}, {512, 512, 3, 3}, 1, 1);  // ResNet's last stage at 32 px
+  // Its forward: im2col's 64 rows on the AMX matmul; one image's 16 rows stay on brgconv.
+  EXPECT_EQ(has(deep["conv2d"], "[im2col: bf16 forward on AMX onto 4x4 <= 16 pixels, 64 rows >= 32]"), amx)
+      << deep["conv2d"];
+  auto one_image = impls({1, 512, 4, 4}, {512, 512, 3, 3}, 1, 1);
+  EXPECT_FALSE(has(one_image["conv2d"], "im2col")) << one_image["conv2d"];
   EXPECT_EQ(has(deep["conv2d.backward_data"], "[col2im: bf16 data gradient on AMX"), amx) << deep["conv2d.backward_data"];
   EXPECT_EQ(has(deep["conv2d.backward_weight"], "[im2col: bf16 weight gradient on AMX"), amx)
       << deep["conv2d.backward_weight"];
@@ -1272,6 +1277,12 @@ TEST(CpuBackend, Bf16OnAmxRulesPickTheirAlgorithmPerLayer) {
   EXPECT_EQ(has(pointwise["conv2d.backward_weight"], "[matrix product: bf16 pointwise weight gradient on AMX"), amx)
       << pointwise["conv2d.backward_weight"];
   EXPECT_EQ(has(pointwise["conv2d"], "[matrix product: bf16 pointwise forward on AMX"), amx) << pointwise["conv2d"];
+  // A wide pointwise forward: the matrix product onto a 4x4 map, the convolution kernel onto 8x8.
+  auto wide_small = impls({4, 512, 4, 4}, {128, 512, 1, 1}, 1, 0);
+  EXPECT_EQ(has(wide_small["conv2d"], "[matrix product: bf16 pointwise forward on AMX onto 4x4 <= 16 pixels]"), amx)
+      << wide_small["conv2d"];
+  auto wide = impls({4, 512, 8, 8}, {128, 512, 1, 1}, 1, 0);
+  EXPECT_FALSE(has(wide["conv2d"], "matrix product")) << wide["conv2d"];
 }
 
 // The speed of bf16 dot products against f32 FMAs (bf16_speed.h) is measured, and where it is low

@@ -263,12 +263,19 @@ std::string winograd_plan(const ConvProblem& pb) {
 // AMX 1x1 convolution kernel (1024->256 at 8x8: 1.39 against 7.08 ms; 2048<-512 at 4x4 1.45
 // against 13.38) and every data gradient 1.2-1.9x faster; forwards gained up to 1.37x from 256
 // input channels down (64->256 at 32x32: 1.71 against 2.34 ms) and lost from 512 up (512->256 at
-// 16x16: 1.76 against 1.50).
-std::string amx_pointwise_rule(ConvPass pass, const Tensor& w, int64_t rows) {
+// 16x16: 1.76 against 1.50). Onto 4x4 maps the forward is the matrix product's from any width
+// (Intel Xeon family 6 model 167, 2 threads, bench/results/conv_candidates_amx_r50_bf16_{train,
+// infer_b1,infer_b8}.json): 512->2048 for 64 images 0.83 ms against 1.68 and 2048->512 0.93 against
+// 1.66, for 8 images 0.10 against 0.25 and 0.11 against 0.18, for one image 0.02 against 0.05. On
+// larger maps the wide layers were within the timings' noise either way (DenseNet-121's 352->128
+// to 480->128 at 28x28 won 10-15% on matmul, ResNet-50's 512->128 at 16x16 lost 20%).
+std::string amx_pointwise_rule(ConvPass pass, const Tensor& w, const Tensor& y, int64_t rows) {
   if (pass != ConvPass::forward)
     return fmt::format("matrix product: bf16 pointwise {} on AMX, {} rows",
                        pass == ConvPass::backward_data ? "data gradient" : "weight gradient", rows);
   if (w.size(1) <= 256) return fmt::format("matrix product: bf16 pointwise forward on AMX, {} <= 256 inputs", w.size(1));
+  if (y.size(2) * y.size(3) <= 16)
+    return fmt::format("matrix product: bf16 pointwise forward on AMX onto {} <= 16 pixels", map_of(y));
   return "";
 }
 
@@ -290,7 +297,7 @@ std::string pointwise_rule(ConvPass pass, const Tensor& x, const Tensor& w, cons
   if (pol == KernelPolicy::always) return "matrix product: DUET_POINTWISE_GEMM=always";
   const int64_t rows = pixel_rows(x);
   const bool bf16 = bf16_products(x, w, y, p);
-  if (bf16 && bf16_on_amx()) return amx_pointwise_rule(pass, w, rows);
+  if (bf16 && bf16_on_amx()) return amx_pointwise_rule(pass, w, y, rows);
   if (rows <= 1024) return fmt::format("matrix product: pointwise, {} rows <= 1024", rows);
   if (pass != ConvPass::forward && rows >= 32768)
     return fmt::format("matrix product: pointwise backward, {} rows >= 32768", rows);
@@ -392,12 +399,22 @@ std::string col2im_dgrad_rule(const Tensor& dx, const Tensor& w, const Tensor& d
 // 512->512 at 4x4 for one image about as fast as the blocked direct kernel it would replace (0.36
 // ms against 0.37 direct and 0.40 blocked, bench/results/conv_candidates_amx_r18_infer_b1_winograd.json),
 // and whole batch-1 passes with it on those layers did not differ beyond the host's noise
-// (docs/journal.md).
+// (docs/journal.md). bf16 on AMX is different: there oneDNN 2.6 runs these forwards on brgconv at
+// about half of what its AMX matmul does on the im2col rows, from two images up (Intel Xeon family 6
+// model 167, 2 threads, bench/results/conv_candidates_amx_r18_bf16_{train,infer_b1,infer_b2,
+// infer_b4,infer_b8}.json): 512->512 at 4x4 for 64 images 2.75 ms against 5.92 blocked, for 8 images
+// 0.30 against 0.66, for 2 images 0.15 against 0.18, but for one image (16 rows) 0.11 against 0.08;
+// 256->512 strided onto 4x4 for 64 images 1.17 against 2.22, for 2 images 0.05 against 0.08. Onto
+// 8x8 im2col lost (256->256 for 64 images 2.66 against 1.43 direct).
 std::string im2col_forward_rule(const ConvProblem& pb) {
   const KernelPolicy pol = im2col_forward_policy();
   if (pol == KernelPolicy::never || !im2col_forward_applicable(pb.x, pb.w, pb.y, pb.p)) return "";
   if (pol == KernelPolicy::always) return "im2col: DUET_IM2COL_FORWARD=always";
   const bool strided = pb.p.stride_h > 1 || pb.p.stride_w > 1;
+  if (bf16_products(pb.x, pb.w, pb.y, pb.p) && bf16_on_amx() && pb.y.size(2) * pb.y.size(3) <= 16 &&
+      pixel_rows(pb.y) >= 32)
+    return fmt::format("im2col: bf16 forward on AMX onto {} <= 16 pixels, {} rows >= 32", map_of(pb.y),
+                       pixel_rows(pb.y));
   if (pb.x.dtype() == DType::f32 && dense_kernel_without_avx512(pb.w, pb.p, 128) &&
       (strided || pb.y.size(2) * pb.y.size(3) <= 16))
     return fmt::format("im2col: forward without AVX-512, {} >= 128, {}", channels(pb.w),
